@@ -1,0 +1,3 @@
+import UserSessions
+
+print("RefreshContention: not implemented yet")

@@ -1,0 +1,3 @@
+import UserSessions
+
+print("ServerDemo: not implemented yet")

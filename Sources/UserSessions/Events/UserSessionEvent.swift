@@ -1,0 +1,97 @@
+/// One change of the controller's state, delivered to every subscriber of
+/// ``UserSessionController/events(bufferSize:)``.
+///
+/// Events never contain secrets.
+public struct UserSessionEvent: Sendable, Hashable, CustomStringConvertible {
+    /// Why a session was closed.
+    public enum CloseReason: String, Sendable, Hashable {
+        /// `close()` was called.
+        case requested
+        /// `closeAndClear()` was called; stored credentials were removed.
+        case cleared
+        /// Another session was opened in its place.
+        case replaced
+        /// An `open` was rolled back because `close()` arrived while services were starting.
+        case rolledBack
+        /// The controller was shut down.
+        case shutdown
+    }
+
+    /// Why a session became invalid.
+    public enum InvalidationReason: Sendable, Hashable {
+        /// A service failed or was cancelled while starting.
+        case serviceStartFailed(service: String)
+        /// The refresh token was rejected (`invalid_grant`): the credentials were revoked.
+        case credentialsRevoked
+        /// The credentials expired and could not be refreshed.
+        case credentialsExpired
+    }
+
+    /// What changed when credentials were updated from outside.
+    public struct CredentialsChange: Sendable, Hashable {
+        /// The access token now expires later than before.
+        public var extended: Bool
+        /// Permissions granted now that were not before.
+        public var addedPermissions: Set<String>
+        /// Permissions no longer granted.
+        public var removedPermissions: Set<String>
+
+        /// Creates a change description.
+        public init(extended: Bool, addedPermissions: Set<String> = [], removedPermissions: Set<String> = []) {
+            self.extended = extended
+            self.addedPermissions = addedPermissions
+            self.removedPermissions = removedPermissions
+        }
+    }
+
+    /// What happened.
+    public enum Kind: Sendable, Hashable {
+        /// The first element of every subscription: the state at the time of subscribing.
+        case current
+        /// A session was opened.
+        case opened
+        /// A session was closed.
+        case closed(CloseReason)
+        /// A session became invalid.
+        case invalidated(InvalidationReason)
+        /// A refresh started.
+        case refreshStarted
+        /// A refresh succeeded and the new credentials are in use.
+        case credentialsRefreshed
+        /// Credentials were replaced through ``UserSessionController/updateCredentials(_:)``.
+        case credentialsUpdated(CredentialsChange)
+        /// A refresh failed.
+        case refreshFailed(RefreshFailureClass)
+        /// The refresh-loop breaker tripped.
+        case refreshLoopTripped
+        /// Writing to the token store failed; the credentials are kept in memory and writing is retried.
+        case persistenceFailed
+        /// Stored data for the identifier is corrupt; it was kept, not deleted.
+        case storeCorrupt(identifier: String)
+        /// An attached service failed or was cancelled while starting.
+        case serviceStartFailed(service: String)
+        /// An attached service did not stop within its deadline and was left behind.
+        case serviceStopOverran(service: String)
+    }
+
+    /// What happened.
+    public var kind: Kind
+    /// The session as it is after this event.
+    public var session: UserSession
+    /// A number that grows by one with every event the controller emits.
+    public var sequence: UInt64
+    /// Extra detail for people (never secrets), such as the error that caused a failure.
+    public var detail: String?
+
+    /// Creates an event.
+    public init(kind: Kind, session: UserSession, sequence: UInt64, detail: String? = nil) {
+        self.kind = kind
+        self.session = session
+        self.sequence = sequence
+        self.detail = detail
+    }
+
+    public var description: String {
+        "UserSessionEvent(#\(sequence) \(kind), \(session)\(detail.map { ", \($0)" } ?? ""))"
+    }
+}

@@ -1,0 +1,48 @@
+import Foundation
+
+extension Credentials: Codable {
+    /// The current version of the encoded form. Decoding rejects newer versions with
+    /// ``UserSessionError/Code/unsupportedFormatVersion``.
+    public static let formatVersion = 1
+
+    enum CodingKeys: String, CodingKey {
+        case version
+        case accessToken = "access_token"
+        case refreshToken = "refresh_token"
+        case tokenType = "token_type"
+        case expiresAt = "expires_at"
+        case lastRefreshedAt = "last_refreshed_at"
+        case source
+        case grantedPermissions = "granted_permissions"
+        case declinedPermissions = "declined_permissions"
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        let version = try container.decodeIfPresent(Int.self, forKey: .version) ?? 1
+        guard version >= 1, version <= Self.formatVersion else {
+            throw UserSessionError(.unsupportedFormatVersion, "credentials format version \(version) is not supported")
+        }
+        accessToken = try container.decode(String.self, forKey: .accessToken)
+        refreshToken = try container.decodeIfPresent(String.self, forKey: .refreshToken)
+        tokenType = try container.decodeIfPresent(String.self, forKey: .tokenType)
+        expiresAt = try container.decodeIfPresent(Date.self, forKey: .expiresAt)
+        lastRefreshedAt = try container.decodeIfPresent(Date.self, forKey: .lastRefreshedAt)
+        source = try container.decodeIfPresent(Source.self, forKey: .source) ?? .external
+        grantedPermissions = Set(try container.decodeIfPresent([String].self, forKey: .grantedPermissions) ?? [])
+        declinedPermissions = Set(try container.decodeIfPresent([String].self, forKey: .declinedPermissions) ?? [])
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(Self.formatVersion, forKey: .version)
+        try container.encode(accessToken, forKey: .accessToken)
+        try container.encodeIfPresent(refreshToken, forKey: .refreshToken)
+        try container.encodeIfPresent(tokenType, forKey: .tokenType)
+        try container.encodeIfPresent(expiresAt, forKey: .expiresAt)
+        try container.encodeIfPresent(lastRefreshedAt, forKey: .lastRefreshedAt)
+        try container.encode(source, forKey: .source)
+        try container.encode(grantedPermissions.sorted(), forKey: .grantedPermissions)
+        try container.encode(declinedPermissions.sorted(), forKey: .declinedPermissions)
+    }
+}

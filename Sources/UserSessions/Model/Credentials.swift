@@ -1,0 +1,67 @@
+import Foundation
+
+/// OAuth 2.0 credentials of one session.
+///
+/// Secrets (the access and refresh tokens) never appear in ``description``, ``debugDescription``, `dump`,
+/// `String(reflecting:)` or string interpolation.
+public struct Credentials: Sendable, Hashable {
+    /// How the credentials were obtained, as an extensible enum-like struct.
+    public struct Source: RawRepresentable, Hashable, Sendable, Codable, CustomStringConvertible {
+        public var rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        /// From a sign-in response (``UserSessionPrototype/init(signInResponse:receivedAt:)``).
+        public static let signIn = Source(rawValue: "sign_in")
+        /// From a refresh-token grant.
+        public static let refresh = Source(rawValue: "refresh")
+        /// Handed in through ``UserSessionController/updateCredentials(_:)`` or a prototype.
+        public static let external = Source(rawValue: "external")
+        public var description: String { rawValue }
+    }
+
+    /// The access token. A secret.
+    public var accessToken: String
+    /// The refresh token, if any. A secret.
+    public var refreshToken: String?
+    /// The token type, usually `Bearer`.
+    public var tokenType: String?
+    /// When the access token expires; `nil` means it does not expire.
+    public var expiresAt: Date?
+    /// When the credentials were last obtained or refreshed.
+    public var lastRefreshedAt: Date?
+    /// How the credentials were obtained.
+    public var source: Source
+    /// Permissions (scopes) granted.
+    public var grantedPermissions: Set<String>
+    /// Permissions (scopes) the user declined.
+    public var declinedPermissions: Set<String>
+
+    /// Creates credentials.
+    public init(
+        accessToken: String,
+        refreshToken: String? = nil,
+        tokenType: String? = "Bearer",
+        expiresAt: Date? = nil,
+        lastRefreshedAt: Date? = nil,
+        source: Source = .external,
+        grantedPermissions: Set<String> = [],
+        declinedPermissions: Set<String> = []
+    ) {
+        self.accessToken = accessToken
+        self.refreshToken = refreshToken
+        self.tokenType = tokenType
+        self.expiresAt = expiresAt
+        self.lastRefreshedAt = lastRefreshedAt
+        self.source = source
+        self.grantedPermissions = grantedPermissions
+        self.declinedPermissions = declinedPermissions
+    }
+
+    /// Whether the access token has expired at `date`.
+    public func isExpired(at date: Date) -> Bool {
+        guard let expiresAt else { return false }
+        return expiresAt <= date
+    }
+
+    /// Whether these credentials can be refreshed (they carry a refresh token).
+    public var isRefreshable: Bool { refreshToken.map { !$0.isEmpty } ?? false }
+}

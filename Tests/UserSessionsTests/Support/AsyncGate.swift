@@ -1,0 +1,75 @@
+import Synchronization
+
+/// A one-shot gate: tasks ``wait()`` until the test calls ``open()``. Waiting after opening returns at once.
+final class AsyncGate: Sendable {
+    private struct State {
+        var isOpen = false
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+    private let state = Mutex(State())
+
+    init() {}
+
+    /// Suspends until the gate opens.
+    func wait() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let resumeNow = state.withLock { state -> Bool in
+                if state.isOpen { return true }
+                state.waiters.append(continuation)
+                return false
+            }
+            if resumeNow { continuation.resume() }
+        }
+    }
+
+    /// Opens the gate and releases every waiter, in arrival order.
+    func open() {
+        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.isOpen = true
+            defer { state.waiters.removeAll() }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// How many tasks are waiting.
+    var waiterCount: Int { state.withLock { $0.waiters.count } }
+}
+
+/// Counts arrivals and lets a test wait until a number of them happened, without sleeping.
+final class ArrivalCounter: Sendable {
+    private struct State {
+        var count = 0
+        var waiters: [(target: Int, continuation: CheckedContinuation<Void, Never>)] = []
+    }
+    private let state = Mutex(State())
+
+    init() {}
+
+    /// Records one arrival.
+    func arrive() {
+        let ready = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.count += 1
+            let count = state.count
+            let ready = state.waiters.filter { $0.target <= count }.map(\.continuation)
+            state.waiters.removeAll { $0.target <= count }
+            return ready
+        }
+        for continuation in ready { continuation.resume() }
+    }
+
+    /// The number of arrivals so far.
+    var count: Int { state.withLock { $0.count } }
+
+    /// Suspends until at least `target` arrivals happened.
+    func wait(for target: Int) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let resumeNow = state.withLock { state -> Bool in
+                if state.count >= target { return true }
+                state.waiters.append((target, continuation))
+                return false
+            }
+            if resumeNow { continuation.resume() }
+        }
+    }
+}
