@@ -33,6 +33,11 @@ extension UserSessionController {
         public var refreshLoopPolicy: RefreshLoopPolicy
         /// The clock used to judge expiry. Default ``SessionClock/system``.
         public var clock: SessionClock
+        /// Whether `open` persists the session identifier for ``UserSessionController/restore()``. Default `true`;
+        /// ``UserSessionRegistry`` turns it off for its controllers.
+        public var persistsCurrentIdentifier: Bool
+        /// Where sessions keep their own documents and caches, if anywhere. Default `nil` (none).
+        public var dataDirectories: SessionDirectories?
 
         /// Creates a configuration.
         public init(
@@ -43,7 +48,9 @@ extension UserSessionController {
             initialRetryDelay: Duration = .seconds(1),
             maximumRetryDelay: Duration = .seconds(60),
             refreshLoopPolicy: RefreshLoopPolicy = RefreshLoopPolicy(),
-            clock: SessionClock = .system
+            clock: SessionClock = .system,
+            persistsCurrentIdentifier: Bool = true,
+            dataDirectories: SessionDirectories? = nil
         ) {
             self.serviceStopTimeout = serviceStopTimeout
             self.eventBufferSize = eventBufferSize
@@ -53,6 +60,8 @@ extension UserSessionController {
             self.maximumRetryDelay = maximumRetryDelay
             self.refreshLoopPolicy = refreshLoopPolicy
             self.clock = clock
+            self.persistsCurrentIdentifier = persistsCurrentIdentifier
+            self.dataDirectories = dataDirectories
         }
     }
 }
