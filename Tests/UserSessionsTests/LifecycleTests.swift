@@ -147,7 +147,8 @@ struct LifecycleTests {
     @Test func openAcceptsAnIdentifierOf1024Bytes() async throws {
         let controller = UserSessionController(store: InMemoryTokenStore())
         let identifier = String(repeating: "x", count: 1024)
-        let session = try await controller.open(UserSessionPrototype(identifier: identifier, userInfo: UserInfo(id: "u")))
+        let session = try await controller.open(
+            UserSessionPrototype(identifier: identifier, userInfo: UserInfo(id: "u")))
         #expect(session.identifier == identifier)
         await controller.shutdown()
     }

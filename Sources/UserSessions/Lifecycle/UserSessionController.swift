@@ -16,8 +16,8 @@ public actor UserSessionController {
     public nonisolated let store: any TokenStore
     /// The settings.
     public nonisolated let configuration: Configuration
-    let hub: EventHub
-    let gate: CredentialsGate
+    nonisolated let hub: EventHub
+    nonisolated let gate: CredentialsGate
     /// The services started by the next open, in registration order.
     var services: [any UserSessionService]
     /// Grows by one with every session that is opened or restored; the gate uses it to discard late refreshes.

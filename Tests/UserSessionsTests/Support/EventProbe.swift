@@ -8,7 +8,9 @@ final class EventProbe: Sendable {
     private struct State {
         var events: [UserSessionEvent] = []
         var finished = false
-        var waiters: [(condition: @Sendable ([UserSessionEvent], Bool) -> Bool, continuation: CheckedContinuation<Void, Never>)] = []
+        var waiters:
+            [(condition: @Sendable ([UserSessionEvent], Bool) -> Bool, continuation: CheckedContinuation<Void, Never>)] =
+                []
     }
     private let state = Mutex(State())
     private let reader = Mutex<Task<Void, Never>?>(nil)
