@@ -264,3 +264,40 @@ struct ServiceTests {
         #expect(probe.events.dropFirst().map(\.session.identifier) == ["alice", "alice", "bob", "bob"])
     }
 }
+
+/// A service whose `start` reports a terminal credentials failure for the session being opened, as the credentials
+/// gate would when a service asks for a token and the refresh token was revoked.
+private struct RevokingService: UserSessionService {
+    let controller: UserSessionController
+    var name: String { "revoking" }
+
+    func start(session: UserSession) async throws {
+        let generation = await controller.generation
+        await controller.invalidate(generation: generation, reason: .credentialsRevoked)
+    }
+
+    func stop(session: UserSession) async {}
+}
+
+struct ServiceInvalidationTests {
+    @Test func aTerminalFailureWhileServicesStartFailsTheOpenWithoutDeadlock() async throws {
+        let log = ServiceLog()
+        let store = InMemoryTokenStore()
+        let controller = UserSessionController(store: store, services: makeServices(2, log: log))
+        await controller.register(RevokingService(controller: controller))
+        await controller.register(RecordingService("after", log: log))
+        let probe = EventProbe(controller)
+
+        let error = await #expect(throws: UserSessionError.self) { try await controller.open(makePrototype("alice")) }
+
+        #expect(error?.code == .refreshFailed)
+        #expect(error?.failureClass == .terminal)
+        #expect(controller.session.state == .invalid)
+        #expect(log.names("start:") == ["0", "1"])
+        #expect(log.names("stop:") == ["1", "0"])
+        #expect(try await store.load(identifier: "alice") != nil)
+        await controller.shutdown()
+        await probe.waitUntilFinished()
+        #expect(probe.kinds == [.invalidated(.credentialsRevoked)])
+    }
+}
