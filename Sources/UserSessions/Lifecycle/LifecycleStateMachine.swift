@@ -1,0 +1,188 @@
+/// The ordering rules of ``UserSessionController``'s lifecycle calls, as a synchronous state machine.
+///
+/// The controller is an actor, and actors are reentrant: every `await` inside `open` lets another call run. This
+/// machine turns the calls into a FIFO turnstile: a call takes a ticket synchronously on entry (before its first
+/// suspension) and runs its effect only when its ticket is served, so calls take effect in call order and none is
+/// lost.
+///
+/// One call may jump the queue, and only partly: a close-like call (`close`, `closeAndClear`, `shutdown`) that
+/// arrives while an open (or restore) is running marks that open for roll-back and asks the controller to cancel
+/// its service start. The close still takes a normal ticket and runs its own effect after the open has rolled back
+/// (usually a no-op, since nothing is open any more). Calls queued between the two are not affected.
+///
+/// Invalidations (terminal refresh failures reported by the credentials gate) never wait behind a call that is
+/// itself waiting for that gate: an invalidation of the session being opened is folded into the running open, and
+/// one for a session that is already ending, or stale, is dropped.
+struct LifecycleStateMachine<Waiter> {
+    /// A lifecycle call.
+    enum Call: Equatable {
+        /// `open(_:)`, `restore()`, `restore(identifier:)`.
+        case open
+        /// `close()`, `closeAndClear()`.
+        case close
+        /// `shutdown()`.
+        case shutdown
+        /// The gate reported a terminal failure for `generation`.
+        case invalidate(generation: UInt64, reason: UserSessionEvent.InvalidationReason)
+    }
+
+    /// A place in the queue.
+    struct Ticket: Hashable, Comparable, Sendable {
+        let value: UInt64
+        static func < (lhs: Ticket, rhs: Ticket) -> Bool { lhs.value < rhs.value }
+    }
+
+    /// What the caller does after ``enter(_:)``.
+    enum EntryAction: Equatable {
+        /// It is this call's turn; run, then ``leave(_:)``.
+        case proceed(Ticket)
+        /// Another call is running: ``park(_:ticket:)`` and run when resumed, then ``leave(_:)``.
+        case wait(Ticket)
+        /// The controller was shut down before this call: fail with ``UserSessionError/Code/shutdown``.
+        case rejectShutDown
+        /// An invalidation that needs no turn (stale, folded into a running open, or the session is ending).
+        case dropped
+    }
+
+    /// The result of ``enter(_:)``.
+    struct Entry: Equatable {
+        var action: EntryAction
+        /// A close-like call arrived while an open was running: cancel the open's service start.
+        var cancelStarting: Bool = false
+    }
+
+    /// How a running open must end, as decided by calls that arrived while it ran.
+    enum OpeningVerdict: Equatable {
+        /// Nothing arrived: commit (or fail on its own).
+        case proceed
+        /// A close arrived: roll back, end `closed(.rolledBack)`, throw ``UserSessionError/Code/openRolledBack``.
+        case rollBack
+        /// The gate reported a terminal failure for the session being opened: end `invalid` for this reason.
+        case invalidate(UserSessionEvent.InvalidationReason)
+    }
+
+    private enum Activity: Equatable {
+        case idle
+        case opening(generation: UInt64?, rollBack: Bool, invalidation: UserSessionEvent.InvalidationReason?)
+        case ending(generation: UInt64)
+    }
+
+    private var nextTicket: UInt64 = 0
+    private var serving: UInt64 = 0
+    private var running = false
+    private var waiters: [UInt64: Waiter] = [:]
+    private var activity = Activity.idle
+    private(set) var isShutDown = false
+    /// The generation of the session that is opened now, if any.
+    private(set) var openedGeneration: UInt64?
+
+    init() {}
+
+    /// How many calls are parked.
+    var waiterCount: Int { waiters.count }
+
+    /// A call arrives. Runs synchronously on entry, before the call's first suspension.
+    mutating func enter(_ call: Call) -> Entry {
+        switch call {
+        case .open:
+            if isShutDown { return Entry(action: .rejectShutDown) }
+            return Entry(action: takeTicket())
+        case .close, .shutdown:
+            // `close()` after shutdown is a no-op that still waits for the shutdown to finish; `closeAndClear()`
+            // checks ``isShutDown`` itself before entering.
+            var cancelStarting = false
+            if case .opening(let generation, false, let invalidation) = activity {
+                activity = .opening(generation: generation, rollBack: true, invalidation: invalidation)
+                cancelStarting = true
+            }
+            if call == .shutdown { isShutDown = true }
+            return Entry(action: takeTicket(), cancelStarting: cancelStarting)
+        case .invalidate(let generation, let reason):
+            if isShutDown { return Entry(action: .dropped) }
+            switch activity {
+            case .opening(generation, let rollBack, nil):
+                activity = .opening(generation: generation, rollBack: rollBack, invalidation: reason)
+                return Entry(action: .dropped, cancelStarting: !rollBack)
+            case .opening(generation, _, _?):
+                return Entry(action: .dropped)
+            case .ending(generation):
+                return Entry(action: .dropped)
+            default:
+                break
+            }
+            guard openedGeneration == generation else { return Entry(action: .dropped) }
+            return Entry(action: takeTicket())
+        }
+    }
+
+    /// Parks `waiter` for `ticket`; returns it back when its turn has already come (resume it at once).
+    mutating func park(_ waiter: Waiter, ticket: Ticket) -> Waiter? {
+        if !running && ticket.value == serving {
+            running = true
+            return waiter
+        }
+        waiters[ticket.value] = waiter
+        return nil
+    }
+
+    /// The running call finished; returns the next waiter to resume, if it is parked already.
+    mutating func leave(_ ticket: Ticket) -> Waiter? {
+        guard running, ticket.value == serving else {
+            preconditionFailure("lifecycle turnstile: leave(\(ticket.value)) while serving \(serving)")
+        }
+        running = false
+        activity = .idle
+        serving += 1
+        guard let next = waiters.removeValue(forKey: serving) else { return nil }
+        running = true
+        return next
+    }
+
+    /// The running call starts opening a session; close-like calls arriving from now on roll it back.
+    mutating func beginOpening() {
+        activity = .opening(generation: nil, rollBack: false, invalidation: nil)
+    }
+
+    /// The running open activated `generation` in the gate; invalidations for it are folded into the open.
+    mutating func openingActivated(generation: UInt64) {
+        guard case .opening(_, let rollBack, let invalidation) = activity else {
+            preconditionFailure("lifecycle turnstile: activation outside an opening")
+        }
+        activity = .opening(generation: generation, rollBack: rollBack, invalidation: invalidation)
+    }
+
+    /// What the running open must do now.
+    var openingVerdict: OpeningVerdict {
+        guard case .opening(_, let rollBack, let invalidation) = activity else { return .proceed }
+        if rollBack { return .rollBack }
+        if let invalidation { return .invalidate(invalidation) }
+        return .proceed
+    }
+
+    /// The running open committed `generation`: the session is opened.
+    mutating func opened(generation: UInt64) {
+        activity = .idle
+        openedGeneration = generation
+    }
+
+    /// The running call starts ending the opened session; invalidations for it are dropped from now on.
+    mutating func beginEnding() {
+        if let openedGeneration { activity = .ending(generation: openedGeneration) }
+        openedGeneration = nil
+    }
+
+    /// The running call is done with its opening or ending phase.
+    mutating func endActivity() {
+        activity = .idle
+    }
+
+    private mutating func takeTicket() -> EntryAction {
+        let ticket = Ticket(value: nextTicket)
+        nextTicket += 1
+        if !running && ticket.value == serving {
+            running = true
+            return .proceed(ticket)
+        }
+        return .wait(ticket)
+    }
+}

@@ -1,0 +1,126 @@
+import Synchronization
+
+/// How starting a session's services ended.
+enum ServiceStartOutcome: Sendable {
+    /// Every service started, in order.
+    case started([any UserSessionService])
+    /// `service` threw `error` or was cancelled while starting; `started` are the services to stop (in start order).
+    case failed(service: any UserSessionService, error: any Error, started: [any UserSessionService])
+}
+
+/// Starts and stops a session's services. Stateless; the controller owns the ordering.
+enum ServiceRunner {
+    /// Starts `services` in order, each awaited before the next.
+    ///
+    /// Cancellation: a service that throws fails the start. A service whose `start` returns normally while the
+    /// task is cancelled did start (so it is in `started` and will be stopped) and is named as the one cancelled
+    /// while starting; if the task is cancelled before the first service, the first one is named.
+    static func start(_ services: [any UserSessionService], session: UserSession) async -> ServiceStartOutcome {
+        var started: [any UserSessionService] = []
+        started.reserveCapacity(services.count)
+        for service in services {
+            if started.isEmpty && Task.isCancelled {
+                return .failed(service: service, error: CancellationError(), started: started)
+            }
+            do {
+                try await service.start(session: session)
+            } catch {
+                return .failed(service: service, error: error, started: started)
+            }
+            started.append(service)
+            if Task.isCancelled {
+                return .failed(service: service, error: CancellationError(), started: started)
+            }
+        }
+        return .started(started)
+    }
+
+    /// Stops `started` (given in start order) in reverse order, each with `timeout`; an overrun is reported on `hub`
+    /// with ``UserSessionEvent/Kind/serviceStopOverran(service:)``, its task is cancelled and left behind, and
+    /// stopping continues with the next service.
+    static func stopInReverse(
+        _ started: [any UserSessionService],
+        session: UserSession,
+        timeout: Duration,
+        hub: EventHub
+    ) async {
+        for service in started.reversed() {
+            let stoppedInTime = await stop(service, session: session, timeout: timeout)
+            if !stoppedInTime {
+                hub.emit(
+                    .serviceStopOverran(service: service.name),
+                    detail: "stop did not return within \(timeout); it was cancelled and left behind")
+            }
+        }
+    }
+
+    /// Runs `service.stop(session:)` in its own task and waits for it at most `timeout`. Returns `false` on overrun.
+    ///
+    /// Neither a `TaskGroup` nor awaiting `Task.value` can abandon a child that ignores cancellation, so the stop runs
+    /// in an unstructured task and a one-shot continuation is resumed by whichever finishes first.
+    static func stop(_ service: any UserSessionService, session: UserSession, timeout: Duration) async -> Bool {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+            let race = StopRace(continuation)
+            let stopping = Task {
+                await service.stop(session: session)
+                race.stopReturned()
+            }
+            let timer = Task {
+                do {
+                    try await Task.sleep(for: timeout)
+                } catch {
+                    return  // Cancelled: the stop returned in time.
+                }
+                if race.deadlinePassed() { stopping.cancel() }
+            }
+            race.attach(timer: timer)
+        }
+    }
+}
+
+/// The one-shot race between a service's `stop` and its deadline.
+private final class StopRace: Sendable {
+    private struct State {
+        var continuation: CheckedContinuation<Bool, Never>?
+        var timer: Task<Void, Never>?
+        var stopReturned = false
+    }
+    private let state: Mutex<State>
+
+    init(_ continuation: CheckedContinuation<Bool, Never>) {
+        state = Mutex(State(continuation: continuation))
+    }
+
+    /// Keeps the timer so that a stop that returns in time can cancel it (it would otherwise sleep on).
+    func attach(timer: Task<Void, Never>) {
+        let cancelNow = state.withLock { state -> Bool in
+            if state.stopReturned { return true }
+            state.timer = timer
+            return false
+        }
+        if cancelNow { timer.cancel() }
+    }
+
+    func stopReturned() {
+        let (continuation, timer) = state.withLock { state in
+            state.stopReturned = true
+            defer {
+                state.continuation = nil
+                state.timer = nil
+            }
+            return (state.continuation, state.timer)
+        }
+        timer?.cancel()
+        continuation?.resume(returning: true)
+    }
+
+    /// Returns whether the deadline won the race.
+    func deadlinePassed() -> Bool {
+        let continuation = state.withLock { state in
+            defer { state.continuation = nil }
+            return state.continuation
+        }
+        continuation?.resume(returning: false)
+        return continuation != nil
+    }
+}

@@ -1,0 +1,184 @@
+import Foundation
+import Testing
+
+@testable import UserSessions
+
+struct EventTests {
+    @Test func firstElementDescribesTheCurrentSession() async throws {
+        let controller = UserSessionController(store: InMemoryTokenStore())
+        _ = try await controller.open(makePrototype("alice"))
+        let probe = EventProbe(controller)
+        await probe.wait { !$0.isEmpty }
+        let first = try #require(probe.events.first)
+        #expect(first.kind == .current)
+        #expect(first.session.state == .opened)
+        #expect(first.session.identifier == "alice")
+        #expect(first.sequence == 1)
+        await controller.shutdown()
+    }
+
+    @Test func thousandSubscribersSeeTheSameOrderedTransitions() async throws {
+        let controller = UserSessionController(store: InMemoryTokenStore())
+        let streams = (0..<1000).map { _ in controller.events(bufferSize: 64) }
+        let received = await withTaskGroup(of: [UserSessionEvent].self) { group in
+            for stream in streams {
+                group.addTask {
+                    var events: [UserSessionEvent] = []
+                    for await event in stream { events.append(event) }
+                    return events
+                }
+            }
+            _ = try? await controller.open(makePrototype("alice"))
+            _ = try? await controller.open(makePrototype("bob"))
+            await controller.close()
+            _ = try? await controller.restore()
+            try? await controller.closeAndClear()
+            _ = try? await controller.open(makePrototype("carol"))
+            await controller.shutdown()
+            var all: [[UserSessionEvent]] = []
+            for await events in group { all.append(events) }
+            return all
+        }
+
+        let expected: [UserSessionEvent.Kind] = [
+            .current, .opened, .closed(.replaced), .opened, .closed(.requested), .opened, .closed(.cleared),
+            .opened, .closed(.shutdown),
+        ]
+        #expect(received.count == 1000)
+        let reference = try #require(received.first)
+        #expect(reference.map(\.kind) == expected)
+        #expect(reference.map(\.sequence) == Array(0...8))
+        #expect(received.allSatisfy { $0 == reference })
+    }
+
+    @Test func aSubscriberThatNeverReadsStaysWithinItsBufferAndEndsOnTheLatestEvent() async throws {
+        let hub = EventHub(defaultBufferSize: 256)
+        let stalled = hub.subscribe(bufferSize: 16)
+        for index in 1...100_000 {
+            let state: UserSession.State = index.isMultiple(of: 2) ? .closed : .opened
+            hub.emit(
+                index.isMultiple(of: 2) ? .closed(.requested) : .opened,
+                session: UserSession(identifier: "u", state: state))
+        }
+        hub.finish()
+
+        var received: [UserSessionEvent] = []
+        for await event in stalled { received.append(event) }
+        #expect(received.count == 16)
+        #expect(received.last?.sequence == 100_000)
+        #expect(received.last?.session.state == .closed)
+        #expect(zip(received, received.dropFirst()).allSatisfy { $0.sequence + 1 == $1.sequence })
+    }
+
+    @Test func aStalledControllerSubscriberEndsOnTheFinalState() async throws {
+        let controller = UserSessionController(store: InMemoryTokenStore())
+        let stalled = controller.events(bufferSize: 4)
+        for _ in 0..<500 {
+            _ = try await controller.open(makePrototype("alice"))
+            await controller.close()
+        }
+        _ = try await controller.restore()
+        await controller.shutdown()
+
+        var received: [UserSessionEvent] = []
+        for await event in stalled { received.append(event) }
+        #expect(received.count == 4)
+        #expect(received.last?.kind == .closed(.shutdown))
+        #expect(received.last?.sequence == 1002)
+        #expect(received.last?.session == controller.session)
+    }
+
+    @Test func everyStreamFinishesOnShutdown() async throws {
+        let controller = UserSessionController(store: InMemoryTokenStore())
+        let probes = (0..<50).map { _ in EventProbe(controller) }
+        _ = try await controller.open(makePrototype("alice"))
+
+        await controller.shutdown()
+
+        for probe in probes { await probe.waitUntilFinished() }
+        #expect(probes.allSatisfy { $0.kinds == [.opened, .closed(.shutdown)] })
+        #expect(controller.hub.subscriberCount == 0)
+    }
+
+    @Test func terminatedSubscriptionsAreRemoved() async throws {
+        let hub = EventHub(defaultBufferSize: 8)
+        do {
+            let dropped = hub.subscribe()
+            _ = dropped
+        }
+        #expect(hub.subscriberCount == 0)
+
+        let probe = EventProbe(hub.subscribe())
+        await probe.wait { !$0.isEmpty }
+        #expect(hub.subscriberCount == 1)
+        probe.cancel()
+        await probe.waitUntilFinished()
+        #expect(hub.subscriberCount == 0)
+
+        hub.emit(.opened, session: UserSession(identifier: "u", state: .opened))
+        #expect(hub.sequence == 1)
+    }
+
+    @Test func subscriptionsRacingWithTerminationAndFinishNeverLeak() async {
+        let hub = EventHub(defaultBufferSize: 4)
+        await withTaskGroup(of: Void.self) { group in
+            for index in 0..<2000 {
+                group.addTask {
+                    let stream = hub.subscribe()
+                    if index.isMultiple(of: 3) {
+                        var iterator = stream.makeAsyncIterator()
+                        _ = await iterator.next()
+                    }
+                }
+                if index.isMultiple(of: 100) {
+                    group.addTask { hub.emit(.refreshStarted) }
+                }
+            }
+        }
+        #expect(hub.subscriberCount == 0)
+
+        let survivors = (0..<100).map { _ in hub.subscribe() }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { hub.finish() }
+            for _ in 0..<100 { group.addTask { _ = hub.subscribe() } }
+        }
+        #expect(hub.subscriberCount == 0)
+        for stream in survivors {
+            var last: UserSessionEvent?
+            for await event in stream { last = event }
+            #expect(last?.kind == .current)
+        }
+    }
+
+    @Test func aSubscriptionAfterFinishYieldsCurrentAndFinishes() async {
+        let hub = EventHub(defaultBufferSize: 8)
+        hub.emit(.opened, session: UserSession(identifier: "u", state: .opened))
+        hub.finish()
+        hub.emit(.closed(.requested), session: UserSession(identifier: "u", state: .closed))
+
+        var received: [UserSessionEvent] = []
+        for await event in hub.subscribe() { received.append(event) }
+        #expect(received.map(\.kind) == [.current])
+        #expect(received.first?.session.state == .opened)
+        #expect(hub.sequence == 1)
+    }
+
+    @Test func eventsAndErrorsNeverContainTokens() async throws {
+        let log = ServiceLog()
+        let services = makeServices(2, log: log) { index, service in
+            if index == 1 { service.startFailure = ServiceBoom() }
+        }
+        let controller = UserSessionController(store: InMemoryTokenStore(), services: services)
+        let probe = EventProbe(controller)
+        let prototype = makePrototype("alice")
+        let error = await #expect(throws: UserSessionError.self) { try await controller.open(prototype) }
+        await controller.shutdown()
+        await probe.waitUntilFinished()
+
+        let texts = probe.events.map { "\($0)" } + [String(describing: error), String(reflecting: error)]
+        for text in texts {
+            #expect(!text.contains("access-alice"))
+            #expect(!text.contains("refresh-alice"))
+        }
+    }
+}
