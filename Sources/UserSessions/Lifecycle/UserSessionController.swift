@@ -133,7 +133,7 @@ public actor UserSessionController {
             try await store.save(
                 StoredSession(userInfo: prototype.userInfo, credentials: prototype.credentials),
                 identifier: prototype.identifier)
-            try await store.saveCurrentIdentifier(prototype.identifier)
+            try await persistCurrentIdentifierAndCreateDirectories(prototype.identifier)
         } catch {
             await gate.deactivate()
             lifecycle.endActivity()
@@ -179,6 +179,7 @@ public actor UserSessionController {
             let persisted = try await store.loadCurrentIdentifier()
             guard let target = knownIdentifier ?? persisted else { return }
             try await store.remove(identifier: target)
+            try configuration.dataDirectories?.remove(for: target)
             if persisted == target { try await store.saveCurrentIdentifier(nil) }
         } catch {
             throw Self.storeError(error, "could not clear the stored session")
@@ -374,13 +375,22 @@ public actor UserSessionController {
             }
         }
         do {
-            try await store.saveCurrentIdentifier(identifier)
+            try await persistCurrentIdentifierAndCreateDirectories(identifier)
         } catch {
             await gate.deactivate()
             lifecycle.endActivity()
             throw Self.storeError(error, "could not persist the current identifier")
         }
         return try await startServicesAndCommit(session, services: services, generation: generation)
+    }
+
+    /// The last steps of persisting an opening session: its identifier for ``restore()`` (unless
+    /// ``Configuration/persistsCurrentIdentifier`` is off) and its data directories (if configured).
+    private func persistCurrentIdentifierAndCreateDirectories(_ identifier: String) async throws {
+        if configuration.persistsCurrentIdentifier {
+            try await store.saveCurrentIdentifier(identifier)
+        }
+        try configuration.dataDirectories?.create(for: identifier)
     }
 
     /// Starts `services` for `session` and commits the open, or unwinds it. Runs in the open's turn, after

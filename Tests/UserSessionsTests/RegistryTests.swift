@@ -1,0 +1,114 @@
+import Foundation
+import Testing
+
+@testable import UserSessions
+
+struct RegistryTests {
+    @Test func controllersAreCreatedOnDemandOnePerIdentifier() throws {
+        let registry = UserSessionRegistry(store: InMemoryTokenStore())
+        let first = try registry.controller(for: "alice")
+        #expect(try registry.controller(for: "alice") === first)
+        #expect(try registry.controller(for: "bob") !== first)
+        #expect(registry.identifiers == ["alice", "bob"])
+    }
+
+    @Test func controllersShareTheStoreAndDoNotPersistTheCurrentIdentifier() async throws {
+        let store = InMemoryTokenStore()
+        let registry = UserSessionRegistry(store: store)
+        try await registry.open(makePrototype("alice"))
+        try await registry.open(makePrototype("bob"))
+        #expect(try await registry.storedIdentifiers() == ["alice", "bob"])
+        #expect(try await store.loadCurrentIdentifier() == nil)
+        #expect(registry.existingController(for: "alice")?.session.state == .opened)
+        #expect(registry.existingController(for: "bob")?.session.state == .opened)
+    }
+
+    @Test func servicesFactoryAttachesServicesPerUser() async throws {
+        let log = ServiceLog()
+        let registry = UserSessionRegistry(store: InMemoryTokenStore()) { identifier in
+            [RecordingService("sync-\(identifier)", log: log)]
+        }
+        try await registry.open(makePrototype("alice"))
+        await registry.close(identifier: "alice")
+        #expect(log.all == ["start:sync-alice", "started:sync-alice", "stop:sync-alice", "stopped:sync-alice"])
+    }
+
+    @Test func closingEvictsTheControllerButKeepsStoredCredentials() async throws {
+        let registry = UserSessionRegistry(store: InMemoryTokenStore())
+        try await registry.open(makePrototype("alice"))
+        await registry.close(identifier: "alice")
+        #expect(registry.count == 0)
+        #expect(try await registry.storedIdentifiers() == ["alice"])
+        let restored = try #require(try await registry.restore(identifier: "alice"))
+        #expect(restored.session.state == .opened)
+        #expect(restored.session.userInfo?.name == "User alice")
+    }
+
+    @Test func closeAndClearRemovesStoredCredentialsWithOrWithoutAController() async throws {
+        let registry = UserSessionRegistry(store: InMemoryTokenStore())
+        try await registry.open(makePrototype("alice"))
+        try await registry.open(makePrototype("bob"))
+        await registry.close(identifier: "bob")
+        try await registry.closeAndClear(identifier: "alice")
+        try await registry.closeAndClear(identifier: "bob")
+        try await registry.closeAndClear(identifier: "bob")  // idempotent
+        #expect(try await registry.storedIdentifiers() == [])
+        #expect(registry.count == 0)
+    }
+
+    @Test func evictIdleDropsOnlyControllersWithoutAnOpenSession() async throws {
+        let registry = UserSessionRegistry(store: InMemoryTokenStore())
+        try await registry.open(makePrototype("alice"))
+        _ = try registry.controller(for: "never-opened")
+        let bob = try await registry.open(makePrototype("bob"))
+        await bob.close()  // closed behind the registry's back
+        #expect(registry.evictIdle() == 2)
+        #expect(registry.identifiers == ["alice"])
+    }
+
+    @Test func failedOpenDoesNotLeaveAControllerBehind() async throws {
+        let registry = UserSessionRegistry(store: InMemoryTokenStore()) { _ in
+            var failing = RecordingService("failing", log: ServiceLog())
+            failing.startFailure = ServiceBoom()
+            return [failing]
+        }
+        await #expect(throws: UserSessionError(.serviceStartFailed, "")) {
+            try await registry.open(makePrototype("alice"))
+        }
+        #expect(registry.count == 0)
+    }
+
+    @Test func switchUserClosesThePreviousUserFirstAndPersistsTheNewOne() async throws {
+        let store = InMemoryTokenStore()
+        let log = ServiceLog()
+        let registry = UserSessionRegistry(store: store) { identifier in
+            [RecordingService(identifier, log: log)]
+        }
+        let alice = try await registry.switchUser(to: makePrototype("alice"))
+        #expect(registry.currentController === alice)
+        let bob = try await registry.switchUser(to: makePrototype("bob"))
+        #expect(registry.currentController === bob)
+        #expect(alice.session.state == .closed)
+        let stoppedAlice = try #require(log.all.firstIndex(of: "stopped:alice"))
+        let startBob = try #require(log.all.firstIndex(of: "start:bob"))
+        #expect(stoppedAlice < startBob)
+        #expect(try await store.loadCurrentIdentifier() == "bob")
+
+        // A restart: a new registry on the same store restores the current user.
+        await registry.shutdown()
+        let restarted = UserSessionRegistry(store: store)
+        let restored = try #require(try await restarted.restoreCurrentUser())
+        #expect(restored.session.identifier == "bob")
+        #expect(restarted.currentController === restored)
+    }
+
+    @Test func shutdownClosesEveryControllerAndRefusesNewOnes() async throws {
+        let registry = UserSessionRegistry(store: InMemoryTokenStore())
+        let alice = try await registry.open(makePrototype("alice"))
+        let probe = EventProbe(alice)
+        await registry.shutdown()
+        await probe.waitUntilFinished()
+        #expect(alice.session.state == .closed)
+        #expect(throws: UserSessionError(.shutdown, "")) { try registry.controller(for: "alice") }
+    }
+}
