@@ -66,6 +66,21 @@ extension ParsedJSON: Decodable {
     }
 }
 
+extension ParsedJSON: Encodable {
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .null: try container.encodeNil()
+        case .bool(let bool): try container.encode(bool)
+        case .integer(let integer): try container.encode(integer)
+        case .number(let number): try container.encode(number)
+        case .string(let string): try container.encode(string)
+        case .array(let array): try container.encode(array)
+        case .object(let object): try container.encode(object)
+        }
+    }
+}
+
 extension ParsedJSON {
     /// Joins JSON path components as `result.user.id`; the root is the empty path.
     static func path(_ parent: String, _ key: String) -> String {
