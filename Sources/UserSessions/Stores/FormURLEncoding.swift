@@ -1,0 +1,42 @@
+/// `application/x-www-form-urlencoded` bodies and query strings, encoded strictly.
+///
+/// Every byte of a name's or value's UTF-8 form except the RFC 3986 unreserved characters (`A`–`Z`, `a`–`z`,
+/// `0`–`9`, `-`, `.`, `_`, `~`) becomes `%XX` with uppercase hex digits. A space is always `%20` and a plus sign
+/// always `%2B`, so a decoder that reads `+` as a space and one that does not both get the original back.
+enum FormURLEncoding {
+    /// Encodes `fields` in order as `name=value&name=value`.
+    static func encode(_ fields: [(name: String, value: String)]) -> String {
+        fields.map { percentEncode($0.name) + "=" + percentEncode($0.value) }.joined(separator: "&")
+    }
+
+    /// Percent-encodes everything but unreserved characters.
+    static func percentEncode(_ string: String) -> String {
+        var encoded: [UInt8] = []
+        encoded.reserveCapacity(string.utf8.count)
+        for byte in string.utf8 {
+            if isUnreserved(byte) {
+                encoded.append(byte)
+            } else {
+                encoded.append(UInt8(ascii: "%"))
+                encoded.append(hexDigit(byte >> 4))
+                encoded.append(hexDigit(byte & 0x0F))
+            }
+        }
+        return String(decoding: encoded, as: UTF8.self)
+    }
+
+    private static func isUnreserved(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+            UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
+            UInt8(ascii: "~"):
+            true
+        default:
+            false
+        }
+    }
+
+    private static func hexDigit(_ nibble: UInt8) -> UInt8 {
+        nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "A") + nibble - 10
+    }
+}

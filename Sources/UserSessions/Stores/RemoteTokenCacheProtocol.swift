@@ -1,0 +1,175 @@
+import Foundation
+
+/// The wire format of the classic remote token-cache endpoint, without any networking.
+///
+/// - Save: `POST` form fields `unique_id` and `token_info` (a JSON string).
+/// - Fetch: `GET ?unique_id=…`.
+/// - Response: `{"status": "true"|"false", "token_info": "…", "errorCode": "…", "errorMessage": "…"}`.
+enum RemoteTokenCacheProtocol {
+    /// Error codes of the protocol.
+    enum ErrorCode {
+        static let invalidInput = "30001"
+        static let writeFailure = "50001"
+        static let nothingStored = "50002"
+        static let unsupportedMethod = "50003"
+    }
+
+    /// A decoded response.
+    struct Response: Equatable {
+        var status: Bool
+        /// `nil` when absent, empty or `{}`.
+        var tokenInfo: String? = nil
+        var errorCode: String? = nil
+        var errorMessage: String? = nil
+    }
+
+    /// The `token_info` date format: `yyyy-MM-dd'T'HH:mm:ss.SSSZZZ`, `en_US_POSIX`, UTC.
+    static let dateFormat = "yyyy-MM-dd'T'HH:mm:ss.SSSZZZ"
+
+    /// The longest server message copied into an error.
+    static let maximumMessageLength = 200
+
+    /// Parses a response body.
+    ///
+    /// - Throws: ``UserSessionError/Code/transportFailure`` when the body is not a JSON object with a `status` of
+    ///   `"true"` or `"false"` (an HTML error page, for example).
+    static func parseResponse(_ data: Data) throws -> Response {
+        let document: ParsedJSON
+        do {
+            document = try ParsedJSON(parsing: data)
+        } catch {
+            throw UserSessionError(
+                .transportFailure,
+                "the token cache answered with a body that is not JSON",
+                underlying: error
+            )
+        }
+        guard let members = document.objectValue else {
+            throw UserSessionError(
+                .transportFailure, "the token cache answered with \(document.typeName), not an object")
+        }
+        let status: Bool
+        switch members["status"] {
+        case .string("true"), .bool(true): status = true
+        case .string("false"), .bool(false): status = false
+        default: throw UserSessionError(.transportFailure, "the token cache answered without a valid status")
+        }
+        var tokenInfo: String?
+        switch members["token_info"] {
+        case .string(let string): tokenInfo = string
+        // Lenient: some backends send the object itself instead of a JSON string.
+        case .object(let object) where !object.isEmpty:
+            tokenInfo = String(decoding: try JSONEncoder().encode(object), as: UTF8.self)
+        default: tokenInfo = nil
+        }
+        if let info = tokenInfo, isEmptyTokenInfo(info) { tokenInfo = nil }
+        let errorCode: String? =
+            switch members["errorCode"] {
+            case .string(let string): string
+            case .integer(let integer): String(integer)
+            default: nil
+            }
+        let errorMessage = members["errorMessage"]?.stringValue.map { String($0.prefix(maximumMessageLength)) }
+        return Response(status: status, tokenInfo: tokenInfo, errorCode: errorCode, errorMessage: errorMessage)
+    }
+
+    /// Whether `tokenInfo` means "nothing stored": empty, whitespace, `{}` or `null`.
+    static func isEmptyTokenInfo(_ tokenInfo: String) -> Bool {
+        let trimmed = tokenInfo.filter { !$0.isWhitespace }
+        return trimmed.isEmpty || trimmed == "{}" || trimmed == "null"
+    }
+
+    /// The members of a session's `token_info`: ``StoredSession``'s `Codable` form plus `identifier`, the full
+    /// session identifier (so that a hashed `unique_id` shared by two identifiers is detected).
+    private struct SessionTokenInfo: Codable {
+        var identifier: String?
+        var userInfo: UserInfo
+        var credentials: Credentials?
+
+        enum CodingKeys: String, CodingKey {
+            case identifier
+            case userInfo = "user_info"
+            case credentials
+        }
+    }
+
+    /// The members of the current-identifier record's `token_info`.
+    private struct CurrentIdentifierTokenInfo: Codable {
+        var currentIdentifier: String
+
+        enum CodingKeys: String, CodingKey {
+            case currentIdentifier = "current_identifier"
+        }
+    }
+
+    static func encodeSession(_ session: StoredSession, identifier: String) throws -> String {
+        try encode(
+            SessionTokenInfo(identifier: identifier, userInfo: session.userInfo, credentials: session.credentials))
+    }
+
+    /// Decodes a session's `token_info` and the identifier recorded in it, if any.
+    ///
+    /// - Throws: ``UserSessionError/Code/storeCorrupt`` when it cannot be read;
+    ///   ``UserSessionError/Code/unsupportedFormatVersion`` for credentials of a newer version.
+    static func decodeSession(_ tokenInfo: String) throws -> (session: StoredSession, identifier: String?) {
+        let decoded = try decode(SessionTokenInfo.self, from: tokenInfo)
+        return (StoredSession(userInfo: decoded.userInfo, credentials: decoded.credentials), decoded.identifier)
+    }
+
+    static func encodeCurrentIdentifier(_ identifier: String) throws -> String {
+        try encode(CurrentIdentifierTokenInfo(currentIdentifier: identifier))
+    }
+
+    static func decodeCurrentIdentifier(_ tokenInfo: String) throws -> String {
+        try decode(CurrentIdentifierTokenInfo.self, from: tokenInfo).currentIdentifier
+    }
+
+    private static func encode(_ value: some Encodable) throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(makeDateFormatter().string(from: date))
+        }
+        do {
+            return String(decoding: try encoder.encode(value), as: UTF8.self)
+        } catch {
+            throw UserSessionError(.storeFailure, "cannot encode the token information", underlying: error)
+        }
+    }
+
+    private static func decode<Value: Decodable>(_ type: Value.Type, from tokenInfo: String) throws -> Value {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .custom { decoder in
+            let container = try decoder.singleValueContainer()
+            let string = try container.decode(String.self)
+            guard let date = makeDateFormatter().date(from: string) else {
+                throw DecodingError.dataCorruptedError(
+                    in: container,
+                    debugDescription: "a date not in the format \(dateFormat)"
+                )
+            }
+            return date
+        }
+        do {
+            return try decoder.decode(type, from: Data(tokenInfo.utf8))
+        } catch let error as UserSessionError {
+            throw error
+        } catch {
+            throw UserSessionError(
+                .storeCorrupt,
+                "the token cache holds token information that cannot be read",
+                underlying: error
+            )
+        }
+    }
+
+    /// A new formatter per use: `DateFormatter` is not `Sendable`, and this is not a hot path.
+    static func makeDateFormatter() -> DateFormatter {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(secondsFromGMT: 0)
+        formatter.dateFormat = dateFormat
+        return formatter
+    }
+}

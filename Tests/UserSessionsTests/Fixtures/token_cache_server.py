@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""A remote token-cache endpoint for tests (python3 standard library only).
+
+Protocol:
+  POST  form fields unique_id, token_info  -> {"status": "true"}
+  GET   ?unique_id=...                     -> {"status": "true", "token_info": "..."}
+  errors: {"status": "false", "errorCode": "...", "errorMessage": "..."}
+          30001 invalid input, 50001 write failure, 50002 nothing stored, 50003 unsupported method
+
+Records are files in a temporary directory named after unique_id; a unique_id that is empty, contains "/", "\\",
+NUL or "..", or starts with "." is refused with 30001.
+
+Usage: token_cache_server.py [--mode MODE]. Binds 127.0.0.1 on a free port and prints the port as the first line of
+stdout. Exits when stdin reaches end of file (the test process went away) or on SIGTERM.
+
+Modes (also switchable at run time with GET /__control?mode=MODE[&code=CODE]):
+  normal       the protocol as above
+  html         every request gets 200 with an HTML page
+  write-fail   every POST gets 50001
+  http-500     every request gets HTTP 500 with a plain-text body
+  redirect     every request gets 307 to /__redirected on this server (which answers {"status": "true"})
+  hang         requests are held for 5 seconds before the normal answer
+  echo-reject  every POST gets 30001 with an errorMessage that echoes token_info
+  reject       every request gets {"status": "false"} with the error code given as code=... (default 50001)
+
+GET /__last returns {"method", "content_type", "body", "query"} of the last protocol request (raw, undecoded), and
+"redirected": "true" once any client followed a redirect.
+"""
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+STATE = {"mode": "normal", "code": "50001", "last": {}}
+LOCK = threading.Lock()
+MODES = {"normal", "html", "write-fail", "http-500", "redirect", "hang", "echo-reject", "reject"}
+
+
+def valid_unique_id(unique_id):
+    return (
+        bool(unique_id)
+        and "/" not in unique_id
+        and "\\" not in unique_id
+        and "\x00" not in unique_id
+        and ".." not in unique_id
+        and not unique_id.startswith(".")
+        and len(unique_id.encode("utf-8")) <= 255
+    )
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    storage = None
+
+    def log_message(self, *args):
+        pass
+
+    def send_json(self, payload, status=200):
+        body = json.dumps(payload).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def send_text(self, status, content_type, text, extra_headers=()):
+        body = text.encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in extra_headers:
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def fail(self, code, message):
+        self.send_json({"status": "false", "errorCode": code, "errorMessage": message})
+
+    def read_body(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def record(self, body):
+        parsed = urllib.parse.urlsplit(self.path)
+        with LOCK:
+            STATE["last"] = {
+                "method": self.command,
+                "content_type": self.headers.get("Content-Type", ""),
+                "body": body.decode("latin-1"),
+                "query": parsed.query,
+            }
+
+    def special_mode(self, body):
+        """Answers according to a non-normal mode; returns True when it did."""
+        with LOCK:
+            mode = STATE["mode"]
+        if mode == "hang":
+            time.sleep(5)
+            return False
+        if mode == "html":
+            self.send_text(200, "text/html", "<html><body><h1>Maintenance</h1></body></html>")
+            return True
+        if mode == "http-500":
+            self.send_text(500, "text/plain", "internal server error")
+            return True
+        if mode == "redirect":
+            port = self.server.server_address[1]
+            self.send_text(307, "text/plain", "moved", [("Location", "http://127.0.0.1:%d/__redirected" % port)])
+            return True
+        if mode == "reject":
+            with LOCK:
+                code = STATE["code"]
+            self.fail(code, "rejected by the test with " + code)
+            return True
+        if mode == "write-fail" and self.command == "POST":
+            self.fail("50001", "cannot write token information")
+            return True
+        if mode == "echo-reject" and self.command == "POST":
+            fields = urllib.parse.parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+            echoed = fields.get("token_info", [""])[0]
+            self.fail("30001", "rejected token_info " + echoed)
+            return True
+        return False
+
+    def control(self):
+        parsed = urllib.parse.urlsplit(self.path)
+        if parsed.path == "/__control":
+            query = urllib.parse.parse_qs(parsed.query)
+            mode = query.get("mode", [""])[0]
+            if mode not in MODES:
+                self.send_text(400, "text/plain", "unknown mode")
+                return True
+            with LOCK:
+                STATE["mode"] = mode
+                STATE["code"] = query.get("code", ["50001"])[0]
+            self.send_json({"mode": mode})
+            return True
+        if parsed.path == "/__redirected":
+            # A client that follows redirects gets a valid-looking answer here, so the test can tell.
+            with LOCK:
+                STATE["redirected"] = True
+            self.send_json({"status": "true"})
+            return True
+        if self.command != "GET":
+            return False
+        if parsed.path == "/__last":
+            with LOCK:
+                last = dict(STATE["last"])
+                last["redirected"] = "true" if STATE.get("redirected") else "false"
+            self.send_json(last)
+            return True
+        return False
+
+    def do_GET(self):
+        if self.control():
+            return
+        self.record(b"")
+        if self.special_mode(b""):
+            return
+        query = urllib.parse.urlsplit(self.path).query
+        try:
+            fields = urllib.parse.parse_qs(query, keep_blank_values=True, errors="strict")
+        except (UnicodeDecodeError, ValueError):
+            return self.fail("30001", "the query is not valid")
+        unique_id = fields.get("unique_id", [""])[0]
+        if not valid_unique_id(unique_id):
+            return self.fail("30001", "unique_id is missing or not acceptable")
+        path = os.path.join(self.storage, unique_id)
+        try:
+            with open(path, "r", encoding="utf-8") as handle:
+                token_info = handle.read()
+        except FileNotFoundError:
+            return self.fail("50002", "no token information stored")
+        except (OSError, UnicodeDecodeError):
+            return self.fail("50002", "token information is unreadable")
+        self.send_json({"status": "true", "token_info": token_info})
+
+    def do_POST(self):
+        body = self.read_body()
+        if self.control():
+            return
+        self.record(body)
+        if self.special_mode(body):
+            return
+        try:
+            fields = urllib.parse.parse_qs(body.decode("utf-8"), keep_blank_values=True, errors="strict")
+        except (UnicodeDecodeError, ValueError):
+            return self.fail("30001", "the form body is not valid")
+        unique_id = fields.get("unique_id", [""])[0]
+        if not valid_unique_id(unique_id) or "token_info" not in fields:
+            return self.fail("30001", "unique_id or token_info is missing or not acceptable")
+        token_info = fields["token_info"][0]
+        path = os.path.join(self.storage, unique_id)
+        try:
+            temporary = path + ".tmp"
+            with open(temporary, "w", encoding="utf-8") as handle:
+                handle.write(token_info)
+            os.replace(temporary, path)
+        except OSError:
+            return self.fail("50001", "cannot write token information")
+        self.send_json({"status": "true"})
+
+    def unsupported(self):
+        self.read_body()
+        self.record(b"")
+        self.fail("50003", "unsupported method " + self.command)
+
+    do_PUT = unsupported
+    do_DELETE = unsupported
+    do_PATCH = unsupported
+
+
+def main():
+    mode = "normal"
+    arguments = sys.argv[1:]
+    if len(arguments) == 2 and arguments[0] == "--mode" and arguments[1] in MODES:
+        mode = arguments[1]
+    elif arguments:
+        print("usage: token_cache_server.py [--mode MODE]", file=sys.stderr)
+        sys.exit(2)
+    STATE["mode"] = mode
+    storage = tempfile.mkdtemp(prefix="token-cache-")
+    Handler.storage = storage
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+
+    def watch_stdin():
+        # The test holds our stdin open; end of file means it is gone, so we go too.
+        try:
+            while sys.stdin.buffer.read(4096):
+                pass
+        finally:
+            shutil.rmtree(storage, ignore_errors=True)
+            os._exit(0)
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    print(server.server_address[1], flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        shutil.rmtree(storage, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
