@@ -56,6 +56,19 @@ struct TokenStoreConformanceTests {
         try await TokenStoreConformance.check(InMemoryTokenStore())
     }
 
+    @Test func fileStorePassesTheConformanceChecks() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("conformance-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        try await TokenStoreConformance.check(FileTokenStore(directory: directory))
+    }
+
+    @Test func remoteStorePassesTheConformanceChecksAgainstARealServer() async throws {
+        try await FixtureServer.run(script: "token_cache_server.py") { server in
+            // The remote protocol cannot list identifiers.
+            try await TokenStoreConformance.check(RemoteTokenStore(endpoint: server.url("/token_cache")), lists: false)
+        }
+    }
+
     @Test func articleExampleStorePassesTheConformanceChecks() async throws {
         try await TokenStoreConformance.check(KeyValueTokenStore(client: InMemoryKeyValueClient()))
     }

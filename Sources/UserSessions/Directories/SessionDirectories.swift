@@ -4,7 +4,7 @@ import Foundation
 /// Documents and Caches folders.
 ///
 /// Each identifier gets `ROOT/<encoded identifier>/Documents` and `ROOT/<encoded identifier>/Caches`. The encoded
-/// form contains only `[a-z0-9_-]`, so a hostile identifier (`..`, `a/b`, NUL, very long strings) can never name a
+/// form (the one ``FileTokenStore`` uses) contains only `[a-z0-9_-]`, so a hostile identifier (`..`, `a/b`, NUL, very long strings) can never name a
 /// directory outside its own, and two identifiers never share one. Directories are created with mode `0700`.
 ///
 /// Give it to ``UserSessionController/Configuration/dataDirectories``: the controller creates a session's
@@ -22,7 +22,7 @@ public struct SessionDirectories: Sendable, Hashable {
     ///
     /// - Throws: ``UserSessionError/Code/invalidIdentifier`` for an empty identifier or one containing NUL.
     public func sessionDirectory(for identifier: String) throws -> URL {
-        root.appendingPathComponent(try IdentifierEncoding.fileName(for: identifier), isDirectory: true)
+        root.appendingPathComponent(try IdentifierEncoding.name(for: identifier).value, isDirectory: true)
     }
 
     /// The documents directory of `identifier`'s session (kept until ``remove(for:)``).
