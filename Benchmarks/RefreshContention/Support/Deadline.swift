@@ -14,8 +14,8 @@ struct DeadlineExceeded: Error, CustomStringConvertible {
 /// (which always awaits its children) waiting forever. On timeout the operation is cancelled and left behind; the
 /// benchmark reports the run as failed and moves on.
 ///
-/// The timers run on Dispatch, outside Swift's cooperative thread pool: tasks that never suspend can occupy every
-/// thread of that pool, and a `Task.sleep` timer would then never fire. If even the caller cannot be resumed for
+/// The timers run on ``TimerQueue``, outside Swift's cooperative thread pool: tasks that never suspend can occupy
+/// every thread of that pool, and a `Task.sleep` timer would then never fire. If even the caller cannot be resumed for
 /// twice the limit, the process reports it and exits with status 2 rather than hang.
 func withDeadline<T: Sendable>(
     _ limit: Duration,
@@ -25,7 +25,7 @@ func withDeadline<T: Sendable>(
         Progress.note("RefreshContention: a run made no progress for \(limit * 2); exiting with status 2")
         exit(2)
     }
-    DispatchQueue.global().asyncAfter(deadline: .now() + (limit * 2).dispatchInterval, execute: hardStop)
+    TimerQueue.queue.asyncAfter(deadline: .now() + (limit * 2).dispatchInterval, execute: hardStop)
     defer { hardStop.cancel() }
 
     let race = DeadlineRace<T>()
@@ -42,9 +42,7 @@ func withDeadline<T: Sendable>(
                 race.finish(result)
             })
         // Once the work has finished first, this timer finds the race over and does nothing.
-        DispatchQueue.global().asyncAfter(deadline: .now() + limit.dispatchInterval) {
-            race.finish(.failure(DeadlineExceeded(limit: limit)))
-        }
+        TimerQueue.after(limit) { race.finish(.failure(DeadlineExceeded(limit: limit))) }
     }
 }
 

@@ -1,5 +1,3 @@
-import Dispatch
-
 /// Workload C: tokens live a few milliseconds on the real clock while many tasks call in a loop. Reports
 /// expiries (distinct tokens that had to be refreshed), refreshes (refresher calls) and calls per second.
 struct StormWorkload {
@@ -74,11 +72,9 @@ struct StormWorkload {
             let clock = ContinuousClock()
             let start = clock.now
             gate.open()
-            // The stop comes from a Dispatch timer: when a strategy's calls never suspend, the looping tasks
-            // occupy every thread of the cooperative pool, and a `Task.sleep` here would never wake up.
-            DispatchQueue.global().asyncAfter(deadline: .now() + plan.stormDuration.dispatchInterval) {
-                stop.raise()
-            }
+            // When a strategy's calls never suspend, the looping tasks occupy every thread of the cooperative
+            // pool and a `Task.sleep` here would never wake up: the stop comes from ``TimerQueue``.
+            TimerQueue.after(plan.stormDuration) { stop.raise() }
             var calls = 0
             var failed = 0
             for await (taskCalls, taskFailures) in group {
