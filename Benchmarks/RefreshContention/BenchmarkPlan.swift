@@ -1,0 +1,38 @@
+/// The sizes of one benchmark run.
+struct BenchmarkPlan: Sendable {
+    var name: String
+    /// Repetitions of every configuration; tables show their median, minimum and maximum.
+    var repetitions = 3
+    /// Workload A: concurrent tasks, and calls in total per configuration.
+    var hotPathTasks = [1, 2, 8, 64]
+    var hotPathCalls = 1_000_000
+    /// Workload B: callers released together at one expiry, and the refresher's latency.
+    var contentionWaiters = [10, 100, 1_000, 10_000, 100_000]
+    var contentionLatency: Duration = .milliseconds(1)
+    /// The largest N a strategy is run at, where it is smaller than the largest of `contentionWaiters`.
+    var contentionMaximumWaiters: [Strategy: Int] = [:]
+    /// Workload C: tasks calling in a loop for `stormDuration`, tokens living `stormTokenLifetime`.
+    var stormTasks = 64
+    var stormDuration: Duration = .seconds(2)
+    var stormTokenLifetime: Duration = .milliseconds(5)
+    var stormLatency: Duration = .milliseconds(1)
+    /// Workload D: event subscribers, and lifecycle transitions (alternating open and close).
+    var fanoutSubscribers = 10_000
+    var fanoutTransitions = 1_000
+    /// The longest a single run may take before it is reported as hung.
+    var runLimit: Duration = .seconds(120)
+
+    /// The full benchmark (issue 5).
+    static let full = BenchmarkPlan(name: "full")
+
+    /// A reduced set that finishes within about a minute on two cores.
+    static let quick = BenchmarkPlan(
+        name: "quick",
+        hotPathCalls: 200_000,
+        // ActorCachedTask's wake-ups grow quadratically (about 2 s at N = 30,000, 25 s at N = 100,000).
+        contentionMaximumWaiters: [.actorCachedTask: 10_000],
+        stormDuration: .milliseconds(500),
+        fanoutSubscribers: 1_000,
+        runLimit: .seconds(20)
+    )
+}

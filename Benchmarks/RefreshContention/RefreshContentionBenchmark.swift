@@ -1,0 +1,55 @@
+import Foundation
+
+/// Runs the selected workloads, prints the report and returns the exit status.
+struct RefreshContentionBenchmark {
+    let options: BenchmarkOptions
+
+    func run() async -> Int32 {
+        var plan = options.quick ? BenchmarkPlan.quick : BenchmarkPlan.full
+        if let waiters = options.waiters { plan.contentionWaiters = waiters }
+        var report = BenchmarkReport(mode: plan.name, repetitions: plan.repetitions)
+        for (strategy, maximum) in plan.contentionMaximumWaiters.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
+            report.notes.append(
+                "contention: \(strategy.rawValue) runs only up to N = \(Format.integer(maximum)) in \(plan.name) mode")
+        }
+        report.notes.append(
+            "contention: the refresher holds its refresh until all N callers have called, then sleeps its latency; "
+                + "overhead per waiter = (wall - measured refresher latency) / N; RSS is sampled at the end of the "
+                + "first refresh, against a baseline taken with all callers parked on the start gate")
+        report.notes.append(
+            "storm: expiries = distinct tokens the refresher was asked to refresh; refreshes = refresher calls")
+        let clock = ContinuousClock()
+        let start = clock.now
+        Progress.note("RefreshContention: \(plan.name) run, \(plan.repetitions) repetitions per figure")
+
+        if options.workloads.contains(.hotPath) {
+            report.add(await HotPathWorkload(plan: plan).run(), plan: plan)
+        }
+        if options.workloads.contains(.contention) {
+            report.add(await ContentionWorkload(plan: plan).run(), plan: plan)
+        }
+        if options.workloads.contains(.storm) {
+            report.add(await StormWorkload(plan: plan).run(), plan: plan)
+        }
+        if options.workloads.contains(.fanout) {
+            report.add(await FanoutWorkload(plan: plan).run(), plan: plan)
+        }
+        report.evaluateTargets()
+        report.exitStatus = report.invariantViolations.isEmpty ? (report.failures.isEmpty ? 0 : 2) : 1
+        Progress.note("RefreshContention: finished in \(Format.number((clock.now - start).inSeconds, places: 1)) s")
+
+        if options.json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+            do {
+                print(String(decoding: try encoder.encode(report), as: UTF8.self))
+            } catch {
+                Progress.note("RefreshContention: could not encode the report: \(error)")
+                return 2
+            }
+        } else {
+            print(report.renderTables(plan: plan))
+        }
+        return report.exitStatus
+    }
+}

@@ -1,0 +1,89 @@
+extension BenchmarkReport {
+    /// Evaluates the targets of issue 5 from the rows. Informational: they never change the exit status.
+    mutating func evaluateTargets() {
+        let ours = Strategy.userSessionController.rawValue
+
+        // Hot path: within 2x of the floor, and faster than the actor-caching-a-Task idiom, at every T.
+        let ourHotPath = hotPath.filter { $0.strategy == ours }
+        if ourHotPath.isEmpty {
+            targets.append(
+                TargetCheck(target: "hot path <= 2.0x BareMutexRead at every T", holds: nil, detail: "not measured"))
+            targets.append(
+                TargetCheck(
+                    target: "hot path faster than ActorCachedTask at every T", holds: nil, detail: "not measured"))
+        } else {
+            let ratios = ourHotPath.map { row in (row.tasks, row.ratioToBareMutexRead) }
+            targets.append(
+                TargetCheck(
+                    target: "hot path <= 2.0x BareMutexRead at every T",
+                    holds: ratios.allSatisfy { ($0.1 ?? .infinity) <= 2.0 },
+                    detail: ratios.map { "T=\($0.0): \($0.1.map { Format.number($0, places: 2) + "x" } ?? "n/a")" }
+                        .joined(separator: ", ")))
+            let comparisons = ourHotPath.map { row -> (Int, Double, Double?) in
+                let idiom = hotPath.first { $0.strategy == Strategy.actorCachedTask.rawValue && $0.tasks == row.tasks }
+                return (row.tasks, row.nsPerCall, idiom?.nsPerCall)
+            }
+            targets.append(
+                TargetCheck(
+                    target: "hot path faster than ActorCachedTask at every T",
+                    holds: comparisons.allSatisfy { $0.1 < ($0.2 ?? -.infinity) },
+                    detail: comparisons.map {
+                        "T=\($0.0): \(Format.number($0.1, places: 1)) vs "
+                            + "\($0.2.map { Format.number($0, places: 1) } ?? "n/a") ns"
+                    }.joined(separator: ", ")))
+        }
+
+        // Contention: exactly one refresh at every N; overhead within 1.5x of the lock-plus-continuation queue.
+        let ourContention = contention.filter { $0.strategy == ours }
+        if ourContention.isEmpty {
+            targets.append(
+                TargetCheck(
+                    target: "contention: exactly 1 refresh per expiry at every N", holds: nil, detail: "not measured"))
+        } else {
+            targets.append(
+                TargetCheck(
+                    target: "contention: exactly 1 refresh per expiry at every N",
+                    holds: ourContention.allSatisfy { $0.refreshes == 1 && $0.refreshesMin == 1 },
+                    detail: ourContention.map { row in
+                        "N=\(row.waiters): "
+                            + (row.refreshes == row.refreshesMin
+                                ? "\(row.refreshes)" : "\(row.refreshesMin)..\(row.refreshes)")
+                    }.joined(separator: ", ")))
+        }
+        let largest = 100_000
+        let ourLargest = ourContention.first { $0.waiters == largest }
+        let queueLargest = contention.first {
+            $0.strategy == Strategy.lockedContinuationQueue.rawValue && $0.waiters == largest
+        }
+        if let ourLargest, let queueLargest {
+            let ratio = ourLargest.overheadNsPerWaiter / max(queueLargest.overheadNsPerWaiter, 1e-9)
+            let comparable = ourLargest.refreshes == 1 && ourLargest.refreshesMin == 1
+            targets.append(
+                TargetCheck(
+                    target: "contention overhead <= 1.5x LockedContinuationQueue at N = 100,000",
+                    holds: comparable && ratio <= 1.5,
+                    detail: "\(Format.number(ourLargest.overheadNsPerWaiter, places: 1)) vs "
+                        + "\(Format.number(queueLargest.overheadNsPerWaiter, places: 1)) ns/waiter "
+                        + "(\(Format.number(ratio, places: 2))x)"
+                        + (comparable ? "" : "; not comparable: UserSessionController did not make exactly 1 refresh")))
+        } else {
+            targets.append(
+                TargetCheck(
+                    target: "contention overhead <= 1.5x LockedContinuationQueue at N = 100,000", holds: nil,
+                    detail: "not measured at N = 100,000"))
+        }
+
+        // Storm: one refresh per expiry, and the storm must actually have made tokens expire and get refreshed.
+        if let row = storm.first(where: { $0.strategy == ours }) {
+            let holds = row.expiries > 0 && row.refreshes == row.expiries
+            targets.append(
+                TargetCheck(
+                    target: "storm: refreshes == expiries",
+                    holds: holds,
+                    detail: "\(row.refreshes) refreshes for \(row.expiries) expiries"
+                        + (row.expiries == 0 ? " (no token was refreshed: expired tokens were handed out)" : "")))
+        } else {
+            targets.append(TargetCheck(target: "storm: refreshes == expiries", holds: nil, detail: "not measured"))
+        }
+    }
+}
