@@ -5,8 +5,11 @@ extension CredentialsGate {
     /// token must always be committed.
     func startFlight(_ job: RefreshStateMachine.RefreshJob) {
         let task = Task { await self.runFlight(job) }
-        // If the flight is already over (or stale), there is nothing to cancel later.
-        _ = state.withLock { $0.attach(task: task, toFlight: job.flightID) }
+        state.withLock {
+            $0.lastBackgroundTask = task
+            // If the flight is already over (or stale), there is nothing to cancel later.
+            _ = $0.attach(task: task, toFlight: job.flightID)
+        }
     }
 
     private func runFlight(_ job: RefreshStateMachine.RefreshJob) async {
@@ -100,7 +103,8 @@ extension CredentialsGate {
 
     /// Retries a failed write in the background.
     func startPersistRetry(_ job: RefreshStateMachine.PersistJob) {
-        Task { await self.runPersistRetry(job) }
+        let task = Task { await self.runPersistRetry(job) }
+        state.withLock { $0.lastBackgroundTask = task }
     }
 
     private func runPersistRetry(_ job: RefreshStateMachine.PersistJob) async {

@@ -81,6 +81,8 @@ struct RefreshStateMachine {
     }
 
     let policy: Policy
+    /// The task of the latest refresh or write retry, kept only so tests can await it.
+    var lastBackgroundTask: Task<Void, Never>?
 
     // MARK: Session
 
@@ -218,7 +220,7 @@ struct RefreshStateMachine {
                 recomputeDeadline()
                 return outcome
             }
-        } else if flight == nil, canRefreshAutomatically(now: now) {
+        } else if now >= expiresAt - policy.softWindow, flight == nil, canRefreshAutomatically(now: now) {
             outcome.refresh = startFlight(.background)
         }
         recomputeDeadline()
