@@ -16,7 +16,9 @@ import argparse
 import base64
 import itertools
 import json
+import os
 import secrets
+import signal
 import sys
 import threading
 import time
@@ -71,6 +73,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def reply(self, status, body, content_type="application/json", headers=()):
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.close_connection = True
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
@@ -78,7 +81,10 @@ class Handler(BaseHTTPRequestHandler):
         for name, value in headers:
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (a timeout test)
 
     def read_body(self):
         length = int(self.headers.get("Content-Length") or 0)
@@ -210,7 +216,21 @@ class Handler(BaseHTTPRequestHandler):
         self.reply(200, response)
 
 
+def exit_when_parent_goes_away():
+    """The test keeps our stdin open; when it ends (even by a crash), stdin closes and we exit."""
+    try:
+        while sys.stdin.buffer.read(4096):
+            pass
+    finally:
+        os._exit(0)
+
+
 def main():
+    # A parent may start us with signals blocked (threads of a Swift test process do): unblock them so that
+    # terminate() works.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, signal.valid_signals())
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    threading.Thread(target=exit_when_parent_goes_away, daemon=True).start()
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--auth", choices=["basic", "post", "none"], default="basic")
