@@ -116,15 +116,16 @@ struct OAuth2TokenRefresherTests {
         }
     }
 
-    @Test(arguments: [
-        (["mode": "error500"], RefreshFailureClass.transient),
-        (["mode": "garbage"], .transient),
-        (["mode": "status", "status": 503], .transient),
-        (["mode": "status", "status": 429], .transient),
-        (["mode": "status", "status": 408], .transient),
-        (["mode": "status", "status": 404], .misconfiguration),
-        (["mode": "invalid_client"], .misconfiguration),
-    ] as [([String: any Sendable], RefreshFailureClass)])
+    @Test(
+        arguments: [
+            (["mode": "error500"], RefreshFailureClass.transient),
+            (["mode": "garbage"], .transient),
+            (["mode": "status", "status": 503], .transient),
+            (["mode": "status", "status": 429], .transient),
+            (["mode": "status", "status": 408], .transient),
+            (["mode": "status", "status": 404], .misconfiguration),
+            (["mode": "invalid_client"], .misconfiguration),
+        ] as [([String: any Sendable], RefreshFailureClass)])
     func responsesAreMappedOntoFailureClasses(settings: [String: any Sendable], expected: RefreshFailureClass)
         async throws
     {
@@ -185,8 +186,9 @@ struct OAuth2TokenRefresherTests {
                     tokenEndpoint: try #require(URL(string: endpoint)), clientAuthentication: authentication)
             }
         }
-        for endpoint in ["https://example.com/token", "http://127.0.0.1:8080/token", "http://localhost/t", "http://[::1]/t"]
-        {
+        for endpoint in [
+            "https://example.com/token", "http://127.0.0.1:8080/token", "http://localhost/t", "http://[::1]/t",
+        ] {
             #expect(throws: Never.self) {
                 try OAuth2TokenRefresher(
                     tokenEndpoint: try #require(URL(string: endpoint)), clientAuthentication: authentication)
@@ -201,9 +203,10 @@ struct OAuth2TokenRefresherTests {
 
     @Test func malformedSuccessBodiesAreTransient() {
         let previous = Self.credentials("rt")
-        for body in [#"{"token_type": "Bearer"}"#, #"{"access_token": 5}"#, #"{"access_token": "a", "expires_in": -1}"#,
-            #"{"access_token": "a", "expires_in": "soon"}"#, "[]", ""]
-        {
+        for body in [
+            #"{"token_type": "Bearer"}"#, #"{"access_token": 5}"#, #"{"access_token": "a", "expires_in": -1}"#,
+            #"{"access_token": "a", "expires_in": "soon"}"#, "[]", "",
+        ] {
             #expect(throws: UserSessionError(.malformedTokenResponse, "")) {
                 try OAuth2TokenResponse.credentials(
                     status: 200, body: Data(body.utf8), previous: previous, sentAt: Date(), secrets: [])

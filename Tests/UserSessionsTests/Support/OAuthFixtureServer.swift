@@ -1,5 +1,4 @@
 import Foundation
-
 import UserSessions
 
 #if canImport(FoundationNetworking)
@@ -115,7 +114,9 @@ final class OAuthFixtureServer {
     func revokeAll() async throws { _ = try await request("POST", "admin/revoke") }
 
     /// Sets the server's mode and settings, such as `["mode": "error500"]` or `["expires_in": "120"]`.
-    func configure(_ settings: [String: Any]) async throws { _ = try await request("POST", "admin/mode", json: settings) }
+    func configure(_ settings: [String: Any]) async throws {
+        _ = try await request("POST", "admin/mode", json: settings)
+    }
 
     func stats() async throws -> Stats {
         try JSONDecoder().decode(Stats.self, from: try await request("GET", "stats"))
