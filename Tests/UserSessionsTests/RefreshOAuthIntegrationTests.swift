@@ -50,14 +50,22 @@ struct RefreshOAuthIntegrationTests {
         try await OAuthFixtureServer.with(["--client-secret", Self.secret]) { server in
             let time = ManualTime()
             let controller = try await Self.makeController(server, time: time)
-            let terminal = ArrivalCounter()
-            await controller.gate.setTerminalFailureHandler { _ in terminal.arrive() }
+            let events = controller.events(bufferSize: 1_000)
             try await server.revokeAll()
             time.advance(by: 3601)
             let error = await #expect(throws: UserSessionError.self) { try await controller.accessToken() }
             #expect(error?.failureClass == .terminal)
-            await terminal.wait(for: 1)
+            // Revoked credentials are never sent again (the controller may already have closed the session).
+            let again = await #expect(throws: UserSessionError.self) { try await controller.accessToken() }
+            #expect(again?.failureClass == .terminal || again?.code == .sessionNotOpen)
             #expect(try await server.stats().tokenRequests == 1)
+            var kinds: [UserSessionEvent.Kind] = []
+            for await event in events {
+                kinds.append(event.kind)
+                if event.kind == .refreshFailed(.terminal) { break }
+            }
+            #expect(kinds.suffix(2) == [.refreshStarted, .refreshFailed(.terminal)])
+            // The session's own handling (invalid, services stopped) is in RefreshLifecycleIntegrationTests.
         }
     }
 
