@@ -20,7 +20,7 @@ extension UserSessionController {
     ///   `CancellationError` when the calling task was cancelled.
     nonisolated(nonsending) public func accessToken() async throws -> String {
         if let token = gate.freshAccessToken() { return token }
-        return try await gate.accessToken()
+        return try await gate.waitForAccessToken()
     }
 
     /// Runs `operation` with a valid access token, and replays it once if it fails authentication.

@@ -112,6 +112,12 @@ final class CredentialsGate: Sendable {
         return try await credentials(for: .demand).accessToken
     }
 
+    /// The part of ``accessToken()`` after ``freshAccessToken()`` returned `nil`: wait for (or start) the
+    /// refresh, or fail.
+    nonisolated(nonsending) func waitForAccessToken() async throws -> String {
+        try await credentials(for: .demand).accessToken
+    }
+
     /// The current credentials, if a session is open.
     func currentCredentials() -> Credentials? {
         state.withLock { $0.active ? $0.credentials : nil }
