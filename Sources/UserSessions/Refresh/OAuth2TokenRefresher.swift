@@ -165,6 +165,7 @@ extension OAuth2TokenRefresher {
             }
         }
 
+        /// The kind of authentication and the client id; the secret shows as `<redacted>`.
         public var description: String {
             switch self {
             case .clientSecretBasic(let id, _): return "clientSecretBasic(id: \(id), secret: <redacted>)"
@@ -173,8 +174,10 @@ extension OAuth2TokenRefresher {
             }
         }
 
+        /// Same as ``description``: without the secret.
         public var debugDescription: String { description }
 
+        /// A mirror without the secret, for `dump` and `String(reflecting:)`.
         public var customMirror: Mirror {
             Mirror(self, children: ["value": description], displayStyle: .enum)
         }
