@@ -3,24 +3,26 @@ import Synchronization
 
 /// The single-flight gate in front of a session's credentials.
 ///
-/// SKELETON: holds credentials and hands out the access token; refresh to be implemented (issue 3).
+/// Every path that needs a token or a refresh — `accessToken()`, proactive refresh, a replay after an
+/// authentication failure, `refreshCredentials()`, `restore` — goes through this one object, so however many
+/// callers find the token expiring, the refresher is called once.
+///
+/// The rules live in ``RefreshStateMachine``, held in a `Mutex`. The gate applies the machine's actions outside the
+/// lock: it starts refreshes in unstructured tasks (so cancelling the caller that triggered one never cancels it),
+/// writes to the store, emits events and resumes waiters in arrival order.
 ///
 /// The controller calls ``activate(identifier:userInfo:credentials:generation:)`` when a session opens (before
 /// its services start) and ``deactivate()`` first thing when it closes, is replaced or becomes invalid.
 final class CredentialsGate: Sendable {
-    private struct State {
-        var generation: UInt64 = 0
-        var identifier: String?
-        var userInfo: UserInfo?
-        var credentials: Credentials?
-        var active = false
-    }
-    private let state = Mutex(State())
+    let state: Mutex<RefreshStateMachine>
+    /// Waiter ids, increasing, allocated without the lock so that the cancellation handler knows its id.
+    private let waiterIDs = Atomic<UInt64>(0)
     private let terminalFailureHandler = Mutex<(@Sendable (UInt64) async -> Void)?>(nil)
     let refresher: (any TokenRefresher)?
     let store: any TokenStore
     let events: EventHub
     let configuration: UserSessionController.Configuration
+    private let clock: SessionClock
 
     init(
         refresher: (any TokenRefresher)?,
@@ -32,38 +34,88 @@ final class CredentialsGate: Sendable {
         self.store = store
         self.events = events
         self.configuration = configuration
+        self.clock = configuration.clock
+        self.state = Mutex(
+            RefreshStateMachine(policy: .init(configuration: configuration, hasRefresher: refresher != nil)))
     }
 
     /// Sets what the gate calls when a refresh fails terminally; the controller then invalidates the session of
-    /// that generation (if it is still the current one).
+    /// that generation (if it is still the current one). Not called for a refresh started by ``ensureUsable()``:
+    /// that one throws to the restoring caller instead.
     func setTerminalFailureHandler(_ handler: @escaping @Sendable (UInt64) async -> Void) {
         terminalFailureHandler.withLock { $0 = handler }
     }
 
-    /// Starts serving `credentials` for a newly opened session of `generation`.
+    func currentTerminalFailureHandler() -> (@Sendable (UInt64) async -> Void)? {
+        terminalFailureHandler.withLock { $0 }
+    }
+
+    /// Starts serving `credentials` for a newly opened session of `generation`. A refresh still running for an
+    /// earlier generation will be discarded when it returns.
     func activate(identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64) {
-        state.withLock {
-            $0 = State(
-                generation: generation, identifier: identifier, userInfo: userInfo, credentials: credentials,
-                active: true)
+        let leftovers = state.withLock {
+            $0.activate(identifier: identifier, userInfo: userInfo, credentials: credentials, generation: generation)
         }
+        Self.resume(leftovers, with: .failure(RefreshStateMachine.notOpenError))
     }
 
     /// Stops serving: waiters fail with ``UserSessionError/Code/sessionNotOpen``, a refresh still in flight is
-    /// discarded when it finishes, and an in-flight write completes before this returns.
+    /// cancelled and its result discarded, a write in progress completes before this returns (so a later
+    /// `remove` cannot be undone by it), and credentials that could not be written before get one last try.
     func deactivate() async {
-        state.withLock { $0.active = false }
+        let deactivation = state.withLock { $0.deactivate() }
+        deactivation.flightTask?.cancel()
+        Self.resume(deactivation.waiters, with: .failure(RefreshStateMachine.notOpenError))
+        await acquirePersistSlot()
+        if let flush = state.withLock({ $0.takeFinalFlush() }) {
+            do {
+                try await store.save(flush.stored, identifier: flush.identifier)
+            } catch {
+                events.emit(.persistenceFailed, session: nil, detail: Self.describePersistFailure(error))
+            }
+        }
+        releasePersistSlot()
     }
 
-    /// The hot path: the access token if it is fresh, without suspending.
+    // MARK: - Reading
+
+    /// The hot path: the access token if it can be handed out without waiting, or `nil`.
+    ///
+    /// One coarse clock read and one short critical section comparing against a precomputed deadline; no
+    /// suspension and no allocation. Only past that deadline does it look further: in the soft window it still
+    /// returns the token and starts one background refresh; a due retry of a failed write starts too.
     func freshAccessToken() -> String? {
-        state.withLock { $0.active ? $0.credentials?.accessToken : nil }
+        let now = clock.nowSeconds()
+        let token = state.withLock { machine -> String? in
+            now < machine.nextActionAt ? machine.token : nil
+        }
+        if let token { return token }
+        return slowFreshAccessToken(now: now)
+    }
+
+    @inline(never)
+    private func slowFreshAccessToken(now: Double) -> String? {
+        let outcome = state.withLock { $0.tokenRequested(now: now) }
+        if let job = outcome.refresh { startFlight(job) }
+        if let job = outcome.persist { startPersistRetry(job) }
+        return outcome.token
     }
 
     /// A valid access token, refreshing (single-flight) when needed.
-    func accessToken() async throws -> String {
+    ///
+    /// - Throws: ``UserSessionError/Code/sessionNotOpen``; the refresh's error (with its failure class) when this
+    ///   caller waited for a refresh that failed; ``UserSessionError/Code/noRefresher`` or
+    ///   ``UserSessionError/Code/refreshLoop`` when an expired token cannot be refreshed; `CancellationError` at
+    ///   once when the calling task is cancelled while waiting (the refresh goes on and is committed).
+    nonisolated(nonsending) func accessToken() async throws -> String {
         if let token = freshAccessToken() { return token }
-        throw UserSessionError(.sessionNotOpen, "no session is open")
+        return try await credentials(for: .demand).accessToken
+    }
+
+    /// The part of ``accessToken()`` after ``freshAccessToken()`` returned `nil`: wait for (or start) the
+    /// refresh, or fail.
+    nonisolated(nonsending) func waitForAccessToken() async throws -> String {
+        try await credentials(for: .demand).accessToken
     }
 
     /// The current credentials, if a session is open.
@@ -72,7 +124,101 @@ final class CredentialsGate: Sendable {
     }
 
     /// Makes sure the active credentials are usable, refreshing them if they are expired (used by `restore`).
+    ///
+    /// - Throws: ``UserSessionError/Code/credentialsUnusable`` when they are expired and cannot be refreshed, or
+    ///   the refresh's error. A terminal failure here does not call the terminal-failure handler.
     func ensureUsable() async throws {
-        _ = try await accessToken()
+        let hasCredentials = state.withLock { !$0.active || $0.credentials != nil }
+        guard hasCredentials else { return }
+        _ = try await credentials(for: .restore)
+    }
+
+    /// Forces a refresh through the gate (joining one already in flight).
+    nonisolated(nonsending) func refresh() async throws -> Credentials {
+        try await credentials(for: .forced(replacing: nil))
+    }
+
+    /// After an operation using `token` failed authentication: the credentials to replay with. If `token` is
+    /// still current they come from a forced single-flight refresh; otherwise the current ones are returned as is.
+    nonisolated(nonsending) func replacementCredentials(after token: String) async throws -> Credentials {
+        try await credentials(for: .forced(replacing: token))
+    }
+
+    // MARK: - Waiting
+
+    /// Runs `request`, waiting for a refresh if it needs one.
+    nonisolated(nonsending) func credentials(for request: RefreshStateMachine.Request) async throws -> Credentials {
+        let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
+        return try await withTaskCancellationHandler {
+            // An unsafe continuation is correct by construction here: it is either resumed right away inside
+            // `enqueue` (and never stored), or stored in exactly one waiter slot. Every path that resumes a stored
+            // one — cancellation, completion, deactivation, supersession — first takes it out of its slot under
+            // the lock, so exactly one of them gets it, exactly once.
+            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Credentials, any Error>) in
+                enqueue(request, waiterID: waiterID, continuation: continuation)
+            }
+        } onCancel: {
+            // May run before `enqueue` registered the waiter; then it finds nothing, and `enqueue` sees
+            // `Task.isCancelled` under the same lock and resumes with `CancellationError` itself.
+            let continuation = state.withLock { $0.cancelWaiter(id: waiterID) }
+            continuation?.resume(throwing: CancellationError())
+        }
+    }
+
+    private enum Enqueued {
+        case cancelled
+        case decided(RefreshStateMachine.Decision)
+    }
+
+    private func enqueue(
+        _ request: RefreshStateMachine.Request, waiterID: UInt64,
+        continuation: UnsafeContinuation<Credentials, any Error>
+    ) {
+        let now = clock.nowSeconds()
+        let enqueued = state.withLock { machine -> Enqueued in
+            if Task.isCancelled { return .cancelled }
+            let decision = machine.decide(request, now: now)
+            if case .wait = decision { machine.register(waiterID: waiterID, continuation: continuation) }
+            return .decided(decision)
+        }
+        switch enqueued {
+        case .cancelled:
+            continuation.resume(throwing: CancellationError())
+        case .decided(.serve(let credentials)):
+            continuation.resume(returning: credentials)
+        case .decided(.wait(let job)):
+            if let job { startFlight(job) }
+        case .decided(.fail(let error, let loopTripped)):
+            if loopTripped { events.emit(.refreshLoopTripped, session: nil, detail: error.message) }
+            continuation.resume(throwing: error)
+        }
+    }
+
+    static func resume(_ waiters: [RefreshStateMachine.Waiter], with result: Result<Credentials, any Error>) {
+        // In arrival order: waiters that are children of one task group wake up far faster in FIFO order.
+        for waiter in waiters { waiter.continuation?.resume(with: result) }
+    }
+
+    // MARK: - The persistence slot
+
+    /// Waits until this task may write to the store. Writes are serialized so that an older write never lands
+    /// after a newer one and `deactivate()` can wait for the one in progress.
+    func acquirePersistSlot() async {
+        if state.withLock({ $0.tryAcquirePersistSlot() }) { return }
+        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+            // Stored in the queue exactly once or resumed here; the releaser removes it before resuming it.
+            let granted = state.withLock { $0.acquirePersistSlot(continuation) }
+            if granted { continuation.resume() }
+        }
+    }
+
+    func releasePersistSlot() {
+        let next = state.withLock { $0.releasePersistSlot() }
+        next?.resume()
+    }
+
+    static func describePersistFailure(_ error: any Error) -> String {
+        if let error = error as? UserSessionError { return "writing credentials failed: \(error)" }
+        return "writing credentials failed: \(String(describing: type(of: error)))"
     }
 }

@@ -1,0 +1,124 @@
+import Foundation
+
+/// Parses token endpoint responses (RFC 6749 §5.1 and §5.2) into credentials or classified errors.
+enum OAuth2TokenResponse {
+    /// The longest `expires_in` taken at face value (100 years); larger values are clamped.
+    static let maximumLifetime: Double = 100 * 365 * 24 * 3600
+
+    static func credentials(
+        status: Int, body: Data, previous: Credentials, sentAt: Date, secrets: [String]
+    ) throws -> Credentials {
+        switch status {
+        case 200..<300:
+            return try parseSuccess(body, previous: previous, sentAt: sentAt)
+        case 300..<400:
+            throw UserSessionError(
+                .refreshFailed, "the token endpoint answered HTTP \(status) (redirects are not followed)",
+                failureClass: .transient)
+        case 408, 429, 500..<600:
+            var message = "the token endpoint answered HTTP \(status)"
+            if let error = parseError(body, secrets: secrets) { message += ": \(error.summary)" }
+            throw UserSessionError(.refreshFailed, message, failureClass: .transient)
+        case 400..<500:
+            guard let error = parseError(body, secrets: secrets) else {
+                throw UserSessionError(
+                    .refreshFailed, "the token endpoint answered HTTP \(status) without an OAuth error",
+                    failureClass: .misconfiguration)
+            }
+            throw UserSessionError(
+                .refreshFailed, "the token endpoint answered HTTP \(status): \(error.summary)",
+                failureClass: error.code == "invalid_grant" ? .terminal : .misconfiguration)
+        default:
+            throw UserSessionError(
+                .refreshFailed, "the token endpoint answered HTTP \(status)", failureClass: .transient)
+        }
+    }
+
+    struct OAuthError {
+        var code: String
+        var errorDescription: String?
+        var summary: String {
+            errorDescription.map { "\(code) (\($0))" } ?? code
+        }
+    }
+
+    /// The RFC 6749 §5.2 error, if the body is one. The description is shortened, stripped of control characters,
+    /// and never repeats one of `secrets` (a server may echo what it was sent).
+    static func parseError(_ body: Data, secrets: [String]) -> OAuthError? {
+        guard let object = try? JSONSerialization.jsonObject(with: body) as? [String: Any],
+            let code = object["error"] as? String, !code.isEmpty
+        else { return nil }
+        return OAuthError(
+            code: sanitize(code, secrets: secrets, limit: 64),
+            errorDescription: (object["error_description"] as? String).map {
+                sanitize($0, secrets: secrets, limit: 200)
+            })
+    }
+
+    static func sanitize(_ text: String, secrets: [String], limit: Int) -> String {
+        var text = String(text.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F }.map(Character.init))
+        for secret in secrets where !secret.isEmpty {
+            text = text.replacingOccurrences(of: secret, with: "<redacted>")
+        }
+        if text.count > limit { text = String(text.prefix(limit)) + "…" }
+        // A secret cut in half by the limit could still leak a prefix; redact again after truncation.
+        for secret in secrets where secret.count >= 8 {
+            for length in stride(from: secret.count - 1, through: 8, by: -1)
+            where text.hasSuffix(String(secret.prefix(length)) + "…") {
+                return String(text.dropLast(length + 1)) + "<redacted>…"
+            }
+        }
+        return text
+    }
+
+    static func malformed(_ what: String) -> UserSessionError {
+        UserSessionError(.malformedTokenResponse, "the token response \(what)", failureClass: .transient)
+    }
+
+    static func parseSuccess(_ body: Data, previous: Credentials, sentAt: Date) throws -> Credentials {
+        guard let parsed = try? JSONSerialization.jsonObject(with: body),
+            let object = parsed as? [String: Any]
+        else { throw malformed("is not a JSON object") }
+        guard let accessToken = object["access_token"] as? String, !accessToken.isEmpty else {
+            throw malformed("has no access_token string")
+        }
+        var refreshed = previous
+        refreshed.accessToken = accessToken
+        if let tokenType = object["token_type"] {
+            guard let tokenType = tokenType as? String else { throw malformed("has a token_type that is not a string") }
+            refreshed.tokenType = tokenType
+        }
+        if let refreshToken = object["refresh_token"], !(refreshToken is NSNull) {
+            guard let refreshToken = refreshToken as? String, !refreshToken.isEmpty else {
+                throw malformed("has a refresh_token that is not a string")
+            }
+            refreshed.refreshToken = refreshToken
+        }
+        if let expiresIn = object["expires_in"], !(expiresIn is NSNull) {
+            guard let seconds = lifetime(expiresIn) else { throw malformed("has an invalid expires_in") }
+            refreshed.expiresAt = sentAt.addingTimeInterval(seconds)
+        } else {
+            // No lifetime given: the old expiry says nothing about the new token.
+            refreshed.expiresAt = nil
+        }
+        if let scope = object["scope"], !(scope is NSNull) {
+            guard let scope = scope as? String else { throw malformed("has a scope that is not a string") }
+            refreshed.grantedPermissions = Set(scope.split(separator: " ").map(String.init))
+        }
+        refreshed.lastRefreshedAt = sentAt
+        refreshed.source = .refresh
+        return refreshed
+    }
+
+    /// `expires_in` as seconds: a number or a numeric string, finite and not negative; clamped to 100 years.
+    static func lifetime(_ value: Any) -> Double? {
+        var seconds: Double?
+        if let string = value as? String {
+            seconds = Double(string.trimmingCharacters(in: .whitespaces))
+        } else if let number = value as? NSNumber {
+            seconds = number.doubleValue
+        }
+        guard let seconds, seconds.isFinite, seconds >= 0 else { return nil }
+        return min(seconds, maximumLifetime)
+    }
+}

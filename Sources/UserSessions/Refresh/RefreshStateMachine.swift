@@ -1,0 +1,409 @@
+import Foundation
+
+/// The refresh rules of one session's credentials, as a pure state machine.
+///
+/// ``CredentialsGate`` holds it in a `Mutex`, feeds it events (a token request, a refresh that returned, a write
+/// that finished, …) and performs the actions it returns (start a refresh, write to the store, emit events, resume
+/// waiters) after releasing the lock. Nothing here suspends, reads a clock or calls user code: the time and the
+/// jitter come in as arguments, so every transition can be tested synchronously.
+///
+/// Times are seconds since the reference date (`Double`), the cheap form the hot path compares.
+struct RefreshStateMachine {
+    /// The settings, converted once from ``UserSessionController/Configuration``.
+    struct Policy {
+        var leadTime: Double
+        var softWindow: Double
+        var initialRetryDelay: Double
+        var maximumRetryDelay: Double
+        var loopMaximum: Int
+        var loopWindow: Double
+        var hasRefresher: Bool
+
+        init(configuration: UserSessionController.Configuration, hasRefresher: Bool) {
+            leadTime = max(0, configuration.refreshLeadTime.seconds)
+            softWindow = max(leadTime, configuration.proactiveRefreshWindow.seconds)
+            initialRetryDelay = max(0.001, configuration.initialRetryDelay.seconds)
+            maximumRetryDelay = max(initialRetryDelay, configuration.maximumRetryDelay.seconds)
+            loopMaximum = max(1, configuration.refreshLoopPolicy.maximumRefreshes)
+            loopWindow = max(0, configuration.refreshLoopPolicy.window.seconds)
+            self.hasRefresher = hasRefresher
+        }
+    }
+
+    /// Why someone asks for credentials.
+    enum Request: Equatable {
+        /// `accessToken()`: a valid token, refreshing first if it is inside the lead time.
+        case demand
+        /// A forced refresh: `refreshCredentials()` (`replacing: nil`) or a replay after an authentication
+        /// failure with the token the operation used. If that token is no longer current, the current credentials
+        /// are returned without a refresh.
+        case forced(replacing: String?)
+        /// `restore`: the credentials must not be expired; refresh them if they are.
+        case restore
+    }
+
+    /// Who started a refresh.
+    enum FlightKind: Equatable {
+        case background, demand, forced, restore
+    }
+
+    /// A refresh the gate must run: call the refresher with `credentials`, then report back with `flightID`.
+    struct RefreshJob: Equatable {
+        let flightID: UInt64
+        let generation: UInt64
+        let credentials: Credentials
+        let kind: FlightKind
+    }
+
+    /// A write the gate must make once it holds the persistence slot.
+    struct PersistJob: Equatable {
+        let generation: UInt64
+    }
+
+    /// What to write, captured under the lock once the persistence slot is held.
+    struct PersistTarget {
+        let identifier: String
+        let stored: StoredSession
+        let version: UInt64
+    }
+
+    /// One caller waiting for the refresh in flight. A cancelled waiter stays as a tombstone
+    /// (`continuation == nil`) until the refresh completes, so ids stay sorted for binary search.
+    struct Waiter {
+        let id: UInt64
+        var continuation: UnsafeContinuation<Credentials, any Error>?
+    }
+
+    struct Flight {
+        let id: UInt64
+        let kind: FlightKind
+        var task: Task<Void, Never>?
+    }
+
+    let policy: Policy
+    /// The task of the latest refresh or write retry, kept only so tests can await it.
+    var lastBackgroundTask: Task<Void, Never>?
+
+    // MARK: Session
+
+    var generation: UInt64 = 0
+    var active = false
+    var identifier = ""
+    var userInfo = UserInfo(id: "")
+    var credentials: Credentials?
+    /// A copy of `credentials?.accessToken` for the hot path.
+    var token = ""
+    var expiresAt = Double.infinity
+    /// Set by a terminal failure: every request fails with it until the next activation.
+    var terminalError: UserSessionError?
+
+    /// The hot path serves ``token`` without looking at anything else while `now < nextActionAt`.
+    ///
+    /// It is the earliest moment something must happen: the soft window opens (after any backoff), the lead time
+    /// starts, the token expires, or a failed write is due for a retry. `-infinity` when no token may be served.
+    var nextActionAt = -Double.infinity
+
+    // MARK: Refresh
+
+    var flight: Flight?
+    var nextFlightID: UInt64 = 1
+    var waiters: [Waiter] = []
+    /// Consecutive failed refreshes, for the backoff.
+    var failureCount = 0
+    /// While the token is still valid, no automatic refresh starts before this time (backoff after failures).
+    var retryAt = -Double.infinity
+    /// After a misconfiguration failure, nothing refreshes automatically until credentials change.
+    var automaticRefreshBlocked = false
+    /// When the last successful refreshes happened, oldest first, for the refresh-loop breaker.
+    var successTimes: [Double] = []
+
+    // MARK: Persistence
+
+    /// Bumped whenever new credentials are published.
+    var version: UInt64 = 0
+    /// The version last written to the store successfully.
+    var persistedVersion: UInt64 = 0
+    var persistFailures = 0
+    var persistRetryAt = Double.infinity
+    var persistRetryScheduled = false
+    /// Whether some task holds the persistence slot. Writes are serialized so an older write can never land
+    /// after a newer one, and `deactivate()` can wait for the write in progress.
+    var persistSlotHeld = false
+    var persistSlotQueue: [UnsafeContinuation<Void, Never>] = []
+
+    init(policy: Policy) {
+        self.policy = policy
+    }
+
+    /// Whether the newest credentials are not in the store yet.
+    var isDirty: Bool { version != persistedVersion }
+
+    // MARK: - Activation
+
+    /// A session of `generation` opens with `credentials`. Returns waiters left from a previous session (only if
+    /// the caller skipped `deactivate()`); they must be failed with ``UserSessionError/Code/sessionNotOpen``.
+    mutating func activate(
+        identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64
+    ) -> [Waiter] {
+        let leftovers = takeWaiters()
+        self.generation = generation
+        self.identifier = identifier
+        self.userInfo = userInfo
+        active = true
+        terminalError = nil
+        flight = nil
+        failureCount = 0
+        retryAt = -.infinity
+        automaticRefreshBlocked = false
+        successTimes = []
+        persistFailures = 0
+        persistRetryAt = .infinity
+        persistRetryScheduled = false
+        setCredentials(credentials)
+        persistedVersion = version
+        recomputeDeadline()
+        return leftovers
+    }
+
+    /// What `deactivate()` must do after the state changed.
+    struct Deactivation {
+        var waiters: [Waiter]
+        var flightTask: Task<Void, Never>?
+    }
+
+    /// The session stops: no token is served, the flight in progress (if any) will be discarded.
+    mutating func deactivate() -> Deactivation {
+        let task = flight?.task
+        active = false
+        flight = nil
+        nextActionAt = -.infinity
+        return Deactivation(waiters: takeWaiters(), flightTask: task)
+    }
+
+    /// After `deactivate()`, once the persistence slot is held: the one last write of credentials that could not
+    /// be stored before, if any. Clears them from memory.
+    mutating func takeFinalFlush() -> PersistTarget? {
+        guard !active else { return nil }
+        defer {
+            credentials = nil
+            token = ""
+            persistedVersion = version
+        }
+        guard isDirty, let credentials else { return nil }
+        return PersistTarget(
+            identifier: identifier, stored: StoredSession(userInfo: userInfo, credentials: credentials),
+            version: version)
+    }
+
+    // MARK: - Hot path (synchronous)
+
+    /// What a synchronous token request found.
+    struct SyncOutcome {
+        /// The token to hand out, or `nil` when the caller must take the asynchronous path.
+        var token: String?
+        var refresh: RefreshJob?
+        var persist: PersistJob?
+    }
+
+    /// A token request at `now`, after the caller found `now >= nextActionAt`. Serves the token whenever it is
+    /// still valid and no wait is required, starting a background refresh in the soft window and a write retry
+    /// when one is due.
+    mutating func tokenRequested(now: Double) -> SyncOutcome {
+        guard active, terminalError == nil, credentials != nil, now < expiresAt else { return SyncOutcome() }
+        var outcome = SyncOutcome()
+        outcome.persist = schedulePersistRetryIfDue(now: now)
+        let leadStart = expiresAt - policy.leadTime
+        if now >= leadStart {
+            // Inside the lead time: wait for a refresh (running, or to be started by the async path) when one is
+            // possible; otherwise the still-valid token is the best there is.
+            if flight != nil || canRefreshAutomatically(now: now) {
+                recomputeDeadline()
+                return outcome
+            }
+        } else if now >= expiresAt - policy.softWindow, flight == nil, canRefreshAutomatically(now: now) {
+            outcome.refresh = startFlight(.background)
+        }
+        recomputeDeadline()
+        outcome.token = token
+        return outcome
+    }
+
+    // MARK: - Slow path (asynchronous callers)
+
+    /// What an asynchronous request must do.
+    enum Decision {
+        /// Use these credentials now.
+        case serve(Credentials)
+        /// Wait for the refresh in flight; `start` is set when this request started it.
+        case wait(start: RefreshJob?)
+        /// Fail with `error`; `loopTripped` says the refresh-loop breaker refused a refresh.
+        case fail(UserSessionError, loopTripped: Bool)
+    }
+
+    /// Decides what `request` at `now` must do. A `.wait` decision expects the caller to register with
+    /// ``register(waiterID:continuation:)`` in the same critical section.
+    mutating func decide(_ request: Request, now: Double) -> Decision {
+        guard active else { return .fail(Self.notOpenError, loopTripped: false) }
+        if let terminalError { return .fail(terminalError, loopTripped: false) }
+        guard let credentials else {
+            return .fail(UserSessionError(.credentialsUnusable, "the session has no credentials"), loopTripped: false)
+        }
+        let isValid = now < expiresAt
+        switch request {
+        case .forced(let replacing):
+            if let replacing, replacing != credentials.accessToken { return .serve(credentials) }
+            if flight != nil { return .wait(start: nil) }
+            return startRequiredFlight(.forced, now: now)
+        case .restore:
+            if isValid { return .serve(credentials) }
+            if flight != nil { return .wait(start: nil) }
+            return startRequiredFlight(.restore, now: now)
+        case .demand:
+            if now < expiresAt - policy.leadTime { return .serve(credentials) }
+            if flight != nil { return .wait(start: nil) }
+            if isValid {
+                // Inside the lead time with a valid token: refresh and wait if allowed now; during a backoff,
+                // after a misconfiguration or with the breaker full, the valid token is served instead.
+                guard canRefreshAutomatically(now: now) else {
+                    recomputeDeadline()
+                    return .serve(credentials)
+                }
+                return .wait(start: startFlight(.demand))
+            }
+            return startRequiredFlight(.demand, now: now)
+        }
+    }
+
+    /// Adds a waiter for the flight in progress, keeping ids sorted (ids come from an atomic counter, so a
+    /// later id may occasionally arrive first).
+    mutating func register(waiterID: UInt64, continuation: UnsafeContinuation<Credentials, any Error>) {
+        let waiter = Waiter(id: waiterID, continuation: continuation)
+        if let last = waiters.last, last.id > waiterID {
+            waiters.insert(waiter, at: insertionIndex(of: waiterID))
+        } else {
+            waiters.append(waiter)
+        }
+    }
+
+    /// A waiter's task was cancelled: returns its continuation (to resume with `CancellationError`) if it is
+    /// still waiting. Leaves a tombstone so the array stays sorted.
+    mutating func cancelWaiter(id: UInt64) -> UnsafeContinuation<Credentials, any Error>? {
+        let index = insertionIndex(of: id)
+        guard index < waiters.count, waiters[index].id == id else { return nil }
+        defer { waiters[index].continuation = nil }
+        return waiters[index].continuation
+    }
+
+    /// The task running the refresh of `flightID`, so `deactivate()` can cancel it.
+    mutating func attach(task: Task<Void, Never>, toFlight flightID: UInt64) -> Bool {
+        guard flight?.id == flightID else { return false }
+        flight?.task = task
+        return true
+    }
+
+    // MARK: - Helpers
+
+    static let notOpenError = UserSessionError(.sessionNotOpen, "no session is open")
+
+    private mutating func startRequiredFlight(_ kind: FlightKind, now: Double) -> Decision {
+        guard policy.hasRefresher else {
+            let code: UserSessionError.Code = kind == .restore ? .credentialsUnusable : .noRefresher
+            return .fail(
+                UserSessionError(code, "a refresh is needed but no refresher is configured"), loopTripped: false)
+        }
+        guard credentials?.isRefreshable == true else {
+            let code: UserSessionError.Code = kind == .restore ? .credentialsUnusable : .noRefresher
+            return .fail(
+                UserSessionError(code, "a refresh is needed but the credentials have no refresh token"),
+                loopTripped: false)
+        }
+        guard breakerAllows(now: now) else {
+            return .fail(
+                UserSessionError(
+                    .refreshLoop,
+                    "more than \(policy.loopMaximum) refreshes within \(policy.loopWindow) s; refresh refused"),
+                loopTripped: true)
+        }
+        return .wait(start: startFlight(kind))
+    }
+
+    private mutating func startFlight(_ kind: FlightKind) -> RefreshJob {
+        guard let credentials else { preconditionFailure("a refresh needs credentials") }
+        let id = nextFlightID
+        nextFlightID += 1
+        flight = Flight(id: id, kind: kind)
+        recomputeDeadline()
+        return RefreshJob(flightID: id, generation: generation, credentials: credentials, kind: kind)
+    }
+
+    /// Whether a refresh may start on its own (soft window, lead time with a valid token).
+    private mutating func canRefreshAutomatically(now: Double) -> Bool {
+        policy.hasRefresher && credentials?.isRefreshable == true && !automaticRefreshBlocked && now >= retryAt
+            && breakerAllows(now: now)
+    }
+
+    /// The refresh-loop breaker: at most `loopMaximum` successful refreshes within `loopWindow`.
+    private mutating func breakerAllows(now: Double) -> Bool {
+        let horizon = now - policy.loopWindow
+        if let first = successTimes.first, first <= horizon { successTimes.removeAll { $0 <= horizon } }
+        return successTimes.count < policy.loopMaximum
+    }
+
+    /// When the breaker lets the next refresh through, or `-infinity` if it does now.
+    var breakerFreeAt: Double {
+        guard successTimes.count >= policy.loopMaximum else { return -.infinity }
+        return successTimes[successTimes.count - policy.loopMaximum] + policy.loopWindow
+    }
+
+    private func insertionIndex(of id: UInt64) -> Int {
+        var low = 0
+        var high = waiters.count
+        while low < high {
+            let middle = (low + high) / 2
+            if waiters[middle].id < id { low = middle + 1 } else { high = middle }
+        }
+        return low
+    }
+
+    mutating func takeWaiters() -> [Waiter] {
+        guard !waiters.isEmpty else { return [] }
+        defer { waiters = [] }
+        return waiters
+    }
+
+    mutating func setCredentials(_ credentials: Credentials?) {
+        self.credentials = credentials
+        token = credentials?.accessToken ?? ""
+        expiresAt = credentials?.expiresAt?.timeIntervalSinceReferenceDate ?? .infinity
+        version += 1
+    }
+
+    /// The capped exponential backoff with "equal jitter": half the delay fixed, half random.
+    func backoff(attempt: Int, jitter: Double) -> Double {
+        let exponent = Double(min(max(attempt - 1, 0), 62))
+        let delay = min(policy.maximumRetryDelay, policy.initialRetryDelay * pow(2, exponent))
+        return delay / 2 + delay / 2 * min(max(jitter, 0), 1)
+    }
+
+    /// Recomputes ``nextActionAt`` from everything that can require action.
+    mutating func recomputeDeadline() {
+        guard active, terminalError == nil, credentials != nil else {
+            nextActionAt = -.infinity
+            return
+        }
+        var deadline = Double.infinity
+        if expiresAt.isFinite {
+            let leadStart = expiresAt - policy.leadTime
+            if flight != nil {
+                deadline = leadStart
+            } else if policy.hasRefresher, credentials?.isRefreshable == true, !automaticRefreshBlocked {
+                let softStart = expiresAt - policy.softWindow
+                deadline = min(max(softStart, retryAt, breakerFreeAt), expiresAt)
+            } else {
+                deadline = expiresAt
+            }
+        }
+        if isDirty, !persistRetryScheduled { deadline = min(deadline, persistRetryAt) }
+        nextActionAt = deadline
+    }
+}

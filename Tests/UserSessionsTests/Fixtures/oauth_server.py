@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""A small OAuth 2.0 token endpoint for the refresh tests (python3 standard library only).
+
+Listens on 127.0.0.1 (port 0 unless --port) and prints the chosen port as the first line of stdout.
+
+POST /token          refresh_token grant (RFC 6749 section 6). Refresh tokens rotate on every use; a reused
+                     token is answered with invalid_grant and its whole family is revoked.
+GET  /stats          JSON counters: token_requests, refreshes, invalid_grant, redirect_target_hits, ...
+POST /admin/issue    JSON {"refresh_token", "access_token"}: a new token family.
+POST /admin/revoke   revokes every family.
+POST /admin/mode     JSON {"mode": "normal|error500|garbage|invalid_client|slow|redirect|status",
+                     "delay": seconds, "expires_in": n, "status": n, "omit_refresh_token": bool}
+Client authentication is checked according to --auth (basic, post or none) with --client-id/--client-secret.
+"""
+import argparse
+import base64
+import itertools
+import json
+import os
+import secrets
+import signal
+import sys
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class State:
+    def __init__(self, args):
+        self.lock = threading.Lock()
+        self.args = args
+        self.mode = "normal"
+        self.delay = 0.0
+        self.status = 500
+        self.expires_in = args.expires_in
+        self.omit_refresh_token = False
+        self.families = {}  # family id -> revoked flag
+        self.tokens = {}  # refresh token -> {"family": id, "used": bool}
+        self.family_ids = itertools.count(1)
+        self.stats = {
+            "token_requests": 0,
+            "refreshes": 0,
+            "invalid_grant": 0,
+            "invalid_client": 0,
+            "reuse_detected": 0,
+            "redirect_target_hits": 0,
+            "last_auth": None,
+            "last_scope": None,
+        }
+
+    def new_family(self):
+        family = next(self.family_ids)
+        self.families[family] = False
+        return family
+
+    def issue(self, family):
+        refresh_token = "rt-" + secrets.token_urlsafe(12)
+        access_token = "at-" + secrets.token_urlsafe(12)
+        self.tokens[refresh_token] = {"family": family, "used": False}
+        return refresh_token, access_token
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    @property
+    def state(self):
+        return self.server.state
+
+    def reply(self, status, body, content_type="application/json", headers=()):
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.close_connection = True
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-store")
+        for name, value in headers:
+            self.send_header(name, value)
+        self.end_headers()
+        try:
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (a timeout test)
+
+    def read_body(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def do_GET(self):
+        if self.path == "/stats":
+            with self.state.lock:
+                self.reply(200, dict(self.state.stats))
+        else:
+            self.reply(404, {"error": "not_found"})
+
+    def do_POST(self):
+        body = self.read_body()
+        if self.path == "/token":
+            self.token(body)
+        elif self.path == "/elsewhere":
+            with self.state.lock:
+                self.state.stats["redirect_target_hits"] += 1
+            self.reply(200, {"access_token": "at-elsewhere", "token_type": "Bearer", "expires_in": 3600})
+        elif self.path == "/admin/issue":
+            with self.state.lock:
+                family = self.state.new_family()
+                refresh_token, access_token = self.state.issue(family)
+            self.reply(200, {"refresh_token": refresh_token, "access_token": access_token})
+        elif self.path == "/admin/revoke":
+            with self.state.lock:
+                for family in self.state.families:
+                    self.state.families[family] = True
+            self.reply(200, {"revoked": True})
+        elif self.path == "/admin/mode":
+            settings = json.loads(body or b"{}")
+            with self.state.lock:
+                self.state.mode = settings.get("mode", self.state.mode)
+                self.state.delay = float(settings.get("delay", self.state.delay))
+                self.state.status = int(settings.get("status", self.state.status))
+                self.state.omit_refresh_token = bool(settings.get("omit_refresh_token", self.state.omit_refresh_token))
+                if "expires_in" in settings:
+                    self.state.expires_in = settings["expires_in"]
+            self.reply(200, {"mode": self.state.mode})
+        else:
+            self.reply(404, {"error": "not_found"})
+
+    def client_error(self):
+        """Returns None when client authentication is right, else the reason."""
+        args = self.state.args
+        form = self.form
+        header = self.headers.get("Authorization")
+        if args.auth == "basic":
+            if not header or not header.startswith("Basic "):
+                return "missing basic authentication"
+            try:
+                decoded = base64.b64decode(header[6:], validate=True).decode()
+                raw_id, raw_secret = decoded.split(":", 1)
+            except Exception:
+                return "malformed basic authentication"
+            client_id = urllib.parse.unquote_plus(raw_id)
+            client_secret = urllib.parse.unquote_plus(raw_secret)
+            if "client_secret" in form:
+                return "more than one authentication method"
+        elif args.auth == "post":
+            if header:
+                return "more than one authentication method"
+            client_id = form.get("client_id")
+            client_secret = form.get("client_secret")
+        else:
+            if header or "client_secret" in form:
+                return "public clients send no secret"
+            client_id = form.get("client_id")
+            client_secret = args.client_secret
+        if client_id != args.client_id or client_secret != args.client_secret:
+            return "unknown client or wrong secret"
+        return None
+
+    def token(self, body):
+        state = self.state
+        with state.lock:
+            state.stats["token_requests"] += 1
+            mode, delay, status = state.mode, state.delay, state.status
+        if delay:
+            time.sleep(delay)
+        if mode == "error500":
+            return self.reply(500, {"error": "server_error"})
+        if mode == "status":
+            return self.reply(status, b"<html>status</html>", "text/html")
+        if mode == "garbage":
+            return self.reply(200, b"<html>this is not json</html>", "text/html")
+        if mode == "redirect":
+            location = "http://127.0.0.1:%d/elsewhere" % self.server.server_address[1]
+            return self.reply(307, b"", "text/plain", headers=[("Location", location)])
+        parsed = urllib.parse.parse_qs(body.decode(), keep_blank_values=True)
+        self.form = {key: values[0] for key, values in parsed.items()}
+        reason = "forced by mode" if mode == "invalid_client" else self.client_error()
+        with state.lock:
+            state.stats["last_auth"] = "basic" if self.headers.get("Authorization") else (
+                "post" if "client_secret" in self.form else "none")
+            state.stats["last_scope"] = self.form.get("scope")
+            if reason:
+                state.stats["invalid_client"] += 1
+                return self.reply(401, {"error": "invalid_client", "error_description": reason},
+                                  headers=[("WWW-Authenticate", "Basic")])
+            if self.form.get("grant_type") != "refresh_token":
+                return self.reply(400, {"error": "unsupported_grant_type"})
+            token = self.form.get("refresh_token")
+            record = state.tokens.get(token)
+            if record is None:
+                state.stats["invalid_grant"] += 1
+                return self.reply(400, {"error": "invalid_grant", "error_description": "unknown refresh token"})
+            family = record["family"]
+            if state.families.get(family):
+                state.stats["invalid_grant"] += 1
+                return self.reply(400, {"error": "invalid_grant", "error_description": "revoked"})
+            if record["used"]:
+                state.families[family] = True
+                state.stats["invalid_grant"] += 1
+                state.stats["reuse_detected"] += 1
+                # Echoes the token it was sent, as careless servers do; clients must not repeat it.
+                return self.reply(400, {"error": "invalid_grant",
+                                        "error_description": "refresh token %s reused; family revoked" % token})
+            record["used"] = True
+            refresh_token, access_token = state.issue(family)
+            state.stats["refreshes"] += 1
+            response = {"access_token": access_token, "token_type": "Bearer", "refresh_token": refresh_token,
+                        "expires_in": state.expires_in}
+            if state.omit_refresh_token:
+                del response["refresh_token"]
+            if self.form.get("scope"):
+                response["scope"] = self.form["scope"]
+        self.reply(200, response)
+
+
+def exit_when_parent_goes_away():
+    """The test keeps our stdin open; when it ends (even by a crash), stdin closes and we exit."""
+    try:
+        while sys.stdin.buffer.read(4096):
+            pass
+    finally:
+        os._exit(0)
+
+
+def main():
+    # A parent may start us with signals blocked (threads of a Swift test process do): unblock them so that
+    # terminate() works.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, signal.valid_signals())
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    threading.Thread(target=exit_when_parent_goes_away, daemon=True).start()
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--auth", choices=["basic", "post", "none"], default="basic")
+    parser.add_argument("--client-id", default="client")
+    parser.add_argument("--client-secret", default="client-secret")
+    parser.add_argument("--expires-in", default=3600)
+    args = parser.parse_args()
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    server.daemon_threads = True
+    server.state = State(args)
+    print(server.server_address[1], flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
