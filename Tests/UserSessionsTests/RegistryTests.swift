@@ -35,9 +35,11 @@ struct RegistryTests {
 
     @Test func closingEvictsTheControllerButKeepsStoredCredentials() async throws {
         let registry = UserSessionRegistry(store: InMemoryTokenStore())
-        try await registry.open(makePrototype("alice"))
+        let alice = try await registry.open(makePrototype("alice"))
+        let probe = EventProbe(alice)
         await registry.close(identifier: "alice")
         #expect(registry.count == 0)
+        await probe.waitUntilFinished()  // an evicted controller is shut down: its streams finish
         #expect(try await registry.storedIdentifiers() == ["alice"])
         let restored = try #require(try await registry.restore(identifier: "alice"))
         #expect(restored.session.state == .opened)
@@ -46,12 +48,13 @@ struct RegistryTests {
 
     @Test func closeAndClearRemovesStoredCredentialsWithOrWithoutAController() async throws {
         let registry = UserSessionRegistry(store: InMemoryTokenStore())
-        try await registry.open(makePrototype("alice"))
+        let probe = EventProbe(try await registry.open(makePrototype("alice")))
         try await registry.open(makePrototype("bob"))
         await registry.close(identifier: "bob")
         try await registry.closeAndClear(identifier: "alice")
         try await registry.closeAndClear(identifier: "bob")
         try await registry.closeAndClear(identifier: "bob")  // idempotent
+        await probe.waitUntilFinished()
         #expect(try await registry.storedIdentifiers() == [])
         #expect(registry.count == 0)
     }
@@ -62,7 +65,7 @@ struct RegistryTests {
         _ = try registry.controller(for: "never-opened")
         let bob = try await registry.open(makePrototype("bob"))
         await bob.close()  // closed behind the registry's back
-        #expect(registry.evictIdle() == 2)
+        #expect(await registry.evictIdle() == 2)
         #expect(registry.identifiers == ["alice"])
     }
 

@@ -95,3 +95,40 @@ public struct UserSessionEvent: Sendable, Hashable, CustomStringConvertible {
         "UserSessionEvent(#\(sequence) \(kind), \(session)\(detail.map { ", \($0)" } ?? ""))"
     }
 }
+
+extension UserSessionEvent.Kind: CustomStringConvertible {
+    /// A short form for logs, such as `closed(cleared)` or `refreshFailed(transient)`.
+    public var description: String {
+        switch self {
+        case .current: return "current"
+        case .opened: return "opened"
+        case .closed(let reason): return "closed(\(reason.rawValue))"
+        case .invalidated(let reason): return "invalidated(\(reason))"
+        case .refreshStarted: return "refreshStarted"
+        case .credentialsRefreshed: return "credentialsRefreshed"
+        case .credentialsUpdated(let change):
+            var parts: [String] = []
+            if change.extended { parts.append("extended") }
+            if !change.addedPermissions.isEmpty { parts.append("added: \(change.addedPermissions.sorted())") }
+            if !change.removedPermissions.isEmpty { parts.append("removed: \(change.removedPermissions.sorted())") }
+            return "credentialsUpdated(\(parts.joined(separator: ", ")))"
+        case .refreshFailed(let failureClass): return "refreshFailed(\(failureClass))"
+        case .refreshLoopTripped: return "refreshLoopTripped"
+        case .persistenceFailed: return "persistenceFailed"
+        case .storeCorrupt(let identifier): return "storeCorrupt(\(identifier))"
+        case .serviceStartFailed(let service): return "serviceStartFailed(\(service))"
+        case .serviceStopOverran(let service): return "serviceStopOverran(\(service))"
+        }
+    }
+}
+
+extension UserSessionEvent.InvalidationReason: CustomStringConvertible {
+    /// A short form for logs, such as `credentialsRevoked`.
+    public var description: String {
+        switch self {
+        case .serviceStartFailed(let service): return "serviceStartFailed(\(service))"
+        case .credentialsRevoked: return "credentialsRevoked"
+        case .credentialsExpired: return "credentialsExpired"
+        }
+    }
+}

@@ -5,7 +5,8 @@ import Synchronization
 ///
 /// Controllers are created on demand and share the registry's store, refresher, services factory and
 /// configuration. Looking a controller up never suspends. Closed controllers are evicted, so memory follows the
-/// number of open sessions, not the number of users ever seen.
+/// number of open sessions, not the number of users ever seen. An evicted controller is shut down, so every event
+/// stream of it finishes.
 ///
 /// - Important: Controllers made by a registry do not persist the "current identifier" on `open`; only
 ///   ``switchUser(to:)`` does, so that many users opening sessions on a server never fight over it.
@@ -82,7 +83,7 @@ public final class UserSessionRegistry: Sendable {
             _ = try await controller.open(prototype)
             return controller
         } catch {
-            evict(prototype.identifier, ifNotOpened: controller)
+            await evict(prototype.identifier, ifNotOpened: controller)
             throw error
         }
     }
@@ -95,10 +96,10 @@ public final class UserSessionRegistry: Sendable {
         let controller = try controller(for: identifier)
         do {
             if try await controller.restore(identifier: identifier) != nil { return controller }
-            evict(identifier, ifNotOpened: controller)
+            await evict(identifier, ifNotOpened: controller)
             return nil
         } catch {
-            evict(identifier, ifNotOpened: controller)
+            await evict(identifier, ifNotOpened: controller)
             throw error
         }
     }
@@ -107,7 +108,7 @@ public final class UserSessionRegistry: Sendable {
     public func close(identifier: String) async {
         guard let controller = existingController(for: identifier) else { return }
         await controller.close()
-        evict(identifier, ifNotOpened: controller)
+        await evict(identifier, ifNotOpened: controller)
     }
 
     /// Closes `identifier`'s session, removes its stored credentials and data, and evicts its controller.
@@ -115,8 +116,13 @@ public final class UserSessionRegistry: Sendable {
     /// Works for users without a controller too: their stored credentials are removed.
     public func closeAndClear(identifier: String) async throws {
         if let controller = existingController(for: identifier) {
-            defer { evict(identifier, ifNotOpened: controller) }
-            try await controller.closeAndClear()
+            do {
+                try await controller.closeAndClear()
+            } catch {
+                await evict(identifier, ifNotOpened: controller)
+                throw error
+            }
+            await evict(identifier, ifNotOpened: controller)
         } else {
             try await store.remove(identifier: identifier)
         }
@@ -126,16 +132,18 @@ public final class UserSessionRegistry: Sendable {
         }
     }
 
-    /// Drops every controller whose session is not open (closed, invalid, or never opened).
+    /// Drops every controller whose session is not open (closed, invalid, or never opened), and shuts it down.
     ///
     /// - Returns: How many controllers were dropped.
     @discardableResult
-    public func evictIdle() -> Int {
-        state.withLock { state in
-            let idle = state.controllers.filter { !$0.value.session.isOpened }.map(\.key)
-            for identifier in idle { state.controllers.removeValue(forKey: identifier) }
-            return idle.count
+    public func evictIdle() async -> Int {
+        let idle = state.withLock { state in
+            let idle = state.controllers.filter { !$0.value.session.isOpened }
+            for identifier in idle.keys { state.controllers.removeValue(forKey: identifier) }
+            return Array(idle.values)
         }
+        await Self.shutDown(idle)
+        return idle.count
     }
 
     /// The identifiers that have stored credentials, whether or not their sessions are open.
@@ -181,15 +189,23 @@ public final class UserSessionRegistry: Sendable {
             defer { state.controllers.removeAll() }
             return Array(state.controllers.values)
         }
+        await Self.shutDown(controllers)
+    }
+
+    private static func shutDown(_ controllers: [UserSessionController]) async {
         await withTaskGroup(of: Void.self) { group in
             for controller in controllers { group.addTask { await controller.shutdown() } }
         }
     }
 
-    private func evict(_ identifier: String, ifNotOpened controller: UserSessionController) {
-        state.withLock { state in
-            guard state.controllers[identifier] === controller, !controller.session.isOpened else { return }
+    /// Drops `controller` if it is still the one held for `identifier` and its session is not open, then shuts it
+    /// down so that its subscribers' streams finish (nobody can reach it through the registry any more).
+    private func evict(_ identifier: String, ifNotOpened controller: UserSessionController) async {
+        let evicted = state.withLock { state -> Bool in
+            guard state.controllers[identifier] === controller, !controller.session.isOpened else { return false }
             state.controllers.removeValue(forKey: identifier)
+            return true
         }
+        if evicted { await controller.shutdown() }
     }
 }

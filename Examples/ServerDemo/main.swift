@@ -1,3 +1,0 @@
-import UserSessions
-
-print("ServerDemo: not implemented yet")
