@@ -107,8 +107,10 @@ public actor UserSessionController {
     ///     started services stop in reverse order and the session ends ``UserSession/State/closed`` (event
     ///     `.closed(.rolledBack)`); stored credentials are kept, as by ``close()``.
     ///
-    /// Cancelling the calling task cancels the starting of services (the open fails as above); it never skips
-    /// stopping the services that started.
+    /// Cancelling the calling task cancels the store writes and the starting of services (the open fails as
+    /// above); it never skips stopping the services that started. A close-like call arriving while the store
+    /// writes cancels them too. A store that neither answers nor honours cancellation keeps the open (and the
+    /// calls queued behind it) waiting: stores must bound their own I/O.
     public func open(_ prototype: UserSessionPrototype) async throws -> UserSession {
         if let problem = Self.identifierProblem(prototype.identifier) {
             throw UserSessionError(.invalidPrototype, "the prototype's identifier \(problem)")
@@ -129,13 +131,18 @@ public actor UserSessionController {
         gate.activate(
             identifier: prototype.identifier, userInfo: prototype.userInfo, credentials: prototype.credentials,
             generation: generation)
+        let (store, configuration) = (self.store, self.configuration)
         do {
-            try await store.save(
-                StoredSession(userInfo: prototype.userInfo, credentials: prototype.credentials),
-                identifier: prototype.identifier)
-            try await persistCurrentIdentifierAndCreateDirectories(prototype.identifier)
+            try await runOpeningStep {
+                try await store.save(
+                    StoredSession(userInfo: prototype.userInfo, credentials: prototype.credentials),
+                    identifier: prototype.identifier)
+                try await Self.persistCurrentIdentifierAndCreateDirectories(
+                    prototype.identifier, store: store, configuration: configuration)
+            }
         } catch {
             await gate.deactivate()
+            if lifecycle.openingVerdict == .rollBack { throw rolledBack(session) }
             lifecycle.endActivity()
             throw Self.storeError(error, "could not persist the session")
         }
@@ -193,7 +200,8 @@ public actor UserSessionController {
     /// Works like ``restore(identifier:)`` with the persisted identifier.
     ///
     /// - Throws: What ``restore(identifier:)`` throws; a persisted identifier with nothing stored under it throws
-    ///   ``UserSessionError/Code/noStoredSession``.
+    ///   ``UserSessionError/Code/noStoredSession``; a persisted identifier that no open could have stored (empty,
+    ///   over-long, containing NUL: the store returned damaged data) throws ``UserSessionError/Code/storeCorrupt``.
     public func restore() async throws -> UserSession? {
         guard let ticket = try await enterTurn(.open) else { return nil }
         defer { leaveTurn(ticket) }
@@ -205,6 +213,10 @@ public actor UserSessionController {
             throw Self.storeError(error, "could not read the current identifier")
         }
         guard let identifier else { return nil }
+        // No open persists such an identifier: the store returned damaged data. Never hand it on to `load`.
+        if Self.identifierProblem(identifier) != nil {
+            throw UserSessionError(.storeCorrupt, "the persisted current identifier is unusable")
+        }
         return try await restoreInTurn(identifier: identifier)
     }
 
@@ -374,10 +386,15 @@ public actor UserSessionController {
                 throw error
             }
         }
+        let (store, configuration) = (self.store, self.configuration)
         do {
-            try await persistCurrentIdentifierAndCreateDirectories(identifier)
+            try await runOpeningStep {
+                try await Self.persistCurrentIdentifierAndCreateDirectories(
+                    identifier, store: store, configuration: configuration)
+            }
         } catch {
             await gate.deactivate()
+            if lifecycle.openingVerdict == .rollBack { throw rolledBack(session) }
             lifecycle.endActivity()
             throw Self.storeError(error, "could not persist the current identifier")
         }
@@ -386,11 +403,28 @@ public actor UserSessionController {
 
     /// The last steps of persisting an opening session: its identifier for ``restore()`` (unless
     /// ``Configuration/persistsCurrentIdentifier`` is off) and its data directories (if configured).
-    private func persistCurrentIdentifierAndCreateDirectories(_ identifier: String) async throws {
+    private static func persistCurrentIdentifierAndCreateDirectories(
+        _ identifier: String, store: any TokenStore, configuration: Configuration
+    ) async throws {
         if configuration.persistsCurrentIdentifier {
             try await store.saveCurrentIdentifier(identifier)
         }
         try configuration.dataDirectories?.create(for: identifier)
+    }
+
+    /// Runs a store step of an opening session in a task of its own, so that a close arriving meanwhile (through
+    /// `cancelOpeningWork`) or the caller's cancellation cancels it: a store that never answers but honours
+    /// cancellation cannot keep the open, and the close queued behind it, waiting forever. A store that ignores
+    /// cancellation is still awaited, so that its write never lands after a later `closeAndClear()` removed it.
+    private func runOpeningStep(_ step: @escaping @Sendable () async throws -> Void) async throws {
+        let task = Task { try await step() }
+        cancelOpeningWork = { task.cancel() }
+        defer { cancelOpeningWork = nil }
+        try await withTaskCancellationHandler {
+            try await task.value
+        } onCancel: {
+            task.cancel()
+        }
     }
 
     /// Starts `services` for `session` and commits the open, or unwinds it. Runs in the open's turn, after
