@@ -6,6 +6,7 @@ struct BenchmarkOptions {
         case contention
         case storm
         case fanout
+        case sessions
     }
 
     var quick = false
@@ -16,7 +17,7 @@ struct BenchmarkOptions {
     var waiters: [Int]?
 
     static let usage = """
-        usage: RefreshContention [--quick] [--json] [--only hot,contention,storm,fanout] [--waiters N,N,...]
+        usage: RefreshContention [--quick] [--json] [--only hot,contention,storm,fanout,sessions] [--waiters N,N,...]
 
           --quick   a reduced set that finishes within about a minute on two cores
           --json    print one JSON document on standard output (progress goes to standard error)

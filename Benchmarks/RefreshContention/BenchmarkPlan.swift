@@ -19,6 +19,8 @@ struct BenchmarkPlan: Sendable {
     /// Workload D: event subscribers, and lifecycle transitions (alternating open and close).
     var fanoutSubscribers = 10_000
     var fanoutTransitions = 1_000
+    /// Workload E: idle opened sessions held at once.
+    var idleSessions = 10_000
     /// The longest a single run may take before it is reported as hung.
     var runLimit: Duration = .seconds(120)
 

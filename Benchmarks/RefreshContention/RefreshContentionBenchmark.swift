@@ -34,6 +34,9 @@ struct RefreshContentionBenchmark {
         if options.workloads.contains(.fanout) {
             report.add(await FanoutWorkload(plan: plan).run(), plan: plan)
         }
+        if options.workloads.contains(.sessions) {
+            report.add(await IdleSessionsWorkload(plan: plan).run())
+        }
         report.evaluateTargets()
         report.exitStatus = report.invariantViolations.isEmpty ? (report.failures.isEmpty ? 0 : 2) : 1
         Progress.note("RefreshContention: finished in \(Format.number((clock.now - start).inSeconds, places: 1)) s")

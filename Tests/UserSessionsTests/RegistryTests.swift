@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 
 @testable import UserSessions
@@ -113,5 +114,74 @@ struct RegistryTests {
         await probe.waitUntilFinished()
         #expect(alice.session.state == .closed)
         #expect(throws: UserSessionError(.shutdown, "")) { try registry.controller(for: "alice") }
+    }
+}
+
+/// Counts refreshes per user; each refresh rotates the tokens and moves the expiry an hour past `time`.
+private final class PerUserRefresher: TokenRefresher {
+    private let counts = Mutex<[String: Int]>([:])
+    let time: ManualTime
+
+    init(time: ManualTime) { self.time = time }
+
+    func refresh(_ credentials: Credentials) async throws -> Credentials {
+        let user = String(credentials.accessToken.split(separator: ":")[0])
+        let count = counts.withLock { counts -> Int in
+            counts[user, default: 0] += 1
+            return counts[user, default: 0]
+        }
+        await Task.yield()  // let other callers pile up behind the gate
+        var next = credentials
+        next.accessToken = "\(user):\(count)"
+        next.refreshToken = "refresh-\(user)-\(count)"
+        next.expiresAt = time.now.addingTimeInterval(3600)
+        next.source = .refresh
+        return next
+    }
+
+    var all: [String: Int] { counts.withLock { $0 } }
+}
+
+struct RegistryScaleTests {
+    @Test func tenThousandUsersRefreshConcurrentlyWithOneRefreshPerUserPerExpiry() async throws {
+        let users = 10_000
+        let callersPerUser = 3
+        let time = ManualTime()
+        let refresher = PerUserRefresher(time: time)
+        let registry = UserSessionRegistry(
+            store: InMemoryTokenStore(), refresher: refresher, configuration: .init(clock: time.clock))
+        let controllers = try await withThrowingTaskGroup(of: UserSessionController.self) { group in
+            for index in 0..<users {
+                group.addTask {
+                    let credentials = Credentials(
+                        accessToken: "u\(index):0", refreshToken: "refresh-u\(index)-0",
+                        expiresAt: time.now.addingTimeInterval(3600))
+                    return try await registry.open(
+                        UserSessionPrototype(userInfo: UserInfo(id: "u\(index)"), credentials: credentials))
+                }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(registry.count == users)
+
+        for expiry in 1...2 {
+            time.advance(by: 3600)  // every user's token is now expired
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for controller in controllers {
+                    for _ in 0..<callersPerUser {
+                        group.addTask {
+                            let token = try await controller.accessToken()
+                            #expect(token.hasSuffix(":\(expiry)"))
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            let counts = refresher.all
+            #expect(counts.count == users)
+            #expect(counts.values.allSatisfy { $0 == expiry })
+        }
+        #expect(controllers.allSatisfy { $0.session.state == .opened })
+        await registry.shutdown()
     }
 }

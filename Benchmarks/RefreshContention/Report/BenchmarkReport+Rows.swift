@@ -83,6 +83,16 @@ extension BenchmarkReport {
         }
     }
 
+    /// Adds workload E's row.
+    mutating func add(_ outcome: IdleSessionsWorkload.Outcome) {
+        failures += outcome.failures
+        guard let bytes = Summary(outcome.bytesPerSession) else { return }
+        idleSessions.append(
+            IdleSessionsRow(
+                sessions: outcome.sessions, bytesPerSession: rounded(bytes.median, 0),
+                bytesPerSessionMin: rounded(bytes.min, 0), bytesPerSessionMax: rounded(bytes.max, 0)))
+    }
+
     /// Adds workload D's row.
     mutating func add(_ outcome: FanoutWorkload.Outcome, plan: BenchmarkPlan) {
         failures += outcome.failures

@@ -82,6 +82,21 @@ extension BenchmarkReport {
             sections.append(table.render())
         }
 
+        if !idleSessions.isEmpty {
+            var table = TextTable(
+                title: "E. Idle opened sessions: UserSessionController through UserSessionRegistry",
+                headers: ["sessions", "RSS B/session"], labelColumns: 0)
+            for row in idleSessions {
+                table.rows.append([
+                    Format.integer(row.sessions),
+                    Format.summary(
+                        Summary(median: row.bytesPerSession, min: row.bytesPerSessionMin, max: row.bytesPerSessionMax),
+                        places: 0),
+                ])
+            }
+            sections.append(table.render())
+        }
+
         if !notes.isEmpty {
             sections.append((["Notes"] + notes.map { "  \($0)" }).joined(separator: "\n"))
         }

@@ -85,5 +85,16 @@ extension BenchmarkReport {
         } else {
             targets.append(TargetCheck(target: "storm: refreshes == expiries", holds: nil, detail: "not measured"))
         }
+
+        // Idle sessions (issue 4): memory per idle opened session at most 4 KiB.
+        if let row = idleSessions.first {
+            targets.append(
+                TargetCheck(
+                    target: "idle opened session <= 4 KiB", holds: row.bytesPerSession <= 4096,
+                    detail: "\(Format.number(row.bytesPerSession, places: 0)) B per session "
+                        + "(\(Format.integer(row.sessions)) sessions)"))
+        } else {
+            targets.append(TargetCheck(target: "idle opened session <= 4 KiB", holds: nil, detail: "not measured"))
+        }
     }
 }

@@ -10,6 +10,7 @@ struct BenchmarkReport: Encodable {
     var contention: [ContentionRow] = []
     var storm: [StormRow] = []
     var fanout: [FanoutRow] = []
+    var idleSessions: [IdleSessionsRow] = []
     /// What this mode left out or how to read a figure.
     var notes: [String] = []
     /// The performance targets of issue 5: informational, they never change the exit status.
@@ -98,6 +99,16 @@ struct StormRow: Encodable {
     var callsPerSecondMin: Double
     var callsPerSecondMax: Double
     var failedCalls: Int
+}
+
+/// Workload E.
+struct IdleSessionsRow: Encodable {
+    /// Sessions opened and held at once.
+    var sessions: Int
+    /// Resident memory growth per session, median over repetitions (min and max beside it).
+    var bytesPerSession: Double
+    var bytesPerSessionMin: Double
+    var bytesPerSessionMax: Double
 }
 
 /// Workload D.
