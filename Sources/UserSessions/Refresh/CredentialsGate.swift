@@ -83,14 +83,27 @@ final class CredentialsGate: Sendable {
     ///
     /// One coarse clock read and one short critical section comparing against a precomputed deadline; no
     /// suspension and no allocation. Only past that deadline does it look further: in the soft window it still
-    /// returns the token and starts one background refresh; a due retry of a failed write starts too.
+    /// returns the token and starts one background refresh; a due retry of a failed write starts too. While a
+    /// refresh runs and the caller must wait for it, the same critical section says so, so that the many callers
+    /// finding the token expiring together go straight to ``waitForAccessToken()`` (a due write retry waits for
+    /// the next call: the refresh's commit writes newer credentials anyway).
     func freshAccessToken() -> String? {
         let now = clock.nowSeconds()
-        let token = state.withLock { machine -> String? in
-            now < machine.nextActionAt ? machine.token : nil
+        let read = state.withLock { machine -> HotRead in
+            if now < machine.nextActionAt { return .token(machine.token) }
+            return machine.demandJoinsFlight(now: now) ? .mustWait : .lookFurther
         }
-        if let token { return token }
-        return slowFreshAccessToken(now: now)
+        switch read {
+        case .token(let token): return token
+        case .mustWait: return nil
+        case .lookFurther: return slowFreshAccessToken(now: now)
+        }
+    }
+
+    private enum HotRead {
+        case token(String)
+        case mustWait
+        case lookFurther
     }
 
     @inline(never)
@@ -140,7 +153,7 @@ final class CredentialsGate: Sendable {
     /// - Throws: ``UserSessionError/Code/credentialsUnusable`` when they are expired and cannot be refreshed, or
     ///   the refresh's error. A terminal failure here does not call the terminal-failure handler.
     func ensureUsable() async throws {
-        let hasCredentials = state.withLock { !$0.active || $0.credentials != nil }
+        let hasCredentials = state.withLock { !$0.active || $0.hasCredentials }
         guard hasCredentials else { return }
         _ = try await credentials(for: .restore)
     }

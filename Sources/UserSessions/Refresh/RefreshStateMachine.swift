@@ -162,6 +162,20 @@ struct RefreshStateMachine {
     /// Whether the newest credentials are not in the store yet.
     var isDirty: Bool { version != persistedVersion }
 
+    /// Whether there are credentials. Matched by pattern on purpose: `credentials != nil` picks `Equatable`'s `==`
+    /// for optionals and copies the whole credentials (five reference-counted fields) to compare them with `nil`,
+    /// under the lock, on every token request that misses the hot path.
+    var hasCredentials: Bool {
+        if case .some = credentials { return true }
+        return false
+    }
+
+    /// Whether a terminal failure stopped the session's refreshes (pattern-matched, as ``hasCredentials``).
+    var isTerminated: Bool {
+        if case .some = terminalError { return true }
+        return false
+    }
+
     // MARK: - Activation
 
     /// A session of `generation` opens with `credentials`. Returns waiters left from a previous session (only if
@@ -233,7 +247,7 @@ struct RefreshStateMachine {
     /// still valid and no wait is required, starting a background refresh in the soft window and a write retry
     /// when one is due.
     mutating func tokenRequested(now: Double) -> SyncOutcome {
-        guard active, terminalError == nil, credentials != nil, now < expiresAt else { return SyncOutcome() }
+        guard active, !isTerminated, hasCredentials, now < expiresAt else { return SyncOutcome() }
         var outcome = SyncOutcome()
         outcome.persist = schedulePersistRetryIfDue(now: now)
         let leadStart = expiresAt - policy.leadTime
@@ -304,7 +318,7 @@ struct RefreshStateMachine {
     /// only plain fields (no copy of the credentials); it agrees with ``decide(_:now:)`` returning
     /// `.wait(start: nil)` for `.demand`.
     func demandJoinsFlight(now: Double) -> Bool {
-        flight != nil && active && terminalError == nil && credentials != nil && now >= expiresAt - policy.leadTime
+        flight != nil && active && !isTerminated && hasCredentials && now >= expiresAt - policy.leadTime
     }
 
     /// Adds a waiter for the flight in progress, keeping ids sorted (ids come from an atomic counter, so a
@@ -420,7 +434,7 @@ struct RefreshStateMachine {
 
     /// Recomputes ``nextActionAt`` from everything that can require action.
     mutating func recomputeDeadline() {
-        guard active, terminalError == nil, credentials != nil else {
+        guard active, !isTerminated, hasCredentials else {
             nextActionAt = -.infinity
             return
         }
