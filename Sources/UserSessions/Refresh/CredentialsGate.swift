@@ -83,14 +83,27 @@ final class CredentialsGate: Sendable {
     ///
     /// One coarse clock read and one short critical section comparing against a precomputed deadline; no
     /// suspension and no allocation. Only past that deadline does it look further: in the soft window it still
-    /// returns the token and starts one background refresh; a due retry of a failed write starts too.
+    /// returns the token and starts one background refresh; a due retry of a failed write starts too. While a
+    /// refresh runs and the caller must wait for it, the same critical section says so, so that the many callers
+    /// finding the token expiring together go straight to ``waitForAccessToken()`` (a due write retry waits for
+    /// the next call: the refresh's commit writes newer credentials anyway).
     func freshAccessToken() -> String? {
         let now = clock.nowSeconds()
-        let token = state.withLock { machine -> String? in
-            now < machine.nextActionAt ? machine.token : nil
+        let read = state.withLock { machine -> HotRead in
+            if now < machine.nextActionAt { return .token(machine.token) }
+            return machine.demandJoinsFlight(now: now) ? .mustWait : .lookFurther
         }
-        if let token { return token }
-        return slowFreshAccessToken(now: now)
+        switch read {
+        case .token(let token): return token
+        case .mustWait: return nil
+        case .lookFurther: return slowFreshAccessToken(now: now)
+        }
+    }
+
+    private enum HotRead {
+        case token(String)
+        case mustWait
+        case lookFurther
     }
 
     @inline(never)
@@ -109,13 +122,25 @@ final class CredentialsGate: Sendable {
     ///   once when the calling task is cancelled while waiting (the refresh goes on and is committed).
     nonisolated(nonsending) func accessToken() async throws -> String {
         if let token = freshAccessToken() { return token }
-        return try await credentials(for: .demand).accessToken
+        return try await waitForAccessToken()
     }
 
     /// The part of ``accessToken()`` after ``freshAccessToken()`` returned `nil`: wait for (or start) the
     /// refresh, or fail.
+    ///
+    /// This is what every one of N callers runs when they find the token expiring together, so it is kept lean:
+    /// the continuation carries only the token (a `String`), joining the flight in progress takes one short
+    /// critical section that copies nothing, and the cancellation flag is read outside the lock.
     nonisolated(nonsending) func waitForAccessToken() async throws -> String {
-        try await credentials(for: .demand).accessToken
+        let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
+        return try await withTaskCancellationHandler {
+            // Unsafe continuations are correct by construction here; see `credentials(for:)`.
+            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<String, any Error>) in
+                enqueueForToken(waiterID: waiterID, continuation: continuation)
+            }
+        } onCancel: {
+            cancelWaiter(id: waiterID)
+        }
     }
 
     /// The current credentials, if a session is open.
@@ -128,7 +153,7 @@ final class CredentialsGate: Sendable {
     /// - Throws: ``UserSessionError/Code/credentialsUnusable`` when they are expired and cannot be refreshed, or
     ///   the refresh's error. A terminal failure here does not call the terminal-failure handler.
     func ensureUsable() async throws {
-        let hasCredentials = state.withLock { !$0.active || $0.credentials != nil }
+        let hasCredentials = state.withLock { !$0.active || $0.hasCredentials }
         guard hasCredentials else { return }
         _ = try await credentials(for: .restore)
     }
@@ -155,14 +180,44 @@ final class CredentialsGate: Sendable {
             // one — cancellation, completion, deactivation, supersession — first takes it out of its slot under
             // the lock, so exactly one of them gets it, exactly once.
             try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Credentials, any Error>) in
-                enqueue(request, waiterID: waiterID, continuation: continuation)
+                enqueue(request, now: clock.nowSeconds(), waiterID: waiterID, continuation: .credentials(continuation))
             }
         } onCancel: {
-            // May run before `enqueue` registered the waiter; then it finds nothing, and `enqueue` sees
-            // `Task.isCancelled` under the same lock and resumes with `CancellationError` itself.
-            let continuation = state.withLock { $0.cancelWaiter(id: waiterID) }
-            continuation?.resume(throwing: CancellationError())
+            cancelWaiter(id: waiterID)
         }
+    }
+
+    /// Resumes the waiter `id` with `CancellationError`, if it is still waiting.
+    ///
+    /// May run before the waiter registered; then it finds nothing, and the registering side sees
+    /// `Task.isCancelled` afterwards (`enqueueForToken`) or under the same lock (`enqueue`) and resumes the
+    /// continuation itself.
+    private func cancelWaiter(id: UInt64) {
+        let continuation = state.withLock { $0.cancelWaiter(id: id) }
+        continuation?.resume(throwing: CancellationError())
+    }
+
+    /// The token path of `enqueue`, for the common case under contention: a refresh is in flight and this caller
+    /// joins it.
+    ///
+    /// Synchronous and never inlined: inlined into the async closure that calls it, its locals would enlarge that
+    /// closure's async frame, which lives on the waiting task's allocator for as long as the caller waits.
+    @inline(never)
+    private func enqueueForToken(waiterID: UInt64, continuation: UnsafeContinuation<String, any Error>) {
+        let now = clock.nowSeconds()
+        let joined = state.withLock { machine -> Bool in
+            guard machine.demandJoinsFlight(now: now) else { return false }
+            machine.register(waiterID: waiterID, continuation: .token(continuation))
+            return true
+        }
+        guard joined else {
+            enqueue(.demand, now: now, waiterID: waiterID, continuation: .token(continuation))
+            return
+        }
+        // Checked after registering, outside the lock: a cancellation that set the flag before this point either
+        // ran its handler before the waiter existed (and found nothing) or already took the waiter out; taking it
+        // out here resumes it exactly once in both cases. A cancellation after this point finds the waiter.
+        if Task.isCancelled { cancelWaiter(id: waiterID) }
     }
 
     private enum Enqueued {
@@ -170,11 +225,13 @@ final class CredentialsGate: Sendable {
         case decided(RefreshStateMachine.Decision)
     }
 
+    /// Decides `request` under the lock and registers, resumes or fails the continuation. Never inlined, for the
+    /// same reason as `enqueueForToken`.
+    @inline(never)
     private func enqueue(
-        _ request: RefreshStateMachine.Request, waiterID: UInt64,
-        continuation: UnsafeContinuation<Credentials, any Error>
+        _ request: RefreshStateMachine.Request, now: Double, waiterID: UInt64,
+        continuation: RefreshStateMachine.WaiterContinuation
     ) {
-        let now = clock.nowSeconds()
         let enqueued = state.withLock { machine -> Enqueued in
             if Task.isCancelled { return .cancelled }
             let decision = machine.decide(request, now: now)
@@ -185,7 +242,7 @@ final class CredentialsGate: Sendable {
         case .cancelled:
             continuation.resume(throwing: CancellationError())
         case .decided(.serve(let credentials)):
-            continuation.resume(returning: credentials)
+            continuation.resume(returning: credentials, token: credentials.accessToken)
         case .decided(.wait(let job)):
             if let job { startFlight(job) }
         case .decided(.fail(let error, let loopTripped)):
@@ -196,7 +253,14 @@ final class CredentialsGate: Sendable {
 
     static func resume(_ waiters: [RefreshStateMachine.Waiter], with result: Result<Credentials, any Error>) {
         // In arrival order: waiters that are children of one task group wake up far faster in FIFO order.
-        for waiter in waiters { waiter.continuation?.resume(with: result) }
+        switch result {
+        case .success(let credentials):
+            // Token waiters get this one copy of the token: one retain each, not a copy of the credentials.
+            let token = credentials.accessToken
+            for waiter in waiters { waiter.continuation?.resume(returning: credentials, token: token) }
+        case .failure(let error):
+            for waiter in waiters { waiter.continuation?.resume(throwing: error) }
+        }
     }
 
     // MARK: - The persistence slot

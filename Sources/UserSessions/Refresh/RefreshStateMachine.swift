@@ -71,7 +71,31 @@ struct RefreshStateMachine {
     /// (`continuation == nil`) until the refresh completes, so ids stay sorted for binary search.
     struct Waiter {
         let id: UInt64
-        var continuation: UnsafeContinuation<Credentials, any Error>?
+        var continuation: WaiterContinuation?
+    }
+
+    /// What a waiter is resumed with. `accessToken()` needs only the token: its continuation carries a `String`,
+    /// which keeps the waiting task's async frames small (a parked caller costs no extra task-allocator slab) and
+    /// makes resuming it one retain instead of a copy of the whole credentials.
+    enum WaiterContinuation {
+        case token(UnsafeContinuation<String, any Error>)
+        case credentials(UnsafeContinuation<Credentials, any Error>)
+
+        func resume(throwing error: any Error) {
+            switch self {
+            case .token(let continuation): continuation.resume(throwing: error)
+            case .credentials(let continuation): continuation.resume(throwing: error)
+            }
+        }
+
+        /// Resumes with `credentials`, or only their access token (`token`, the same value, copied once by the
+        /// caller for all waiters).
+        func resume(returning credentials: Credentials, token: String) {
+            switch self {
+            case .token(let continuation): continuation.resume(returning: token)
+            case .credentials(let continuation): continuation.resume(returning: credentials)
+            }
+        }
     }
 
     struct Flight {
@@ -137,6 +161,20 @@ struct RefreshStateMachine {
 
     /// Whether the newest credentials are not in the store yet.
     var isDirty: Bool { version != persistedVersion }
+
+    /// Whether there are credentials. Matched by pattern on purpose: `credentials != nil` picks `Equatable`'s `==`
+    /// for optionals and copies the whole credentials (five reference-counted fields) to compare them with `nil`,
+    /// under the lock, on every token request that misses the hot path.
+    var hasCredentials: Bool {
+        if case .some = credentials { return true }
+        return false
+    }
+
+    /// Whether a terminal failure stopped the session's refreshes (pattern-matched, as ``hasCredentials``).
+    var isTerminated: Bool {
+        if case .some = terminalError { return true }
+        return false
+    }
 
     // MARK: - Activation
 
@@ -209,7 +247,7 @@ struct RefreshStateMachine {
     /// still valid and no wait is required, starting a background refresh in the soft window and a write retry
     /// when one is due.
     mutating func tokenRequested(now: Double) -> SyncOutcome {
-        guard active, terminalError == nil, credentials != nil, now < expiresAt else { return SyncOutcome() }
+        guard active, !isTerminated, hasCredentials, now < expiresAt else { return SyncOutcome() }
         var outcome = SyncOutcome()
         outcome.persist = schedulePersistRetryIfDue(now: now)
         let leadStart = expiresAt - policy.leadTime
@@ -274,9 +312,18 @@ struct RefreshStateMachine {
         }
     }
 
+    /// Whether a token request (``Request/demand``) at `now` must wait for the refresh already in flight.
+    ///
+    /// This is the one decision every caller makes when many find the token expiring together, so it reads
+    /// only plain fields (no copy of the credentials); it agrees with ``decide(_:now:)`` returning
+    /// `.wait(start: nil)` for `.demand`.
+    func demandJoinsFlight(now: Double) -> Bool {
+        flight != nil && active && !isTerminated && hasCredentials && now >= expiresAt - policy.leadTime
+    }
+
     /// Adds a waiter for the flight in progress, keeping ids sorted (ids come from an atomic counter, so a
     /// later id may occasionally arrive first).
-    mutating func register(waiterID: UInt64, continuation: UnsafeContinuation<Credentials, any Error>) {
+    mutating func register(waiterID: UInt64, continuation: WaiterContinuation) {
         let waiter = Waiter(id: waiterID, continuation: continuation)
         if let last = waiters.last, last.id > waiterID {
             waiters.insert(waiter, at: insertionIndex(of: waiterID))
@@ -287,7 +334,7 @@ struct RefreshStateMachine {
 
     /// A waiter's task was cancelled: returns its continuation (to resume with `CancellationError`) if it is
     /// still waiting. Leaves a tombstone so the array stays sorted.
-    mutating func cancelWaiter(id: UInt64) -> UnsafeContinuation<Credentials, any Error>? {
+    mutating func cancelWaiter(id: UInt64) -> WaiterContinuation? {
         let index = insertionIndex(of: id)
         guard index < waiters.count, waiters[index].id == id else { return nil }
         defer { waiters[index].continuation = nil }
@@ -387,7 +434,7 @@ struct RefreshStateMachine {
 
     /// Recomputes ``nextActionAt`` from everything that can require action.
     mutating func recomputeDeadline() {
-        guard active, terminalError == nil, credentials != nil else {
+        guard active, !isTerminated, hasCredentials else {
             nextActionAt = -.infinity
             return
         }
