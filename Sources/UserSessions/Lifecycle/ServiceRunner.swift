@@ -59,68 +59,11 @@ enum ServiceRunner {
     /// Neither a `TaskGroup` nor awaiting `Task.value` can abandon a child that ignores cancellation, so the stop runs
     /// in an unstructured task and a one-shot continuation is resumed by whichever finishes first.
     static func stop(_ service: any UserSessionService, session: UserSession, timeout: Duration) async -> Bool {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-            let race = StopRace(continuation)
-            let stopping = Task {
-                await service.stop(session: session)
-                race.stopReturned()
-            }
-            let timer = Task {
-                do {
-                    try await Task.sleep(for: timeout)
-                } catch {
-                    return  // Cancelled: the stop returned in time.
-                }
-                if race.deadlinePassed() { stopping.cancel() }
-            }
-            race.attach(timer: timer)
-        }
-    }
-}
-
-/// The one-shot race between a service's `stop` and its deadline.
-private final class StopRace: Sendable {
-    private struct State {
-        var continuation: CheckedContinuation<Bool, Never>?
-        var timer: Task<Void, Never>?
-        var stopReturned = false
-    }
-    private let state: Mutex<State>
-
-    init(_ continuation: CheckedContinuation<Bool, Never>) {
-        state = Mutex(State(continuation: continuation))
-    }
-
-    /// Keeps the timer so that a stop that returns in time can cancel it (it would otherwise sleep on).
-    func attach(timer: Task<Void, Never>) {
-        let cancelNow = state.withLock { state -> Bool in
-            if state.stopReturned { return true }
-            state.timer = timer
+        let stopping = Task { await service.stop(session: session) }
+        guard await awaitTask(stopping, timeout: timeout) else {
+            stopping.cancel()
             return false
         }
-        if cancelNow { timer.cancel() }
-    }
-
-    func stopReturned() {
-        let (continuation, timer) = state.withLock { state in
-            state.stopReturned = true
-            defer {
-                state.continuation = nil
-                state.timer = nil
-            }
-            return (state.continuation, state.timer)
-        }
-        timer?.cancel()
-        continuation?.resume(returning: true)
-    }
-
-    /// Returns whether the deadline won the race.
-    func deadlinePassed() -> Bool {
-        let continuation = state.withLock { state in
-            defer { state.continuation = nil }
-            return state.continuation
-        }
-        continuation?.resume(returning: false)
-        return continuation != nil
+        return true
     }
 }

@@ -17,6 +17,10 @@ extension UserSessionController {
     public struct Configuration: Sendable {
         /// How long each service's `stop` may take before it is reported and left behind. Default 10 s.
         public var serviceStopTimeout: Duration
+        /// How long closing waits for a token-store write in progress, and for the last write of credentials that
+        /// could not be stored before, each. A store that overruns it is reported with `.persistenceFailed` and left
+        /// behind, so `close()` never hangs. Default 10 s.
+        public var storeTimeout: Duration
         /// How many events each subscriber may have waiting before the oldest are dropped. Default 256.
         public var eventBufferSize: Int
         /// A token that expires within this time is refreshed before it is handed out; callers wait. Default 60 s.
@@ -42,6 +46,7 @@ extension UserSessionController {
         /// Creates a configuration.
         public init(
             serviceStopTimeout: Duration = .seconds(10),
+            storeTimeout: Duration = .seconds(10),
             eventBufferSize: Int = 256,
             refreshLeadTime: Duration = .seconds(60),
             proactiveRefreshWindow: Duration = .seconds(300),
@@ -53,6 +58,7 @@ extension UserSessionController {
             dataDirectories: SessionDirectories? = nil
         ) {
             self.serviceStopTimeout = serviceStopTimeout
+            self.storeTimeout = storeTimeout
             self.eventBufferSize = eventBufferSize
             self.refreshLeadTime = refreshLeadTime
             self.proactiveRefreshWindow = proactiveRefreshWindow

@@ -4,12 +4,7 @@ extension CredentialsGate {
     /// Runs a refresh in an unstructured task, so that no caller's cancellation can cancel it: a rotated refresh
     /// token must always be committed.
     func startFlight(_ job: RefreshStateMachine.RefreshJob) {
-        let task = Task { await self.runFlight(job) }
-        state.withLock {
-            $0.lastBackgroundTask = task
-            // If the flight is already over (or stale), there is nothing to cancel later.
-            _ = $0.attach(task: task, toFlight: job.flightID)
-        }
+        runInBackground { await self.runFlight(job) }
     }
 
     private func runFlight(_ job: RefreshStateMachine.RefreshJob) async {
@@ -103,8 +98,7 @@ extension CredentialsGate {
 
     /// Retries a failed write in the background.
     func startPersistRetry(_ job: RefreshStateMachine.PersistJob) {
-        let task = Task { await self.runPersistRetry(job) }
-        state.withLock { $0.lastBackgroundTask = task }
+        runInBackground { await self.runPersistRetry(job) }
     }
 
     private func runPersistRetry(_ job: RefreshStateMachine.PersistJob) async {

@@ -18,6 +18,7 @@ final class CredentialsGate: Sendable {
     /// Waiter ids, increasing, allocated without the lock so that the cancellation handler knows its id.
     private let waiterIDs = Atomic<UInt64>(0)
     private let terminalFailureHandler = Mutex<(@Sendable (UInt64) async -> Void)?>(nil)
+    private let backgroundWork = Mutex(BackgroundWork())
     let refresher: (any TokenRefresher)?
     let store: any TokenStore
     let events: EventHub
@@ -59,15 +60,35 @@ final class CredentialsGate: Sendable {
         Self.resume(leftovers, with: .failure(RefreshStateMachine.notOpenError))
     }
 
-    /// Stops serving: waiters fail with ``UserSessionError/Code/sessionNotOpen``, a refresh still in flight is
-    /// cancelled and its result discarded, a write in progress completes before this returns (so a later
+    /// Stops serving: waiters fail with ``UserSessionError/Code/sessionNotOpen``, a refresh still in flight has
+    /// its result discarded when it returns, a write in progress completes before this returns (so a later
     /// `remove` cannot be undone by it), and credentials that could not be written before get one last try.
+    ///
+    /// The refresh in flight is not cancelled: that cannot un-rotate a refresh token the server has already rotated,
+    /// and cancelling the write of its commit would lose that token. Only a store that overruns
+    /// ``UserSessionController/Configuration/storeTimeout`` makes this cancel the background work (a store that
+    /// honours cancellation then fails its write at once, and the final write takes over its credentials); one that
+    /// overruns it again is reported with `.persistenceFailed` and left behind, so closing never hangs.
     func deactivate() async {
-        let deactivation = state.withLock { $0.deactivate() }
-        deactivation.flightTask?.cancel()
-        Self.resume(deactivation.waiters, with: .failure(RefreshStateMachine.notOpenError))
+        let waiters = state.withLock { $0.deactivate() }
+        Self.resume(waiters, with: .failure(RefreshStateMachine.notOpenError))
+        let timeout = configuration.storeTimeout
+        let flush = Task { await self.finalFlush() }
+        if await awaitTask(flush, timeout: timeout) { return }
+        cancelBackgroundWork()
+        if await awaitTask(flush, timeout: timeout) { return }
+        flush.cancel()
+        events.emit(
+            .persistenceFailed, session: nil,
+            detail: "the token store did not finish a write within \(timeout); closing without waiting for it")
+    }
+
+    /// Waits for the write in progress, then writes credentials that could not be stored before, if any.
+    private func finalFlush() async {
         await acquirePersistSlot()
-        if let flush = state.withLock({ $0.takeFinalFlush() }) {
+        // Cancelled once `deactivate()` stopped waiting: the session is closed without this write, and writing
+        // now could land after a later `remove`.
+        if !Task.isCancelled, let flush = state.withLock({ $0.takeFinalFlush() }) {
             do {
                 try await store.save(flush.stored, identifier: flush.identifier)
             } catch {
@@ -75,6 +96,42 @@ final class CredentialsGate: Sendable {
             }
         }
         releasePersistSlot()
+    }
+
+    // MARK: - Background work
+
+    /// The unstructured tasks running refreshes and write retries, so a close can cancel them when the store
+    /// overruns its deadline.
+    private struct BackgroundWork {
+        var nextID: UInt64 = 0
+        var running: [UInt64: Task<Void, Never>] = [:]
+        /// Tasks that finished before they were recorded (a task may finish before `Task {}` returns).
+        var finishedEarly: Set<UInt64> = []
+    }
+
+    /// Runs `body` in an unstructured task that no caller's cancellation reaches, recorded until it finishes.
+    @discardableResult
+    func runInBackground(_ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
+        let id = backgroundWork.withLock { work -> UInt64 in
+            work.nextID += 1
+            return work.nextID
+        }
+        let task = Task {
+            await body()
+            self.backgroundWork.withLock { work in
+                if work.running.removeValue(forKey: id) == nil { work.finishedEarly.insert(id) }
+            }
+        }
+        backgroundWork.withLock { work in
+            if work.finishedEarly.remove(id) == nil { work.running[id] = task }
+        }
+        state.withLock { $0.lastBackgroundTask = task }
+        return task
+    }
+
+    private func cancelBackgroundWork() {
+        let tasks = backgroundWork.withLock { Array($0.running.values) }
+        for task in tasks { task.cancel() }
     }
 
     // MARK: - Reading

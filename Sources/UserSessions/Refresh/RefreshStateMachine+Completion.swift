@@ -44,8 +44,12 @@ extension RefreshStateMachine {
 
     /// The refresh of `flightID` returned new credentials and the persistence slot is held: what to write, or
     /// `nil` when the flight became stale (then nothing is written).
-    func commitTarget(flightID: UInt64, newCredentials: Credentials) -> PersistTarget? {
+    mutating func commitTarget(flightID: UInt64, newCredentials: Credentials) -> PersistTarget? {
         guard isCurrent(flightID: flightID) else { return nil }
+        // From here on the write belongs to the session even if it deactivates before the write returns: the
+        // server has already rotated the refresh token, so these credentials must reach the store one way or
+        // another (see `commit`).
+        writingFlightID = flightID
         return PersistTarget(
             identifier: identifier, stored: StoredSession(userInfo: userInfo, credentials: newCredentials),
             version: version + 1)
@@ -62,7 +66,17 @@ extension RefreshStateMachine {
     mutating func commit(flightID: UInt64, newCredentials: Credentials, persisted: Bool, now: Double, jitter: Double)
         -> CommitAction?
     {
-        guard isCurrent(flightID: flightID) else { return nil }
+        let wroteForThisSession = writingFlightID == flightID
+        writingFlightID = nil
+        guard isCurrent(flightID: flightID) else {
+            // The session deactivated while the write was in progress (`deactivate()` waits for it). If the write
+            // failed, hand the credentials to `deactivate()`'s final flush rather than drop the rotated token.
+            if wroteForThisSession, !persisted, !active {
+                credentials = newCredentials
+                version += 1
+            }
+            return nil
+        }
         flight = nil
         setCredentials(newCredentials)
         failureCount = 0

@@ -101,7 +101,6 @@ struct RefreshStateMachine {
     struct Flight {
         let id: UInt64
         let kind: FlightKind
-        var task: Task<Void, Never>?
     }
 
     let policy: Policy
@@ -147,6 +146,8 @@ struct RefreshStateMachine {
     var version: UInt64 = 0
     /// The version last written to the store successfully.
     var persistedVersion: UInt64 = 0
+    /// The flight whose credentials are being written now (between `commitTarget` and `commit`).
+    var writingFlightID: UInt64?
     var persistFailures = 0
     var persistRetryAt = Double.infinity
     var persistRetryScheduled = false
@@ -203,19 +204,13 @@ struct RefreshStateMachine {
         return leftovers
     }
 
-    /// What `deactivate()` must do after the state changed.
-    struct Deactivation {
-        var waiters: [Waiter]
-        var flightTask: Task<Void, Never>?
-    }
-
-    /// The session stops: no token is served, the flight in progress (if any) will be discarded.
-    mutating func deactivate() -> Deactivation {
-        let task = flight?.task
+    /// The session stops: no token is served, the flight in progress (if any) will be discarded. Returns the
+    /// waiters to fail.
+    mutating func deactivate() -> [Waiter] {
         active = false
         flight = nil
         nextActionAt = -.infinity
-        return Deactivation(waiters: takeWaiters(), flightTask: task)
+        return takeWaiters()
     }
 
     /// After `deactivate()`, once the persistence slot is held: the one last write of credentials that could not
@@ -339,13 +334,6 @@ struct RefreshStateMachine {
         guard index < waiters.count, waiters[index].id == id else { return nil }
         defer { waiters[index].continuation = nil }
         return waiters[index].continuation
-    }
-
-    /// The task running the refresh of `flightID`, so `deactivate()` can cancel it.
-    mutating func attach(task: Task<Void, Never>, toFlight flightID: UInt64) -> Bool {
-        guard flight?.id == flightID else { return false }
-        flight?.task = task
-        return true
     }
 
     // MARK: - Helpers

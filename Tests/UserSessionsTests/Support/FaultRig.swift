@@ -13,6 +13,9 @@ struct FaultRig: Sendable {
     let controller: UserSessionController
     let probe: EventProbe
 
+    /// How long a close waits for a hanging store write, per phase (see `CredentialsGate.deactivate()`).
+    static let storeTimeout: Duration = .milliseconds(500)
+
     init(store: FaultPlanStore = FaultPlanStore(), time: ManualTime = ManualTime(), refresher: RotatingRefresher? = nil)
     {
         self.time = time
@@ -20,7 +23,8 @@ struct FaultRig: Sendable {
         self.refresher = refresher ?? RotatingRefresher(validRefreshToken: "rt-0", now: { time.now })
         controller = UserSessionController(
             store: store, refresher: self.refresher, services: makeServices(1, log: log),
-            configuration: .init(clock: time.clock))
+            // A short store deadline: a store that hangs must not hold a close for long (the hang guard is 10 s).
+            configuration: .init(storeTimeout: FaultRig.storeTimeout, clock: time.clock))
         probe = EventProbe(controller)
     }
 
