@@ -19,6 +19,11 @@ let package = Package(
             dependencies: ["UserSessions"],
             path: "Examples/ServerDemo"
         ),
+        .executableTarget(
+            name: "FileStoreCrashWriter",
+            dependencies: ["UserSessions"],
+            path: "Tests/CrashWriter"
+        ),
         .testTarget(
             name: "UserSessionsTests",
             dependencies: ["UserSessions"],

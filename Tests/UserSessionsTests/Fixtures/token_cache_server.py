@@ -22,6 +22,8 @@ Modes (also switchable at run time with GET /__control?mode=MODE[&code=CODE]):
   hang         requests are held for 5 seconds before the normal answer
   echo-reject  every POST gets 30001 with an errorMessage that echoes token_info
   reject       every request gets {"status": "false"} with the error code given as code=... (default 50001)
+  truncated    every request gets 200 with a Content-Length larger than the body it sends, then the connection closes
+  canned       every request gets 200 (application/json) with the raw body last sent with POST /__canned
 
 GET /__last returns {"method", "content_type", "body", "query"} of the last protocol request (raw, undecoded), and
 "redirected": "true" once any client followed a redirect.
@@ -37,9 +39,9 @@ import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-STATE = {"mode": "normal", "code": "50001", "last": {}}
+STATE = {"mode": "normal", "code": "50001", "last": {}, "canned": b""}
 LOCK = threading.Lock()
-MODES = {"normal", "html", "write-fail", "http-500", "redirect", "hang", "echo-reject", "reject"}
+MODES = {"normal", "html", "write-fail", "http-500", "redirect", "hang", "echo-reject", "reject", "truncated", "canned"}
 
 
 def valid_unique_id(unique_id):
@@ -118,6 +120,25 @@ class Handler(BaseHTTPRequestHandler):
                 code = STATE["code"]
             self.fail(code, "rejected by the test with " + code)
             return True
+        if mode == "truncated":
+            body = b'{"status": "true", "token_info": "{\\"user_info\\": {\\"id'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body) + 1000))
+            self.end_headers()
+            self.wfile.write(body)
+            self.wfile.flush()
+            self.close_connection = True
+            return True
+        if mode == "canned":
+            with LOCK:
+                canned = STATE["canned"]
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(canned)))
+            self.end_headers()
+            self.wfile.write(canned)
+            return True
         if mode == "write-fail" and self.command == "POST":
             self.fail("50001", "cannot write token information")
             return True
@@ -183,6 +204,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = self.read_body()
+        if urllib.parse.urlsplit(self.path).path == "/__canned":
+            # The raw body that mode "canned" serves from now on.
+            with LOCK:
+                STATE["canned"] = body
+            self.send_json({"canned": str(len(body))})
+            return
         if self.control():
             return
         self.record(body)

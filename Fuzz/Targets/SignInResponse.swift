@@ -1,0 +1,24 @@
+import Foundation
+
+/// libFuzzer target: the sign-in response parser, ``UserSessionPrototype/init(signInResponse:receivedAt:)``.
+///
+/// Any input must either parse or throw a ``UserSessionError`` with code `malformedSignInResponse`; a successful
+/// parse must give a usable identifier and, when credentials are present, a non-empty access token.
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzz(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
+    let data = Data(bytes: start, count: count)
+    do {
+        let prototype = try UserSessionPrototype(signInResponse: data, receivedAt: Date(timeIntervalSince1970: 0))
+        if prototype.identifier.isEmpty || prototype.identifier.utf8.contains(0) {
+            fatalError("fuzz: parsed an empty or NUL identifier")
+        }
+        if let credentials = prototype.credentials, credentials.accessToken.isEmpty {
+            fatalError("fuzz: parsed an empty access token")
+        }
+    } catch let error as UserSessionError {
+        if error.code != .malformedSignInResponse { fatalError("fuzz: unexpected error code \(error.code)") }
+    } catch {
+        fatalError("fuzz: untyped error \(type(of: error))")
+    }
+    return 0
+}

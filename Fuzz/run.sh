@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Builds and runs the libFuzzer targets in Fuzz/Targets.
+#
+# Each target is one file, Fuzz/Targets/<Name>.swift, defining LLVMFuzzerTestOneInput. It is compiled together with
+# every library source (Sources/UserSessions/**/*.swift) into one module named UserSessions, so internal parsers are
+# reachable without `@testable`, with `-sanitize=fuzzer,address`. Seeds live in Fuzz/Corpus/<Name>/ (committed,
+# read-only for the fuzzer); new corpus entries and crashing inputs go to fuzz-out/<Name>/ (git-ignored); binaries
+# go to .build-fuzz/ (git-ignored).
+#
+# Usage: Fuzz/run.sh [--runs N | --seconds S | --quick] [--release] [TARGET ...]
+#   --runs N      run each target for N inputs (default 1000000)
+#   --seconds S   run each target for S seconds instead (libFuzzer -max_total_time)
+#   --quick       CI mode: 20 seconds per target
+#   --release     build with -O instead of -Onone (the run time is dominated by Foundation's JSON code either way)
+#   TARGET ...    only these targets (default: all of TARGETS below)
+#
+# Prints, per target, the build time, the executions and the crashes found; exits non-zero if any target crashed
+# (its crashing input is in fuzz-out/<Name>/crash-*; replay it with `.build-fuzz/<Name> fuzz-out/<Name>/crash-…`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The targets. Adding one = adding Fuzz/Targets/<Name>.swift (plus seeds in Fuzz/Corpus/<Name>/) and its name here.
+TARGETS=(
+    SignInResponse # UserSessionPrototype(signInResponse:)
+    TokenFile      # FileTokenStore's file format (TokenFileCoding.decode)
+    RemoteResponse # RemoteTokenCacheProtocol.parseResponse and the token_info decoders
+    # PLACEHOLDER (4th target, added by the lead after the refresh merge): OAuthTokenResponse
+    #   the OAuth 2.0 token / error response parser of OAuth2TokenRefresher. Add Fuzz/Targets/OAuthTokenResponse.swift
+    #   and Fuzz/Corpus/OAuthTokenResponse/, then uncomment the next line.
+    # OAuthTokenResponse
+)
+
+RUNS=1000000
+SECONDS_PER_TARGET=""
+OPTIMIZATION="-Onone"
+SELECTED=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --runs) RUNS="$2"; SECONDS_PER_TARGET=""; shift 2 ;;
+    --seconds) SECONDS_PER_TARGET="$2"; shift 2 ;;
+    --quick) SECONDS_PER_TARGET=20; shift ;;
+    --release) OPTIMIZATION="-O"; shift ;;
+    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
+    -*) echo "unknown option $1" >&2; exit 2 ;;
+    *) SELECTED+=("$1"); shift ;;
+    esac
+done
+[ ${#SELECTED[@]} -gt 0 ] || SELECTED=("${TARGETS[@]}")
+
+if ! command -v swiftc >/dev/null 2>&1 && [ -x /opt/swift/usr/bin/swiftc ]; then
+    export PATH="/opt/swift/usr/bin:$PATH"
+fi
+
+BUILD_DIR=.build-fuzz
+OUT_DIR=fuzz-out
+mkdir -p "$BUILD_DIR" "$OUT_DIR"
+mapfile -t LIBRARY_SOURCES < <(find Sources/UserSessions -name '*.swift' | sort)
+
+# Use lld when the toolchain has it: gold prints hundreds of harmless "cannot export local symbol" warnings.
+LINKER=()
+if command -v ld.lld >/dev/null 2>&1; then LINKER=(-use-ld=lld); fi
+
+status=0
+summary=()
+for target in "${SELECTED[@]}"; do
+    source_file="Fuzz/Targets/$target.swift"
+    if [ ! -f "$source_file" ]; then
+        echo "no target file $source_file" >&2
+        exit 2
+    fi
+    binary="$BUILD_DIR/$target"
+    printf '\n==> building %s (%s)\n' "$target" "$OPTIMIZATION"
+    build_start=$(date +%s)
+    swiftc -sanitize=fuzzer,address -parse-as-library "$OPTIMIZATION" -g "${LINKER[@]}" \
+        -module-name UserSessions "${LIBRARY_SOURCES[@]}" "$source_file" -o "$binary"
+    build_seconds=$(($(date +%s) - build_start))
+
+    work="$OUT_DIR/$target"
+    mkdir -p "$work/corpus" "$work/artifacts"
+    seeds="Fuzz/Corpus/$target"
+    mkdir -p "$seeds"
+    limit=(-runs="$RUNS")
+    [ -z "$SECONDS_PER_TARGET" ] || limit=(-max_total_time="$SECONDS_PER_TARGET")
+    log="$work/fuzz.log"
+    marker="$work/.run-start"
+    touch "$marker"
+    printf '==> fuzzing %s (%s)\n' "$target" "${limit[*]}"
+    run_start=$(date +%s)
+    # The first corpus folder receives new inputs; the committed seeds are only read. Swift's runtime keeps
+    # metadata caches for the life of the process, which LeakSanitizer would report at exit: leaks are not checked.
+    set +e
+    SWIFT_BACKTRACE=enable=no ASAN_OPTIONS="detect_leaks=0:${ASAN_OPTIONS:-}" "$binary" "${limit[@]}" \
+        -dict=Fuzz/json.dict -max_len=8192 -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
+        -artifact_prefix="$work/artifacts/" "$work/corpus" "$seeds" >"$log" 2>&1
+    code=$?
+    set -e
+    run_seconds=$(($(date +%s) - run_start))
+    executions=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    [ -n "$executions" ] || executions=$(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' "$log" | tail -1)
+    crashes=$(find "$work/artifacts" -type f \( -name 'crash-*' -o -name 'timeout-*' -o -name 'oom-*' \
+        -o -name 'leak-*' \) -newer "$marker" 2>/dev/null | wc -l || true)
+    if [ "$code" -ne 0 ] && [ "$crashes" -eq 0 ]; then crashes=1; fi
+    line=$(printf '%-20s build %4ss  run %5ss  executions %10s  crashes %s' "$target" "$build_seconds" \
+        "$run_seconds" "${executions:-?}" "$crashes")
+    echo "$line"
+    summary+=("$line")
+    if [ "$crashes" -ne 0 ]; then
+        status=1
+        echo "    crashing inputs in $work/artifacts/; log: $log" >&2
+        grep -m 5 -E 'ERROR|Fatal error|SUMMARY|deadly signal' "$log" >&2 || true
+    fi
+done
+
+printf '\n==> fuzz summary\n'
+printf '%s\n' "${summary[@]}"
+exit "$status"

@@ -1,0 +1,538 @@
+import Foundation
+import Testing
+
+@testable import UserSessions
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Hostile identifiers, JSON and HTTP responses, each driven through every entry point that takes it. Each must end
+/// in a typed ``UserSessionError`` (or, for identifiers that are merely odd, a correct round trip that stays inside
+/// its own file or directory). Nothing here asserts timing: a hang or a crash fails the suite by itself.
+struct HostileInputTests {
+    // MARK: - Identifiers
+
+    /// Odd but valid identifiers: each must round-trip to its own data and never name a path outside the store.
+    static let oddIdentifiers: [String] = [
+        "..", ".", "/", "//", "../../../../etc/passwd", "a/../../b", "/absolute", "~", ".hidden", "C:\\Windows",
+        "a\\b", "%2e%2e%2f", "current-identifier", "current-identifier.json", "u-abc", "h-abc", ".tmp-abc",
+        // Invalid UTF-8 from raw bytes: decoding repairs it to U+FFFD, which must still stay in its own file.
+        String(decoding: [0xFF, 0xFE, 0x2E, 0x2E, 0x2F], as: UTF8.self),
+        String(decoding: [0xC0, 0xAF, 0xE0, 0x80, 0xAF, 0x2E, 0x2E], as: UTF8.self),  // overlong encodings of "/"
+        String(decoding: [0xED, 0xA0, 0x80], as: UTF8.self),  // a lone surrogate
+        // Unicode look-alikes of "admin": each is a different user and must get a different file.
+        "admin", "\u{430}dmin", "\u{FF41}\u{FF44}\u{FF4D}\u{FF49}\u{FF4E}", "admin\u{200B}", "admin ", "Admin",
+        "\u{202E}nimda", "adm\u{131}n",
+        // Canonically equivalent spellings (Swift's `==` calls them equal; the stores key by bytes).
+        "caf\u{E9}", "cafe\u{301}",
+        String(repeating: "/", count: 1000),  // encoded form too long: a hashed name
+        String(repeating: "x", count: 64 * 1024),  // exactly the limit
+    ]
+
+    /// Identifiers every store and the directories must refuse with `invalidIdentifier`.
+    static let refusedIdentifiers: [String] = [
+        "", "\u{0}", "a\u{0}b", "../\u{0}/etc", String(repeating: "x", count: 64 * 1024 + 1),
+        String(repeating: "\u{E9}", count: 40_000),  // 80,000 UTF-8 bytes
+    ]
+
+    /// A fresh store in a fresh root; `root` must end up holding nothing but the store's directory.
+    private static func makeFileStore() -> (root: URL, store: FileTokenStore) {
+        let root = FileManager.default.temporaryDirectory.appending(path: "hostile-\(UUID().uuidString)")
+        return (root, FileTokenStore(directory: root.appending(path: "tokens", directoryHint: .isDirectory)))
+    }
+
+    private static func session(_ identifier: String, index: Int) -> StoredSession {
+        StoredSession(
+            userInfo: UserInfo(id: "user-\(index)"),
+            credentials: Credentials(accessToken: "access-\(index)", refreshToken: "refresh-\(index)")
+        )
+    }
+
+    @Test func oddIdentifiersRoundTripThroughTheFileStoreAndStayInItsDirectory() async throws {
+        let (root, store) = Self.makeFileStore()
+        defer { try? FileManager.default.removeItem(at: root) }
+        for (index, identifier) in Self.oddIdentifiers.enumerated() {
+            try await store.save(Self.session(identifier, index: index), identifier: identifier)
+        }
+        try await store.saveCurrentIdentifier("..")
+        // Each one reads back its own session: look-alikes and equivalent spellings never share a file.
+        for (index, identifier) in Self.oddIdentifiers.enumerated() {
+            #expect(try await store.load(identifier: identifier) == Self.session(identifier, index: index), "#\(index)")
+        }
+        #expect(try await store.loadCurrentIdentifier() == "..")
+        let listed = try await store.storedIdentifiers()
+        #expect(Set(listed.map { Array($0.utf8) }) == Set(Self.oddIdentifiers.map { Array($0.utf8) }))
+        // Nothing was written anywhere but directly inside the store's directory, and every name is safe.
+        let everything = FileManager.default.enumerator(atPath: root.path(percentEncoded: false))?.allObjects
+        let names = (everything as? [String] ?? []).sorted()
+        #expect(names.first == "tokens")
+        for name in names.dropFirst() {
+            let parts = name.split(separator: "/", omittingEmptySubsequences: false)
+            #expect(parts.count == 2 && parts[0] == "tokens", "\(name) is not directly in the store's directory")
+            let file = parts.last.map(String.init) ?? ""
+            let isSafe = file.utf8.allSatisfy { byte in
+                (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
+                    || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
+                    || [UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: ".")].contains(byte)
+            }
+            #expect(isSafe && (file.hasPrefix("u-") || file.hasPrefix("h-") || file == "current-identifier.json"))
+        }
+        for identifier in Self.oddIdentifiers { try await store.remove(identifier: identifier) }
+        #expect(try await store.storedIdentifiers().isEmpty)
+    }
+
+    @Test(arguments: refusedIdentifiers)
+    func refusedIdentifiersAreTypedErrorsEverywhere(_ identifier: String) async throws {
+        let (root, store) = Self.makeFileStore()
+        defer { try? FileManager.default.removeItem(at: root) }
+        let session = Self.session(identifier, index: 0)
+        await Self.expectCode(.invalidIdentifier) { try await store.save(session, identifier: identifier) }
+        await Self.expectCode(.invalidIdentifier) { _ = try await store.load(identifier: identifier) }
+        await Self.expectCode(.invalidIdentifier) { try await store.remove(identifier: identifier) }
+        await Self.expectCode(.invalidIdentifier) { try await store.saveCurrentIdentifier(identifier) }
+
+        let directories = SessionDirectories(root: root.appending(path: "data"))
+        await Self.expectCode(.invalidIdentifier) { _ = try directories.sessionDirectory(for: identifier) }
+        await Self.expectCode(.invalidIdentifier) { try directories.create(for: identifier) }
+        await Self.expectCode(.invalidIdentifier) { try directories.remove(for: identifier) }
+
+        // Refused before any request is made: nothing listens on this port.
+        let remote = try RemoteTokenStore(endpoint: try #require(URL(string: "http://127.0.0.1:9/token_cache")))
+        await Self.expectCode(.invalidIdentifier) { try await remote.save(session, identifier: identifier) }
+        await Self.expectCode(.invalidIdentifier) { _ = try await remote.load(identifier: identifier) }
+        await Self.expectCode(.invalidIdentifier) { try await remote.remove(identifier: identifier) }
+        await Self.expectCode(.invalidIdentifier) { try await remote.saveCurrentIdentifier(identifier) }
+
+        let controller = UserSessionController(store: store)
+        let prototype = UserSessionPrototype(identifier: identifier, userInfo: UserInfo(id: "u"))
+        await Self.expectCode(.invalidPrototype) { _ = try await controller.open(prototype) }
+        #expect(controller.session.state == .undefined)
+        // Nothing reached the disk.
+        #expect(!FileManager.default.fileExists(atPath: root.path(percentEncoded: false)))
+        await controller.shutdown()
+    }
+
+    @Test func sessionDirectoriesOfOddIdentifiersAreDistinctChildrenOfTheRoot() throws {
+        let root = FileManager.default.temporaryDirectory.appending(path: "hostile-dirs-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let directories = SessionDirectories(root: root)
+        var seen: Set<String> = []
+        for identifier in Self.oddIdentifiers {
+            let directory = try directories.sessionDirectory(for: identifier)
+            let parent = directory.deletingLastPathComponent().standardizedFileURL.path(percentEncoded: false)
+            #expect(
+                parent.trimmingSuffix("/") == root.standardizedFileURL.path(percentEncoded: false).trimmingSuffix("/"))
+            #expect(seen.insert(directory.lastPathComponent).inserted)
+            try directories.create(for: identifier)
+        }
+        let children = try FileManager.default.contentsOfDirectory(atPath: root.path(percentEncoded: false))
+        #expect(Set(children) == seen)
+        for identifier in Self.oddIdentifiers { try directories.remove(for: identifier) }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: root.path(percentEncoded: false)).isEmpty)
+    }
+
+    @Test func theControllerOpensOddIdentifiersInsideItsStoreAndDataRoot() async throws {
+        let (root, store) = Self.makeFileStore()
+        defer { try? FileManager.default.removeItem(at: root) }
+        let dataRoot = root.appending(path: "data", directoryHint: .isDirectory)
+        let controller = UserSessionController(
+            store: store, configuration: .init(dataDirectories: SessionDirectories(root: dataRoot)))
+        for (index, identifier) in Self.oddIdentifiers.enumerated() {
+            let prototype = UserSessionPrototype(
+                identifier: identifier, userInfo: UserInfo(id: "user-\(index)"),
+                credentials: Credentials(accessToken: "access-\(index)"))
+            if identifier.utf8.count > UserSessionController.maximumIdentifierLength {
+                await Self.expectCode(.invalidPrototype) { _ = try await controller.open(prototype) }
+                continue
+            }
+            let session = try await controller.open(prototype)
+            #expect(session.identifier.map { Array($0.utf8) } == Array(identifier.utf8))
+            #expect(try await store.load(identifier: identifier)?.credentials?.accessToken == "access-\(index)")
+            try await controller.closeAndClear()
+            #expect(try await store.load(identifier: identifier) == nil)
+        }
+        let rootEntries = try FileManager.default.contentsOfDirectory(atPath: root.path(percentEncoded: false))
+        #expect(Set(rootEntries).isSubset(of: ["tokens", "data"]))
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: dataRoot.path(percentEncoded: false))
+        #expect(leftovers.isEmpty, "closeAndClear left data directories: \(leftovers)")
+        await controller.shutdown()
+    }
+
+    @Test func fileNamesThatAreNotUTF8OrNotOursAreSkippedByListingsAndReads() async throws {
+        let (root, store) = Self.makeFileStore()
+        defer { try? FileManager.default.removeItem(at: root) }
+        try await store.save(Self.session("real", index: 1), identifier: "real")
+        let directory = Array(store.directory.path(percentEncoded: false).utf8)
+        let hostileNames: [[UInt8]] = [
+            Array("u-".utf8) + [0xFF] + Array(".json".utf8),  // not UTF-8
+            [0xFF, 0xFE] + Array(".json".utf8),
+            Array(".tmp-".utf8) + [0xC0, 0xAF],
+            Array("h-".utf8) + [0xFF] + Array(".json".utf8),
+            Array("u-_ff.json".utf8),  // a valid escape of a byte that is not UTF-8 on its own
+            Array("u-_2e_2e.json".utf8) + [0x80],
+        ]
+        for name in hostileNames {
+            let path = directory + [UInt8(ascii: "/")] + name + [0]
+            let descriptor = path.withUnsafeBufferPointer { buffer in
+                buffer.withMemoryRebound(to: CChar.self) { characters in
+                    characters.baseAddress.map { open($0, O_WRONLY | O_CREAT | O_EXCL, 0o600) } ?? -1
+                }
+            }
+            try #require(descriptor >= 0, "could not create a file with a raw byte name")
+            _ = write(descriptor, "{\"format\":", 10)
+            _ = close(descriptor)
+        }
+        #expect(try await store.storedIdentifiers() == ["real"])
+        #expect(try await store.load(identifier: "real") == Self.session("real", index: 1))
+        // The identifier these raw bytes repair to is a different, unused key.
+        #expect(try await store.load(identifier: String(decoding: [0xFF], as: UTF8.self)) == nil)
+    }
+
+    @Test func oddIdentifiersTravelToTheRemoteStoreAsSafeUniqueIDs() async throws {
+        try await FixtureServer.run(script: "token_cache_server.py") { server in
+            let store = try RemoteTokenStore(endpoint: server.url("/token_cache"))
+            for (index, identifier) in Self.oddIdentifiers.enumerated() {
+                try await store.save(Self.session(identifier, index: index), identifier: identifier)
+                let (data, _) = try await URLSession.shared.data(from: server.url("/__last"))
+                let last = try JSONDecoder().decode([String: String].self, from: data)
+                let body = last["body"] ?? ""
+                let uniqueID = body.split(separator: "&").first { $0.hasPrefix("unique_id=") }?.dropFirst(10) ?? ""
+                #expect(uniqueID.hasPrefix("u-") || uniqueID.hasPrefix("h-"), "#\(index)")
+                #expect(uniqueID.utf8.allSatisfy { $0 < 0x80 && $0 != UInt8(ascii: "%") && $0 != UInt8(ascii: ".") })
+            }
+            for (index, identifier) in Self.oddIdentifiers.enumerated() {
+                #expect(try await store.load(identifier: identifier) == Self.session(identifier, index: index))
+            }
+        }
+    }
+
+    // MARK: - JSON
+
+    /// 100,000 levels of arrays, then of objects.
+    static let deepArrays = Data((String(repeating: "[", count: 100_000) + String(repeating: "]", count: 100_000)).utf8)
+    static let deepObjects = Data(
+        (String(repeating: "{\"a\":", count: 100_000) + "1" + String(repeating: "}", count: 100_000)).utf8)
+
+    /// A 50 MB body that never closes its string.
+    static let hugeUnterminated: Data = {
+        var data = Data(#"{"result": {"user": {"id": ""#.utf8)
+        data.append(Data(repeating: UInt8(ascii: "a"), count: 50 * 1024 * 1024))
+        return data
+    }()
+
+    /// A 50 MB body of valid JSON: a top-level array, which no parser here accepts.
+    static let hugeArray: Data = {
+        var data = Data("[\"".utf8)
+        data.append(Data(repeating: UInt8(ascii: "a"), count: 50 * 1024 * 1024))
+        data.append(Data("\"]".utf8))
+        return data
+    }()
+
+    static let signInCases: [(name: String, body: String, path: String?)] = [
+        ("wrong type: id is a boolean", #"{"result": {"user": {"id": true}}}"#, "result.user.id"),
+        ("wrong type: result is an array", #"{"result": []}"#, "result"),
+        (
+            "wrong type: access_token is a number", #"{"result": {"user": {"id": "u"}, "access_token": 5}}"#,
+            "result.access_token"
+        ),
+        (
+            "wrong type: expires_in is an object",
+            #"{"result": {"user": {"id": "u"}, "access_token": "a", "expires_in": {}}}"#, "result.expires_in"
+        ),
+        (
+            "wrong type: scope is a number", #"{"result": {"user": {"id": "u"}, "access_token": "a", "scope": 1}}"#,
+            "result.scope"
+        ),
+        (
+            "negative expires_in", #"{"result": {"user": {"id": "u"}, "access_token": "a", "expires_in": -1}}"#,
+            "result.expires_in"
+        ),
+        (
+            "negative expires_in as a string",
+            #"{"result": {"user": {"id": "u"}, "access_token": "a", "expires_in": "-0.5"}}"#, "result.expires_in"
+        ),
+        (
+            "huge expires_in", #"{"result": {"user": {"id": "u"}, "access_token": "a", "expires_in": 1e308}}"#,
+            "result.expires_in"
+        ),
+        (
+            "expires_in past Int64",
+            #"{"result": {"user": {"id": "u"}, "access_token": "a", "expires_in": 9223372036854775808}}"#,
+            "result.expires_in"
+        ),
+        (
+            "expires_in past Double", #"{"result": {"user": {"id": "u"}, "access_token": "a", "expires_in": 1e999}}"#,
+            nil
+        ),
+        (
+            "expires_in as a huge string",
+            #"{"result": {"user": {"id": "u"}, "access_token": "a", "expires_in": "99999999999999999999999"}}"#,
+            "result.expires_in"
+        ),
+        (
+            "expires_in as nan", #"{"result": {"user": {"id": "u"}, "access_token": "a", "expires_in": "nan"}}"#,
+            "result.expires_in"
+        ),
+        ("a lone surrogate escape", #"{"result": {"user": {"id": "\ud800"}}}"#, nil),
+    ]
+
+    @Test func hostileSignInResponsesAreMalformedSignInResponseErrors() {
+        var bodies: [(String, Data, String?)] = Self.signInCases.map { ($0.name, Data($0.body.utf8), $0.path) }
+        bodies += [
+            ("100,000 nested arrays", Self.deepArrays, nil), ("100,000 nested objects", Self.deepObjects, nil),
+            ("50 MB unterminated string", Self.hugeUnterminated, nil), ("50 MB array", Self.hugeArray, nil),
+        ]
+        for (name, body, path) in bodies {
+            do {
+                let prototype = try UserSessionPrototype(signInResponse: body)
+                Issue.record("\(name): parsed into \(prototype.identifier.prefix(20))")
+            } catch let error as UserSessionError {
+                #expect(error.code == .malformedSignInResponse, "\(name)")
+                if let path { #expect(error.jsonPath == path, "\(name)") }
+            } catch {
+                Issue.record("\(name): untyped \(type(of: error))")
+            }
+        }
+    }
+
+    static let tokenFileCases: [(name: String, body: String)] = [
+        ("format is a number", #"{"format": 5, "version": 1, "identifier": "u"}"#),
+        ("version is a string", #"{"format": "swift-user-sessions.token", "version": "1", "identifier": "u"}"#),
+        ("version is negative", #"{"format": "swift-user-sessions.token", "version": -1, "identifier": "u"}"#),
+        (
+            "version past Int64",
+            #"{"format": "swift-user-sessions.token", "version": 99999999999999999999, "identifier": "u"}"#
+        ),
+        ("identifier is a number", #"{"format": "swift-user-sessions.token", "version": 1, "identifier": 7}"#),
+        (
+            "session is a string",
+            #"{"format": "swift-user-sessions.token", "version": 1, "identifier": "u", "session": "x"}"#
+        ),
+        (
+            "access token is a number",
+            #"{"format":"swift-user-sessions.token","version":1,"identifier":"u","session":{"user_info":{"id":"u","attributes":{}},"credentials":{"access_token":1}}}"#
+        ),
+        (
+            "expiry is a string",
+            #"{"format":"swift-user-sessions.token","version":1,"identifier":"u","session":{"user_info":{"id":"u","attributes":{}},"credentials":{"access_token":"a","expires_at":"soon"}}}"#
+        ),
+        ("no session", #"{"format": "swift-user-sessions.token", "version": 1, "identifier": "u"}"#),
+        (
+            "another identifier",
+            #"{"format":"swift-user-sessions.token","version":1,"identifier":"v","session":{"user_info":{"id":"u","attributes":{}}}}"#
+        ),
+        ("empty", ""), ("truncated", #"{"format":"swift-user-sessions.token","vers"#), ("NUL bytes", "\u{0}\u{0}"),
+    ]
+
+    @Test func hostileTokenFilesAreStoreCorruptErrors() async throws {
+        let (root, store) = Self.makeFileStore()
+        defer { try? FileManager.default.removeItem(at: root) }
+        try await store.save(Self.session("u", index: 0), identifier: "u")  // creates the directory
+        let file = store.directory.appending(path: try IdentifierEncoding.name(for: "u").value + ".json")
+        var bodies: [(String, Data)] = Self.tokenFileCases.map { ($0.name, Data($0.body.utf8)) }
+        bodies += [
+            ("100,000 nested arrays", Self.deepArrays), ("100,000 nested objects", Self.deepObjects),
+            ("50 MB unterminated string", Self.hugeUnterminated), ("50 MB array", Self.hugeArray),
+        ]
+        for (name, body) in bodies {
+            try body.write(to: file)
+            await Self.expectCode(.storeCorrupt, name) { _ = try await store.load(identifier: "u") }
+            // The corrupt file is kept for inspection.
+            #expect(try Data(contentsOf: file) == body, "\(name)")
+        }
+        // The same bytes as a current-identifier file.
+        let current = store.directory.appending(path: FileTokenStore.currentIdentifierFileName)
+        for (name, body) in bodies {
+            try body.write(to: current)
+            await Self.expectCode(.storeCorrupt, name) { _ = try await store.loadCurrentIdentifier() }
+        }
+    }
+
+    static let remoteResponseCases: [(name: String, body: String)] = [
+        ("status is a number", #"{"status": 1}"#), ("status is yes", #"{"status": "yes"}"#),
+        ("no status", #"{"token_info": "{}"}"#), ("an array", #"["status", "true"]"#),
+        ("a bare string", #""true""#),
+    ]
+
+    static let tokenInfoCases: [(name: String, body: String)] = [
+        ("token_info is not JSON", "not json"), ("token_info is an array", "[1, 2]"),
+        (
+            "access token is a number",
+            #"{"user_info": {"id": "u", "attributes": {}}, "credentials": {"access_token": 1}}"#
+        ),
+        (
+            "date in another format",
+            #"{"user_info": {"id": "u", "attributes": {}}, "credentials": {"access_token": "a", "expires_at": "1700000000"}}"#
+        ),
+        (
+            "date out of range",
+            #"{"user_info": {"id": "u", "attributes": {}}, "credentials": {"access_token": "a", "expires_at": "9999-99-99T99:99:99.999+9999"}}"#
+        ),
+    ]
+
+    @Test func hostileRemoteResponsesAreTypedErrorsWithoutTheNetwork() {
+        var responses: [(String, Data)] = Self.remoteResponseCases.map { ($0.name, Data($0.body.utf8)) }
+        responses += [
+            ("100,000 nested arrays", Self.deepArrays), ("100,000 nested objects", Self.deepObjects),
+            ("50 MB unterminated string", Self.hugeUnterminated), ("50 MB array", Self.hugeArray),
+            ("an HTML page", Data("<html><body>Maintenance</body></html>".utf8)),
+            ("a truncated body", Data(#"{"status": "true", "token_in"#.utf8)),
+        ]
+        for (name, body) in responses {
+            Self.expectCodeNow(.transportFailure, name) { _ = try RemoteTokenCacheProtocol.parseResponse(body) }
+        }
+        var tokenInfos = Self.tokenInfoCases.map { ($0.name, $0.body) }
+        tokenInfos += [
+            ("100,000 nested arrays", String(decoding: Self.deepArrays, as: UTF8.self)),
+            ("100,000 nested objects", String(decoding: Self.deepObjects, as: UTF8.self)),
+        ]
+        for (name, tokenInfo) in tokenInfos {
+            Self.expectCodeNow(.storeCorrupt, name) { _ = try RemoteTokenCacheProtocol.decodeSession(tokenInfo) }
+            Self.expectCodeNow(.storeCorrupt, name) {
+                _ = try RemoteTokenCacheProtocol.decodeCurrentIdentifier(tokenInfo)
+            }
+        }
+    }
+
+    /// A 9 MiB access token (a sign-in response accepts it) makes a session the file store writes but then refuses
+    /// to read (its limit is 8 MiB): the save should be refused instead, so the failure shows when it happens.
+    @Test func aSessionTooLargeToReadBackIsRefusedWhenSaved() async throws {
+        let (root, store) = Self.makeFileStore()
+        defer { try? FileManager.default.removeItem(at: root) }
+        let token = String(repeating: "t", count: 9 * 1024 * 1024)
+        let body = #"{"result": {"user": {"id": "big"}, "access_token": ""# + token + #""}}"#
+        let prototype = try UserSessionPrototype(signInResponse: Data(body.utf8))
+        let session = StoredSession(userInfo: prototype.userInfo, credentials: prototype.credentials)
+        // Known issue (Stores/FileTokenStore.swift): save does not check FileTokenStore.maximumFileSize.
+        await withKnownIssue("FileTokenStore saves files larger than it will read back") {
+            await Self.expectCode(.storeFailure, "save") { try await store.save(session, identifier: "big") }
+        }
+        // Whatever happens, reading is a typed error, never a crash or a silent nil.
+        do {
+            #expect(try await store.load(identifier: "big") == session)
+        } catch let error as UserSessionError {
+            #expect(error.code == .storeCorrupt)
+        }
+    }
+
+    /// Duplicate members, where the first is valid and the second is not. RFC 8259 leaves the meaning of such a
+    /// document open and implementations disagree (Foundation keeps the first member, Python's `json` the last), so
+    /// a proxy or a token cache may act on a different token than we do; they should be rejected.
+    @Test func duplicateMembersAreTypedErrors() {
+        // Known issue: Foundation's JSONDecoder silently keeps the first of duplicate members, and every parser here
+        // (ParsedJSON for sign-in and remote responses, Codable for token files and token_info) is built on it, so
+        // none of them can see the duplicate. Remove this wrapper once they reject duplicates.
+        withKnownIssue("duplicate JSON members are accepted (the first one wins)") {
+            Self.expectCodeNow(.malformedSignInResponse, "sign-in") {
+                _ = try UserSessionPrototype(
+                    signInResponse: Data(#"{"result": {"user": {"id": "u", "id": 1.5}}}"#.utf8))
+            }
+            Self.expectCodeNow(.transportFailure, "remote response") {
+                _ = try RemoteTokenCacheProtocol.parseResponse(Data(#"{"status": "true", "status": 1}"#.utf8))
+            }
+            Self.expectCodeNow(.storeCorrupt, "token_info") {
+                _ = try RemoteTokenCacheProtocol.decodeSession(
+                    #"{"user_info": {"id": "u", "attributes": {}}, "user_info": 5}"#)
+            }
+            Self.expectCodeNow(.storeCorrupt, "token file") {
+                let file =
+                    #"{"format":"swift-user-sessions.token","format":1,"version":1,"identifier":"u","#
+                    + #""session":{"user_info":{"id":"u","attributes":{}}}}"#
+                _ = try TokenFileCoding.decode(Array(file.utf8), format: FileTokenStore.tokenFileFormat, file: "f")
+            }
+        }
+    }
+
+    // MARK: - HTTP
+
+    @Test func hostileHTTPAnswersAreTypedErrorsFromTheRemoteStore() async throws {
+        try await FixtureServer.run(script: "token_cache_server.py") { server in
+            let store = try RemoteTokenStore(endpoint: server.url("/token_cache"))
+            let session = Self.session("u", index: 0)
+            func setMode(_ mode: String) async throws {
+                let url = try #require(URL(string: server.url("/__control").absoluteString + "?mode=" + mode))
+                _ = try await URLSession.shared.data(from: url)
+            }
+            func setCanned(_ body: Data) async throws {
+                var request = URLRequest(url: server.url("/__canned"))
+                request.httpMethod = "POST"
+                request.httpBody = body
+                _ = try await URLSession.shared.data(for: request)
+            }
+
+            // A 200 with an HTML page, and a body cut short of its Content-Length.
+            for mode in ["html", "truncated"] {
+                try await setMode(mode)
+                await Self.expectCode(.transportFailure, mode) { _ = try await store.load(identifier: "u") }
+                await Self.expectCode(.transportFailure, mode) { try await store.save(session, identifier: "u") }
+                await Self.expectCode(.transportFailure, mode) { _ = try await store.loadCurrentIdentifier() }
+            }
+
+            // Complete HTTP answers with hostile bodies.
+            try await setMode("canned")
+            let nested = "{\"status\": \"true\", \"token_info\": \"" + String(repeating: "[", count: 100_000) + "\"}"
+            let cannedCases: [(String, Data, UserSessionError.Code)] = [
+                ("a JSON body cut short", Data(#"{"status": "true", "token_in"#.utf8), .transportFailure),
+                ("100,000 nested arrays", Self.deepArrays, .transportFailure),
+                ("50 MB unterminated string", Self.hugeUnterminated, .transportFailure),
+                ("100,000 nested arrays inside token_info", Data(nested.utf8), .storeCorrupt),
+                ("token_info of another shape", Data(#"{"status": "true", "token_info": "[1]"}"#.utf8), .storeCorrupt),
+                ("a status of the wrong type", Data(#"{"status": 1, "token_info": "{}"}"#.utf8), .transportFailure),
+            ]
+            for (name, body, code) in cannedCases {
+                try await setCanned(body)
+                await Self.expectCode(code, name) { _ = try await store.load(identifier: "u") }
+            }
+        }
+    }
+
+    // MARK: - Helpers
+
+    private static func expectCode(
+        _ code: UserSessionError.Code,
+        _ name: String = "",
+        sourceLocation: SourceLocation = #_sourceLocation,
+        _ body: () async throws -> Void
+    ) async {
+        do {
+            try await body()
+            Issue.record("\(name): no error, expected \(code)", sourceLocation: sourceLocation)
+        } catch let error as UserSessionError {
+            #expect(error.code == code, "\(name): \(error)", sourceLocation: sourceLocation)
+        } catch {
+            Issue.record("\(name): untyped \(type(of: error)), expected \(code)", sourceLocation: sourceLocation)
+        }
+    }
+
+    private static func expectCodeNow(
+        _ code: UserSessionError.Code,
+        _ name: String,
+        sourceLocation: SourceLocation = #_sourceLocation,
+        _ body: () throws -> Void
+    ) {
+        do {
+            try body()
+            Issue.record("\(name): no error, expected \(code)", sourceLocation: sourceLocation)
+        } catch let error as UserSessionError {
+            #expect(error.code == code, "\(name): \(error)", sourceLocation: sourceLocation)
+        } catch {
+            Issue.record("\(name): untyped \(type(of: error)), expected \(code)", sourceLocation: sourceLocation)
+        }
+    }
+}
+
+extension String {
+    fileprivate func trimmingSuffix(_ suffix: String) -> String {
+        var result = self
+        while result.count > 1, result.hasSuffix(suffix) { result.removeLast(suffix.count) }
+        return result
+    }
+}
