@@ -161,9 +161,9 @@ struct OAuth2TokenRefresherTests {
     }
 
     @Test func refusedConnectionIsTransient() async throws {
-        let server = try OAuthFixtureServer.start()
+        let server = try await OAuthFixtureServer.start()
         let refresher = try Self.refresher(server)
-        server.stop()
+        await server.stop()
         let error = await Self.refreshError { try await refresher.refresh(Self.credentials("rt-any")) }
         #expect(error?.failureClass == .transient)
         #expect(error?.code == .transportFailure)

@@ -125,9 +125,9 @@ struct RefreshOAuthIntegrationTests {
 
     @Test func refusedConnectionIsTransient() async throws {
         let time = ManualTime()
-        let server = try OAuthFixtureServer.start(["--client-secret", Self.secret])
+        let server = try await OAuthFixtureServer.start(["--client-secret", Self.secret])
         let controller = try await Self.makeController(server, time: time)
-        server.stop()
+        await server.stop()
         time.advance(by: 3601)
         let error = await #expect(throws: UserSessionError.self) { try await controller.accessToken() }
         #expect(error?.failureClass == .transient)

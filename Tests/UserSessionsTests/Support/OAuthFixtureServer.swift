@@ -7,8 +7,8 @@ import FoundationNetworking
 
 /// Runs `Fixtures/oauth_server.py` on 127.0.0.1 for one test and stops it afterwards.
 ///
-/// Not `Sendable`: a test uses it from its own task and hands only URLs to other tasks.
-final class OAuthFixtureServer {
+/// A thin layer over ``FixtureServer`` with the OAuth server's admin calls.
+final class OAuthFixtureServer: Sendable {
     struct Stats: Decodable, Sendable {
         var tokenRequests: Int
         var refreshes: Int
@@ -31,65 +31,33 @@ final class OAuthFixtureServer {
         }
     }
 
-    private let process: Process
-    private let input: Pipe
-    let port: Int
+    private let server: FixtureServer
 
-    private init(process: Process, port: Int, input: Pipe) {
-        self.process = process
-        self.port = port
-        self.input = input
+    private init(_ server: FixtureServer) {
+        self.server = server
     }
 
-    static var scriptURL: URL {
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Fixtures/oauth_server.py")
-    }
+    /// The port the server listens on.
+    var port: Int { server.port }
 
     /// Starts the server with extra command-line `arguments` (for example `["--auth", "post"]`).
-    static func start(_ arguments: [String] = []) throws -> OAuthFixtureServer {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", scriptURL.path] + arguments
-        let output = Pipe()
-        let input = Pipe()
-        process.standardOutput = output
-        // The server exits when this pipe closes, so a crashed test run leaves no server behind.
-        process.standardInput = input
-        try process.run()
-        var line = Data()
-        while true {
-            let byte = output.fileHandleForReading.readData(ofLength: 1)
-            if byte.isEmpty || byte == Data("\n".utf8) { break }
-            line.append(byte)
-        }
-        guard let port = Int(String(decoding: line, as: UTF8.self)) else {
-            process.terminate()
-            throw UserSessionError(.transportFailure, "the OAuth fixture server did not start")
-        }
-        return OAuthFixtureServer(process: process, port: port, input: input)
+    static func start(_ arguments: [String] = []) async throws -> OAuthFixtureServer {
+        OAuthFixtureServer(try await FixtureServer.start(script: "oauth_server.py", arguments: arguments))
     }
 
     /// Runs `body` with a fresh server and stops it afterwards, whatever happens.
     static func with<R>(_ arguments: [String] = [], _ body: (OAuthFixtureServer) async throws -> R) async throws -> R {
-        let server = try start(arguments)
-        do {
-            let result = try await body(server)
-            server.stop()
-            return result
-        } catch {
-            server.stop()
-            throw error
+        try await FixtureServer.run(script: "oauth_server.py", arguments: arguments) { server in
+            try await body(OAuthFixtureServer(server))
         }
     }
 
-    func stop() {
-        try? input.fileHandleForWriting.close()
-        process.terminate()
-        process.waitUntilExit()
+    /// Terminates the server and waits for it to exit.
+    func stop() async {
+        await server.stop()
     }
 
-    var baseURL: URL { URL(string: "http://127.0.0.1:\(port)") ?? URL(fileURLWithPath: "/nonexistent") }
+    var baseURL: URL { server.baseURL }
     var tokenEndpoint: URL { baseURL.appendingPathComponent("token") }
 
     private func request(_ method: String, _ path: String, json: [String: Any]? = nil) async throws -> Data {
