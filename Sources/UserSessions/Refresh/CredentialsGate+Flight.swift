@@ -70,12 +70,7 @@ extension CredentialsGate {
             releasePersistSlot()
             return
         }
-        var persistError: (any Error)?
-        do {
-            try await store.save(target.stored, identifier: target.identifier)
-        } catch {
-            persistError = error
-        }
+        let persistError = await write(target)
         let now = configuration.clock.nowSeconds()
         let jitter = Double.random(in: 0...1)
         let action = state.withLock {
@@ -96,6 +91,16 @@ extension CredentialsGate {
         Self.resume(action.waiters, with: .success(credentials))
     }
 
+    /// Writes `target` to the store; returns the error when the write failed.
+    func write(_ target: RefreshStateMachine.PersistTarget) async -> (any Error)? {
+        do {
+            try await store.save(target.stored, identifier: target.identifier)
+            return nil
+        } catch {
+            return error
+        }
+    }
+
     /// Retries a failed write in the background.
     func startPersistRetry(_ job: RefreshStateMachine.PersistJob) {
         runInBackground { await self.runPersistRetry(job) }
@@ -107,12 +112,7 @@ extension CredentialsGate {
             releasePersistSlot()
             return
         }
-        var persistError: (any Error)?
-        do {
-            try await store.save(target.stored, identifier: target.identifier)
-        } catch {
-            persistError = error
-        }
+        let persistError = await write(target)
         let now = configuration.clock.nowSeconds()
         let jitter = Double.random(in: 0...1)
         state.withLock {

@@ -88,12 +88,8 @@ final class CredentialsGate: Sendable {
         await acquirePersistSlot()
         // Cancelled once `deactivate()` stopped waiting: the session is closed without this write, and writing
         // now could land after a later `remove`.
-        if !Task.isCancelled, let flush = state.withLock({ $0.takeFinalFlush() }) {
-            do {
-                try await store.save(flush.stored, identifier: flush.identifier)
-            } catch {
-                events.emit(.persistenceFailed, session: nil, detail: Self.describePersistFailure(error))
-            }
+        if !Task.isCancelled, let flush = state.withLock({ $0.takeFinalFlush() }), let error = await write(flush) {
+            events.emit(.persistenceFailed, session: nil, detail: Self.describePersistFailure(error))
         }
         releasePersistSlot()
     }
