@@ -591,6 +591,101 @@ struct HostileInputTests {
         }
     }
 
+    /// Hostile token endpoints, through a real `OAuth2TokenRefresher` against the OAuth fixture: each answer is a
+    /// typed, classified error (or, for a huge `expires_in`, the documented clamp to 100 years). A redirect to the
+    /// same host and another path is covered by `OAuth2TokenRefresherTests.redirectsAreNotFollowedAndAreTransient`;
+    /// `aRedirectToAnotherHostNeverCarriesTheRefreshTokenOrTheSecret` below sends it to another host.
+    @Test func hostileTokenEndpointAnswersAreTypedErrorsFromTheRefresher() async throws {
+        let cases: [(String, [String: Any], [UserSessionError.Code])] = [
+            ("a 200 with an HTML page", ["mode": "garbage"], [.malformedTokenResponse]),
+            // Cut short of its Content-Length: the transport reports the lost connection (or, if it hands over
+            // what arrived, the parser refuses the cut JSON).
+            ("a body cut short", ["mode": "truncated"], [.transportFailure, .malformedTokenResponse]),
+            ("100,000 nested arrays", ["mode": "nested"], [.malformedTokenResponse]),
+            ("a 50 MB token response", ["mode": "huge"], [.malformedTokenResponse]),
+            ("a negative expires_in", ["mode": "normal", "expires_in": -5], [.malformedTokenResponse]),
+            ("a negative expires_in string", ["mode": "normal", "expires_in": "-1"], [.malformedTokenResponse]),
+            ("an infinite expires_in", ["mode": "normal", "expires_in": "1e999"], [.malformedTokenResponse]),
+            ("an expires_in that is not a number", ["mode": "normal", "expires_in": [1]], [.malformedTokenResponse]),
+        ]
+        try await OAuthFixtureServer.with { server in
+            let refresher = try OAuth2TokenRefresher(
+                tokenEndpoint: server.tokenEndpoint,
+                clientAuthentication: .clientSecretBasic(id: "client", secret: "client-secret"))
+            for (name, settings, codes) in cases {
+                try await server.configure(settings)
+                let (refreshToken, accessToken) = try await server.issue()
+                let previous = Credentials(accessToken: accessToken, refreshToken: refreshToken)
+                do {
+                    _ = try await refresher.refresh(previous)
+                    Issue.record("\(name): refreshed")
+                } catch let error as UserSessionError {
+                    #expect(codes.contains(error.code), "\(name): \(error)")
+                    #expect(error.failureClass == .transient, "\(name): \(error)")
+                    for secret in [refreshToken, accessToken, "client-secret"] {
+                        #expect(!"\(error)".contains(secret), "\(name) shows a secret")
+                    }
+                    if name.hasPrefix("a 50 MB") {
+                        #expect(error.message.contains("larger than"), "\(name): read past the size limit")
+                    }
+                } catch {
+                    Issue.record("\(name): untyped \(type(of: error))")
+                }
+            }
+
+            // Huge lifetimes are clamped to 100 years from when the request was sent, never overflowing a Date.
+            let time = ManualTime()
+            let clocked = try OAuth2TokenRefresher(
+                tokenEndpoint: server.tokenEndpoint,
+                clientAuthentication: .clientSecretBasic(id: "client", secret: "client-secret"), clock: time.clock)
+            for huge: Any in [1e300, "99999999999999999999999999999999", 9_223_372_036_854_775_807] {
+                try await server.configure(["mode": "normal", "expires_in": huge])
+                let (refreshToken, accessToken) = try await server.issue()
+                let refreshed = try await clocked.refresh(
+                    Credentials(accessToken: accessToken, refreshToken: refreshToken))
+                #expect(refreshed.expiresAt == time.now.addingTimeInterval(OAuth2TokenResponse.maximumLifetime))
+            }
+        }
+    }
+
+    /// A 307 to another host name for the same server: a client that followed it could re-send the form body with
+    /// the refresh token, and the Basic client credentials, there. The refresher never follows it. The control: a
+    /// following client (`URLSession.shared`, which on Linux drops a 307's body but keeps the `Authorization`
+    /// header) does reach the other host with the client secret, so the fixture would see a leak.
+    @Test func aRedirectToAnotherHostNeverCarriesTheRefreshTokenOrTheSecret() async throws {
+        try await OAuthFixtureServer.with { server in
+            func stats() async throws -> [String: Any] {
+                let (data, _) = try await URLSession.shared.data(from: server.baseURL.appendingPathComponent("stats"))
+                return try JSONSerialization.jsonObject(with: data) as? [String: Any] ?? [:]
+            }
+            try await server.configure(["mode": "redirect_other_host"])
+            let refresher = try OAuth2TokenRefresher(
+                tokenEndpoint: server.tokenEndpoint,
+                clientAuthentication: .clientSecretBasic(id: "client", secret: "client-secret"))
+            let (refreshToken, accessToken) = try await server.issue()
+            do {
+                _ = try await refresher.refresh(Credentials(accessToken: accessToken, refreshToken: refreshToken))
+                Issue.record("refreshed through a redirect")
+            } catch let error as UserSessionError {
+                #expect(error.code == .refreshFailed && error.failureClass == .transient, "\(error)")
+            }
+            var counters = try await stats()
+            #expect(counters["redirect_target_hits"] as? Int == 0)
+            #expect(counters["redirect_target_saw_secret"] as? Int == 0)
+
+            // The control: a client that follows redirects takes the client credentials to the other host.
+            var request = URLRequest(url: server.tokenEndpoint)
+            request.httpMethod = "POST"
+            request.httpBody = Data("grant_type=refresh_token&refresh_token=\(refreshToken)".utf8)
+            request.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")
+            request.setValue("Basic Y2xpZW50OmNsaWVudC1zZWNyZXQ=", forHTTPHeaderField: "Authorization")
+            _ = try? await URLSession.shared.data(for: request)
+            counters = try await stats()
+            #expect(counters["redirect_target_hits"] as? Int == 1)
+            #expect(counters["redirect_target_saw_secret"] as? Int == 1)
+        }
+    }
+
     // MARK: - Helpers
 
     private static func expectCode(
