@@ -40,7 +40,7 @@ public final class FileTokenStore: TokenStore {
     private let path: String
     private let queue = DispatchQueue(label: "UserSessions.FileTokenStore", attributes: .concurrent)
     /// Whether the first call has swept stale temporary files yet.
-    private let hasSwept = Mutex(false)
+    private let hasSwept = Atomic(false)
 
     /// Temporary files last modified longer ago than this many seconds are leftovers of dead writers, removed by
     /// the first call on a store instance: 5 minutes.
@@ -277,11 +277,7 @@ public final class FileTokenStore: TokenStore {
 
     /// On the first call only: removes temporary files that dead writers left (see the type's documentation).
     private func sweepOnce() {
-        let isFirst = hasSwept.withLock { swept in
-            defer { swept = true }
-            return !swept
-        }
-        guard isFirst else { return }
+        guard hasSwept.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else { return }
         PrivateFiles.removeStaleTemporaryFiles(in: path, olderThan: Self.staleTemporaryFileAge)
     }
 
