@@ -648,6 +648,30 @@ struct HostileInputTests {
         }
     }
 
+    /// A token endpoint that takes its time: cancelling the refreshing task cancels the request at once (the
+    /// transport does not wait for the answer) and the error is classified `cancelled`.
+    @Test func cancellingASlowRefreshCancelsItsRequest() async throws {
+        try await OAuthFixtureServer.with { server in
+            try await server.configure(["mode": "normal", "delay": 30])
+            let refresher = try OAuth2TokenRefresher(
+                tokenEndpoint: server.tokenEndpoint,
+                clientAuthentication: .clientSecretBasic(id: "client", secret: "client-secret"))
+            let (refreshToken, accessToken) = try await server.issue()
+            let refreshing = Task {
+                try await refresher.refresh(Credentials(accessToken: accessToken, refreshToken: refreshToken))
+            }
+            // The request has arrived (and sleeps in the server) once the counter moves.
+            while try await server.stats().tokenRequests == 0 { await Task.yield() }
+            refreshing.cancel()
+            do {
+                _ = try await refreshing.value
+                Issue.record("the refresh finished")
+            } catch let error as UserSessionError {
+                #expect(error.failureClass == .cancelled, "\(error)")
+            }
+        }
+    }
+
     /// A 307 to another host name for the same server: a client that followed it could re-send the form body with
     /// the refresh token, and the Basic client credentials, there. The refresher never follows it. The control: a
     /// following client (`URLSession.shared`, which on Linux drops a 307's body but keeps the `Authorization`
