@@ -21,13 +21,10 @@ cd "$(dirname "$0")/.."
 
 # The targets. Adding one = adding Fuzz/Targets/<Name>.swift (plus seeds in Fuzz/Corpus/<Name>/) and its name here.
 TARGETS=(
-    SignInResponse # UserSessionPrototype(signInResponse:)
-    TokenFile      # FileTokenStore's file format (TokenFileCoding.decode)
-    RemoteResponse # RemoteTokenCacheProtocol.parseResponse and the token_info decoders
-    # PLACEHOLDER (4th target, added by the lead after the refresh merge): OAuthTokenResponse
-    #   the OAuth 2.0 token / error response parser of OAuth2TokenRefresher. Add Fuzz/Targets/OAuthTokenResponse.swift
-    #   and Fuzz/Corpus/OAuthTokenResponse/, then uncomment the next line.
-    # OAuthTokenResponse
+    SignInResponse     # UserSessionPrototype(signInResponse:)
+    TokenFile          # FileTokenStore's file format (TokenFileCoding.decode)
+    RemoteResponse     # RemoteTokenCacheProtocol.parseResponse and the token_info decoders
+    OAuthTokenResponse # OAuth2TokenResponse.credentials: OAuth2TokenRefresher's token / error response parser
 )
 
 RUNS=1000000

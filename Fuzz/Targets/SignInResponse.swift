@@ -3,7 +3,9 @@ import Foundation
 /// libFuzzer target: the sign-in response parser, ``UserSessionPrototype/init(signInResponse:receivedAt:)``.
 ///
 /// Any input must either parse or throw a ``UserSessionError`` with code `malformedSignInResponse`; a successful
-/// parse must give a usable identifier and, when credentials are present, a non-empty access token.
+/// parse must give a usable identifier and, when credentials are present, a non-empty access token. When both
+/// ``StrictJSONScan`` and ``ParsedJSON`` accept the input, they must count the same number of object members (the
+/// scan sees every member name exactly as the decoder does, so no duplicate can slip past it).
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
     let data = Data(bytes: start, count: count)
@@ -20,5 +22,18 @@ public func fuzz(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
     } catch {
         fatalError("fuzz: untyped error \(type(of: error))")
     }
+    if let members = try? StrictJSONScan.check(data), let parsed = try? ParsedJSON(parsing: data),
+        members != memberCount(parsed)
+    {
+        fatalError("fuzz: the scan and the decoder disagree on the members")
+    }
     return 0
+}
+
+private func memberCount(_ value: ParsedJSON) -> Int {
+    switch value {
+    case .array(let elements): elements.reduce(0) { $0 + memberCount($1) }
+    case .object(let members): members.count + members.values.reduce(0) { $0 + memberCount($1) }
+    default: 0
+    }
 }

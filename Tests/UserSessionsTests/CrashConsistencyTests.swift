@@ -18,6 +18,10 @@ import Darwin
 ///
 /// The number of kills is `USER_SESSIONS_CRASH_KILLS` (default 50, a few seconds); the random schedule can be
 /// replayed with `USER_SESSIONS_CRASH_SEED`. The long runs recorded in RELIABILITY.md use thousands of kills.
+///
+/// Between kills the test ages every temporary file a killed writer left (as if the process had been down for an
+/// hour), and checks that the next writer's first save swept them all while a fresh one (another writer's, as far
+/// as the store can tell) was kept: the pile of leftovers stays bounded however many kills there are.
 struct CrashConsistencyTests {
     static let identifier = "crash-user@example.com"
 
@@ -54,9 +58,15 @@ struct CrashConsistencyTests {
         let directory = root.appending(path: "tokens", directoryHint: .isDirectory)
         let store = FileTokenStore(directory: directory)
 
-        // A temporary file left by an earlier crash, half-written: readers and listings must ignore it.
+        // A temporary file left by an earlier crash, half-written: readers and listings must ignore it, and the
+        // first sweep removes it once it is old. And one that looks like a live writer's (kept fresh below): it
+        // must survive every sweep.
         try PrivateFiles.makeDirectory(directory.path(percentEncoded: false))
         try Data(#"{"format":"swift-user-sessions.tok"#.utf8).write(to: directory.appending(path: ".tmp-leftover"))
+        let live = directory.appending(path: ".tmp-live-writer")
+        try Data(#"{"format":"#.utf8).write(to: live)
+        var mostTemporaryFiles = 0
+        var temporaryFilesSwept = 0
 
         let seed =
             ProcessInfo.processInfo.environment["USER_SESSIONS_CRASH_SEED"].flatMap { UInt64($0) }
@@ -69,6 +79,10 @@ struct CrashConsistencyTests {
         var inFlightWritesSeen = 0
 
         for round in 0..<Self.kills {
+            // Everything a killed writer left is now an hour old; the "live" file was just written to.
+            let agedBefore = try Self.ageTemporaryFiles(in: directory, except: live.lastPathComponent)
+            try FileManager.default.setAttributes(
+                [.modificationDate: Date()], ofItemAtPath: live.path(percentEncoded: false))
             // One round in eight kills without waiting for the writer to get going (during start-up or its first
             // write); the others wait for a first acknowledged write, then up to 10 ms more.
             let waitsForFirstWrite = random.next() % 8 != 0
@@ -83,6 +97,17 @@ struct CrashConsistencyTests {
             #expect(outcome.wasKilled, "the writer exited on its own: \(outcome.status) (\(context))")
             acknowledgedWrites += outcome.acknowledged.count
             if let last = outcome.acknowledged.last { durable = last }
+
+            // A writer that completed a save swept every stale temporary file first; the fresh one stays.
+            let temporaryFiles = try Self.temporaryFiles(in: directory)
+            mostTemporaryFiles = max(mostTemporaryFiles, temporaryFiles.count)
+            #expect(temporaryFiles.contains(live.lastPathComponent), "a fresh temporary file was swept (\(context))")
+            if !outcome.acknowledged.isEmpty {
+                let staleLeft = agedBefore.intersection(temporaryFiles)
+                #expect(staleLeft.isEmpty, "stale temporary files survived a writer's first save (\(context))")
+                #expect(temporaryFiles.count <= 2, "\(temporaryFiles.count) temporary files (\(context))")
+                temporaryFilesSwept += agedBefore.count
+            }
 
             let loaded: StoredSession?
             do {
@@ -118,14 +143,76 @@ struct CrashConsistencyTests {
         let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory.path(percentEncoded: false))
             .filter { $0.hasPrefix(PrivateFiles.temporaryPrefix) }.count
         #expect(killsSurvived == Self.kills)
+        #expect(leftovers <= 2 + 1, "the pile of temporary files grew to \(leftovers)")
         #expect(acknowledgedWrites > 0, "the writer never completed a write")
         if ProcessInfo.processInfo.environment["USER_SESSIONS_CRASH_KILLS"] != nil {
             print(
                 "crash consistency: \(Self.kills) SIGKILLs, \(killsSurvived) survived, \(acknowledgedWrites) "
                     + "acknowledged writes, \(inFlightWritesSeen) in-flight writes found complete, "
-                    + "\(leftovers) temporary files left behind (ignored by reads), seed \(seed)"
+                    + "\(leftovers) temporary files left at the end (at most \(mostTemporaryFiles) at once; "
+                    + "\(temporaryFilesSwept) stale ones swept), seed \(seed)"
             )
         }
+    }
+}
+
+extension CrashConsistencyTests {
+    /// The names of the temporary files in `directory`.
+    static func temporaryFiles(in directory: URL) throws -> Set<String> {
+        Set(
+            try FileManager.default.contentsOfDirectory(atPath: directory.path(percentEncoded: false))
+                .filter { $0.hasPrefix(PrivateFiles.temporaryPrefix) })
+    }
+
+    /// Sets the modification time of every temporary file but `except` to an hour ago; returns their names.
+    static func ageTemporaryFiles(in directory: URL, except: String) throws -> Set<String> {
+        let aged = try temporaryFiles(in: directory).subtracting([except])
+        for name in aged {
+            try? FileManager.default.setAttributes(
+                [.modificationDate: Date(timeIntervalSinceNow: -3600)],
+                ofItemAtPath: directory.appending(path: name).path(percentEncoded: false))
+        }
+        return aged
+    }
+
+    /// The sweep rule on its own: the first call on a store instance removes `.tmp-` regular files older than five
+    /// minutes, and nothing else; later calls on that instance do not sweep again.
+    @Test func theFirstCallOfAStoreSweepsOnlyStaleTemporaryFiles() async throws {
+        let directory = FileManager.default.temporaryDirectory.appending(path: "sweep-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let writer = FileTokenStore(directory: directory)
+        let session = StoredSession(userInfo: UserInfo(id: "u"), credentials: Credentials(accessToken: "a"))
+        try await writer.save(session, identifier: "u")
+        func make(_ name: String, age: TimeInterval, directory isDirectory: Bool = false) throws {
+            let url = directory.appending(path: name)
+            if isDirectory {
+                try FileManager.default.createDirectory(at: url, withIntermediateDirectories: false)
+            } else {
+                try Data("partial".utf8).write(to: url)
+            }
+            try FileManager.default.setAttributes(
+                [.modificationDate: Date(timeIntervalSinceNow: -age)], ofItemAtPath: url.path(percentEncoded: false))
+        }
+        try make(".tmp-stale", age: 3600)
+        try make(".tmp-just-stale", age: 400)
+        try make(".tmp-recent", age: 120)  // younger than five minutes: maybe a live writer's
+        try make(".tmp-future", age: -3600)  // the clock went back: not known to be stale
+        try make(".tmp-a-directory", age: 3600, directory: true)
+        try make("unrelated-stale-file", age: 3600)
+        try FileManager.default.createSymbolicLink(
+            atPath: directory.appending(path: ".tmp-link").path(percentEncoded: false), withDestinationPath: "/")
+        let names = { try Set(FileManager.default.contentsOfDirectory(atPath: directory.path(percentEncoded: false))) }
+        // The writer's store already made its first call (before these files existed): it does not sweep again.
+        _ = try await writer.load(identifier: "u")
+        #expect(try names().isSuperset(of: [".tmp-stale", ".tmp-just-stale"]))
+
+        let reader = FileTokenStore(directory: directory)
+        #expect(try await reader.load(identifier: "u") == session)
+        let expected: Set<String> = [
+            try IdentifierEncoding.name(for: "u").value + ".json", ".tmp-recent", ".tmp-future", ".tmp-a-directory",
+            "unrelated-stale-file", ".tmp-link",
+        ]
+        #expect(try names() == expected)
     }
 }
 

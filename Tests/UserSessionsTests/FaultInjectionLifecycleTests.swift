@@ -166,6 +166,10 @@ struct FaultInjectionLifecycleTests {
             try await withHangGuard("the store hang") { await rig.store.hangs.wait(for: 1) }
             try await withHangGuard("close") { await closing.value }
             try await rig.waitForEvent(.closed(.requested))
+            // The cancelled write fails after `close()` has returned (that is the point): wait for its report.
+            try await withHangGuard("the cancelled write's report") {
+                await rig.probe.wait { events in events.count { $0.kind == .persistenceFailed } == 3 }
+            }
             #expect(rig.count(.persistenceFailed) == 3)
             #expect(await rig.storedRefreshToken == "rt-0")
         case (true, .corrupt):

@@ -8,7 +8,7 @@ import Testing
 ///
 /// A crashing input found by `Fuzz/run.sh` becomes a regression test by copying it from `fuzz-out/<Target>/artifacts/`
 /// into `Fuzz/Corpus/<Target>/` (under a name saying what it broke) and fixing the bug: from then on this suite
-/// replays it on every run. So far the fuzzers have found no crash (see RELIABILITY.md), so every file here is a seed.
+/// replays it on every run. Crashes found so far and fixed: see RELIABILITY.md; the other files are seeds.
 struct FuzzRegressionTests {
     static let corpusRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().appending(path: "Fuzz/Corpus", directoryHint: .isDirectory)
@@ -35,6 +35,57 @@ struct FuzzRegressionTests {
             }
         }
         #expect(parsed > 0, "no seed parses: the fuzzer would start from nothing")
+    }
+
+    @Test func oauthTokenResponseInputsParseOrFailWithTheirCodeAndNeverShowSecrets() throws {
+        let inputs = try Self.inputs(of: "OAuthTokenResponse")
+        #expect(!inputs.isEmpty)
+        let sentAt = Date(timeIntervalSinceReferenceDate: 800_000_000)
+        let secrets = ["at-SECRET-7f3c9e1d", "rt-SECRET-b2a4d6f8", "cs-SECRET-0c1e5a77"]
+        let previous = Credentials(accessToken: secrets[0], refreshToken: secrets[1], expiresAt: sentAt)
+        var parsed = 0
+        for (name, data) in inputs {
+            for status in [200, 400, 401, 429, 503] {
+                do {
+                    let credentials = try OAuth2TokenResponse.credentials(
+                        status: status, body: data, previous: previous, sentAt: sentAt, secrets: secrets)
+                    #expect(status == 200, "\(name): HTTP \(status) gave credentials")
+                    #expect(!credentials.accessToken.isEmpty && credentials.refreshToken?.isEmpty == false, "\(name)")
+                    #expect(credentials.lastRefreshedAt == sentAt && credentials.source == .refresh, "\(name)")
+                    if let expiresAt = credentials.expiresAt {
+                        #expect(expiresAt >= sentAt, "\(name)")
+                        #expect(expiresAt <= sentAt.addingTimeInterval(OAuth2TokenResponse.maximumLifetime), "\(name)")
+                    }
+                    parsed += 1
+                } catch let error as UserSessionError {
+                    #expect([.refreshFailed, .malformedTokenResponse].contains(error.code), "\(name): \(error)")
+                    #expect(error.failureClass != nil, "\(name)")
+                    if status == 200 { #expect(error.failureClass == .transient, "\(name)") }
+                    for secret in secrets { #expect(!"\(error) \(error.message)".contains(secret), "\(name)") }
+                }
+            }
+        }
+        #expect(parsed > 0, "no seed parses: the fuzzer would start from nothing")
+    }
+
+    @Test func theStrictScanCountsTheMembersTheDecoderSeesForEveryInput() throws {
+        func count(_ value: ParsedJSON) -> Int {
+            switch value {
+            case .array(let elements): elements.reduce(0) { $0 + count($1) }
+            case .object(let members): members.count + members.values.reduce(0) { $0 + count($1) }
+            default: 0
+            }
+        }
+        var compared = 0
+        for target in ["SignInResponse", "TokenFile", "RemoteResponse", "OAuthTokenResponse"] {
+            for (name, data) in try Self.inputs(of: target) {
+                guard let members = try? StrictJSONScan.check(data), let parsed = try? ParsedJSON(parsing: data)
+                else { continue }
+                #expect(members == count(parsed), "\(target)/\(name)")
+                compared += 1
+            }
+        }
+        #expect(compared > 0)
     }
 
     @Test func tokenFileInputsDecodeAndRoundTripOrFailWithTheirCode() throws {

@@ -16,7 +16,19 @@ struct SignInResponseParser {
     /// When the response was received; `expires_in` counts from here.
     var receivedAt: Date
 
+    /// The member names the parser reads: a duplicate's path is reported only when it is made of these (any other
+    /// name comes from the server and could be anything, a token included).
+    static let knownNames: Set<String> = [
+        "result", "user", "id", "email", "name", "token", "credentials", "access_token", "refresh_token", "token_type",
+        "expires_in", "scope", "declined_scope", "declined_permissions",
+    ]
+
     func parse(_ data: Data) throws -> UserSessionPrototype {
+        do {
+            try StrictJSONScan.check(data)
+        } catch {
+            throw Self.refused(error)
+        }
         let document: ParsedJSON
         do {
             document = try ParsedJSON(parsing: data)
@@ -188,6 +200,22 @@ struct SignInResponseParser {
         case .string(let string): return string
         case .some(let other):
             throw malformed("expected a string, found \(other.typeName)", at: ParsedJSON.path(parent, key))
+        }
+    }
+
+    /// The error for a document the strict scan refused: duplicate members (with the duplicate's `jsonPath` when it
+    /// is made of known names), too-deep nesting or invalid syntax.
+    static func refused(_ failure: StrictJSONScan.Failure) -> UserSessionError {
+        switch failure.problem {
+        case .duplicateMember:
+            let path = StrictJSONScan.path(failure.path, ifEveryNameIsIn: knownNames)
+            return UserSessionError(
+                .malformedSignInResponse,
+                "sign-in response: \(failure)" + (path.map { " at \($0)" } ?? ""),
+                jsonPath: path
+            )
+        case .tooDeep, .invalidSyntax:
+            return UserSessionError(.malformedSignInResponse, "the sign-in response is \(failure)")
         }
     }
 

@@ -25,10 +25,15 @@ extension UserSessionPrototype {
     /// - Parameters:
     ///   - data: The response body.
     ///   - receivedAt: When the response was received; expiry counts from here.
+    /// A document in which one object has two members with the same name (after decoding escapes, compared as
+    /// Swift strings) is refused, whichever member comes first: JSON parsers disagree on which one wins, so another
+    /// component could read a different token than this one.
+    ///
     /// - Throws: ``UserSessionError`` with code ``UserSessionError/Code/malformedSignInResponse``: for invalid JSON
-    ///   (including nesting deeper than the decoder allows) or a top level that is not an object with `jsonPath`
-    ///   `nil`; for a missing, mistyped or out-of-range field with ``UserSessionError/jsonPath`` naming it, such as
-    ///   `result.user.id`. Error messages never contain field values.
+    ///   (including nesting deeper than 128 levels) or a top level that is not an object with `jsonPath` `nil`; for
+    ///   a missing, mistyped or out-of-range field with ``UserSessionError/jsonPath`` naming it, such as
+    ///   `result.user.id`; for a duplicate member with `jsonPath` naming it when the path is made of the field names
+    ///   above (`nil` otherwise). Error messages never contain field values.
     public init(signInResponse data: Data, receivedAt: Date = Date()) throws {
         self = try SignInResponseParser(receivedAt: receivedAt).parse(data)
     }

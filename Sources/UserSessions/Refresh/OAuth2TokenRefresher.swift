@@ -19,8 +19,9 @@ import FoundationNetworking
 /// - ``RefreshFailureClass/terminal``: `invalid_grant` (the refresh token was rejected);
 /// - ``RefreshFailureClass/misconfiguration``: `invalid_client`, `unauthorized_client`, `unsupported_grant_type`,
 ///   `invalid_scope`, `invalid_request`, any other error code, and other 4xx statuses (except 408 and 429);
-/// - ``RefreshFailureClass/transient``: network errors, timeouts, 408, 429, 5xx, redirects, and bodies that are not
-///   a valid JSON token response;
+/// - ``RefreshFailureClass/transient``: network errors, timeouts, 408, 429, 5xx, redirects, bodies larger than
+///   ``maximumResponseSize``, and bodies that are not a valid JSON token response (including JSON with duplicate
+///   members or nested more than 128 levels deep);
 /// - ``RefreshFailureClass/cancelled``: the calling task was cancelled.
 ///
 /// - Important: Redirects are never followed, so the refresh token and the client secret are only ever sent to
@@ -35,6 +36,9 @@ public struct OAuth2TokenRefresher: TokenRefresher, Sendable {
     public let scope: Set<String>?
     /// How long one request may take. Default 30 s.
     public let requestTimeout: Duration
+    /// The largest response body read: 1 MiB. A token endpoint that sends more is cut off, and the refresh fails as
+    /// transient with ``UserSessionError/Code/malformedTokenResponse``, without reading the rest.
+    public static let maximumResponseSize = 1024 * 1024
     let clock: SessionClock
     let transport: OAuth2Transport
 
@@ -63,7 +67,8 @@ public struct OAuth2TokenRefresher: TokenRefresher, Sendable {
         self.scope = scope
         self.requestTimeout = requestTimeout
         self.clock = clock
-        self.transport = OAuth2Transport(timeout: max(0.001, requestTimeout.seconds))
+        self.transport = OAuth2Transport(
+            timeout: max(0.001, requestTimeout.seconds), maximumResponseSize: Self.maximumResponseSize)
     }
 
     /// Exchanges the refresh token in `credentials` for new credentials.
@@ -117,6 +122,8 @@ public struct OAuth2TokenRefresher: TokenRefresher, Sendable {
             return UserSessionError(
                 .refreshFailed, "the token request was cancelled", failureClass: .cancelled, underlying: error)
         }
+        // The transport's own errors (a body over the size limit) are typed already.
+        if let error = error as? UserSessionError { return error }
         if let error = error as? URLError {
             let what = error.code == .timedOut ? "timed out" : "failed (URLError \(error.code.rawValue))"
             return UserSessionError(

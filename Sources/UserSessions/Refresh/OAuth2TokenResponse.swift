@@ -1,6 +1,11 @@
 import Foundation
 
 /// Parses token endpoint responses (RFC 6749 §5.1 and §5.2) into credentials or classified errors.
+///
+/// Every body goes through ``StrictJSONScan`` first: a success body with duplicate members, nesting deeper than 128
+/// levels or invalid syntax is ``UserSessionError/Code/malformedTokenResponse`` (transient); a 4xx body with
+/// duplicate members or too-deep nesting is `malformedTokenResponse` (misconfiguration: never read as
+/// `invalid_grant`), and one that is not JSON is a 4xx "without an OAuth error", as before.
 enum OAuth2TokenResponse {
     /// The longest `expires_in` taken at face value (100 years); larger values are clamped.
     static let maximumLifetime: Double = 100 * 365 * 24 * 3600
@@ -8,8 +13,18 @@ enum OAuth2TokenResponse {
     static func credentials(
         status: Int, body: Data, previous: Credentials, sentAt: Date, secrets: [String]
     ) throws -> Credentials {
+        // Duplicate members and absurd nesting make a body unusable, whatever the status: parsers disagree on which
+        // duplicate wins, so we could read a different token (or error code) than a proxy did.
+        let refusal: StrictJSONScan.Failure?
+        do {
+            try StrictJSONScan.check(body)
+            refusal = nil
+        } catch {
+            refusal = error
+        }
         switch status {
         case 200..<300:
+            if let refusal { throw malformed("is \(refusal)") }
             return try parseSuccess(body, previous: previous, sentAt: sentAt)
         case 300..<400:
             throw UserSessionError(
@@ -17,10 +32,17 @@ enum OAuth2TokenResponse {
                 failureClass: .transient)
         case 408, 429, 500..<600:
             var message = "the token endpoint answered HTTP \(status)"
-            if let error = parseError(body, secrets: secrets) { message += ": \(error.summary)" }
+            if refusal == nil, let error = parseError(body, secrets: secrets) { message += ": \(error.summary)" }
             throw UserSessionError(.refreshFailed, message, failureClass: .transient)
         case 400..<500:
-            guard let error = parseError(body, secrets: secrets) else {
+            if let refusal, refusal.problem != .invalidSyntax {
+                // JSON, but ambiguous: never read an `invalid_grant` out of it (that would end the session).
+                throw UserSessionError(
+                    .malformedTokenResponse,
+                    "the token endpoint answered HTTP \(status) with a body that is \(refusal)",
+                    failureClass: .misconfiguration)
+            }
+            guard refusal == nil, let error = parseError(body, secrets: secrets) else {
                 throw UserSessionError(
                     .refreshFailed, "the token endpoint answered HTTP \(status) without an OAuth error",
                     failureClass: .misconfiguration)
@@ -42,7 +64,7 @@ enum OAuth2TokenResponse {
         }
     }
 
-    /// The RFC 6749 §5.2 error, if the body is one. The description is shortened, stripped of control characters,
+    /// The RFC 6749 §5.2 error, if the body is one (call it only for bodies ``StrictJSONScan`` accepted). The description is shortened, stripped of control characters,
     /// and never repeats one of `secrets` (a server may echo what it was sent).
     static func parseError(_ body: Data, secrets: [String]) -> OAuthError? {
         guard let object = try? JSONSerialization.jsonObject(with: body) as? [String: Any],

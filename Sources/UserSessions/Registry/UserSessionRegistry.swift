@@ -10,9 +10,13 @@ import Synchronization
 ///
 /// - Important: Controllers made by a registry do not persist the "current identifier" on `open`; only
 ///   ``switchUser(to:)`` does, so that many users opening sessions on a server never fight over it.
+/// - Important: Identifiers are compared by their UTF-8 bytes, never normalized, as every ``TokenStore`` compares
+///   them: `"caf\u{E9}"` (NFC) and `"cafe\u{301}"` (NFD) are equal Swift strings but two users, with two
+///   controllers and two stored sessions. Normalize identifiers before they reach the registry if your identity
+///   provider can spell one user both ways.
 public final class UserSessionRegistry: Sendable {
     private struct State {
-        var controllers: [String: UserSessionController] = [:]
+        var controllers: [ExactIdentifier: UserSessionController] = [:]
         var currentIdentifier: String?
         var isShutDown = false
     }
@@ -53,21 +57,22 @@ public final class UserSessionRegistry: Sendable {
     public func controller(for identifier: String) throws -> UserSessionController {
         try state.withLock { state in
             guard !state.isShutDown else { throw UserSessionError(.shutdown, "the registry was shut down") }
-            if let controller = state.controllers[identifier] { return controller }
+            let key = ExactIdentifier(identifier)
+            if let controller = state.controllers[key] { return controller }
             let controller = UserSessionController(
                 store: store, refresher: refresher, services: makeServices(identifier), configuration: configuration)
-            state.controllers[identifier] = controller
+            state.controllers[key] = controller
             return controller
         }
     }
 
     /// The controller for `identifier` if the registry holds one.
     public func existingController(for identifier: String) -> UserSessionController? {
-        state.withLock { $0.controllers[identifier] }
+        state.withLock { $0.controllers[ExactIdentifier(identifier)] }
     }
 
     /// The identifiers of the controllers the registry holds now.
-    public var identifiers: [String] { state.withLock { $0.controllers.keys.sorted() } }
+    public var identifiers: [String] { state.withLock { $0.controllers.keys.map(\.value).sorted() } }
 
     /// How many controllers the registry holds now.
     public var count: Int { state.withLock { $0.controllers.count } }
@@ -126,7 +131,10 @@ public final class UserSessionRegistry: Sendable {
         } else {
             try await store.remove(identifier: identifier)
         }
-        if state.withLock({ $0.currentIdentifier == identifier }) {
+        let isCurrent = state.withLock { state in
+            state.currentIdentifier.map { ExactIdentifier.areEqual($0, identifier) } ?? false
+        }
+        if isCurrent {
             state.withLock { $0.currentIdentifier = nil }
             try await store.saveCurrentIdentifier(nil)
         }
@@ -155,7 +163,7 @@ public final class UserSessionRegistry: Sendable {
 
     /// The controller of the current user, set by ``switchUser(to:)`` or ``restoreCurrentUser()``.
     public var currentController: UserSessionController? {
-        state.withLock { state in state.currentIdentifier.flatMap { state.controllers[$0] } }
+        state.withLock { state in state.currentIdentifier.flatMap { state.controllers[ExactIdentifier($0)] } }
     }
 
     /// Makes `prototype`'s user the current one: the previous current user's session is closed first (its services
@@ -163,7 +171,7 @@ public final class UserSessionRegistry: Sendable {
     @discardableResult
     public func switchUser(to prototype: UserSessionPrototype) async throws -> UserSessionController {
         let previous = state.withLock { $0.currentIdentifier }
-        if let previous, previous != prototype.identifier {
+        if let previous, !ExactIdentifier.areEqual(previous, prototype.identifier) {
             await close(identifier: previous)
         }
         let controller = try await open(prototype)
@@ -202,8 +210,9 @@ public final class UserSessionRegistry: Sendable {
     /// down so that its subscribers' streams finish (nobody can reach it through the registry any more).
     private func evict(_ identifier: String, ifNotOpened controller: UserSessionController) async {
         let evicted = state.withLock { state -> Bool in
-            guard state.controllers[identifier] === controller, !controller.session.isOpened else { return false }
-            state.controllers.removeValue(forKey: identifier)
+            let key = ExactIdentifier(identifier)
+            guard state.controllers[key] === controller, !controller.session.isOpened else { return false }
+            state.controllers.removeValue(forKey: key)
             return true
         }
         if evicted { await controller.shutdown() }

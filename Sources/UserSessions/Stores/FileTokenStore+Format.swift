@@ -50,9 +50,15 @@ enum TokenFileCoding {
     /// Decodes a file's bytes, checking format and version first.
     ///
     /// - Throws: ``UserSessionError/Code/storeCorrupt`` for bytes that are not a complete file of the expected
-    ///   format; ``UserSessionError/Code/unsupportedFormatVersion`` for a newer version (of the file or of the
+    ///   format (including duplicate members and nesting deeper than 128 levels); ``UserSessionError/Code/unsupportedFormatVersion`` for a newer version (of the file or of the
     ///   credentials inside).
     static func decode(_ bytes: [UInt8], format: String, file: String) throws -> TokenFileEnvelope {
+        // Duplicate members would be resolved silently (one of them wins); this release never writes them.
+        do {
+            try StrictJSONScan.check(bytes)
+        } catch {
+            throw UserSessionError(.storeCorrupt, "\(file) is \(error) (corrupt, truncated or not ours)")
+        }
         let data = Data(bytes)
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .deferredToDate

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Synchronization
 
 /// The embedded default ``TokenStore``: one file per identifier in a private directory.
 ///
@@ -15,6 +16,14 @@ import Foundation
 ///   `fsync`s it, renames it over the target and `fsync`s the directory. After a crash a reader sees the old or
 ///   the new file, never a mix. Concurrent saves of one identifier each use their own temporary file; the last
 ///   rename wins.
+/// - Leftovers: a writer killed between creating its temporary file and renaming it leaves the temporary file
+///   behind; reads and listings ignore it. The first call on each store instance removes the `.tmp-…` regular
+///   files in the directory that were last modified more than 5 minutes ago. A live
+///   save keeps its temporary file for milliseconds (create, write, sync, rename in one call), so only a writer
+///   stalled for minutes in between could lose its file to another process's sweep: its rename then fails and the
+///   save throws ``UserSessionError/Code/storeFailure``, with the previous file intact.
+/// - Size: files larger than 8 MiB are never read (they are ``UserSessionError/Code/storeCorrupt``), so a session
+///   whose file would be larger is refused by ``save(_:identifier:)`` rather than written and then unreadable.
 /// - Permissions: files are `0600`. The directory and any missing parents are created with mode `0700` on the
 ///   first save; a directory that already exists keeps its permissions (the store never loosens or tightens
 ///   directories it did not create).
@@ -30,6 +39,12 @@ public final class FileTokenStore: TokenStore {
     public let directory: URL
     private let path: String
     private let queue = DispatchQueue(label: "UserSessions.FileTokenStore", attributes: .concurrent)
+    /// Whether the first call has swept stale temporary files yet.
+    private let hasSwept = Atomic(false)
+
+    /// Temporary files last modified longer ago than this many seconds are leftovers of dead writers, removed by
+    /// the first call on a store instance: 5 minutes.
+    static let staleTemporaryFileAge = 300
 
     /// The name of the file that holds the current identifier.
     static let currentIdentifierFileName = "current-identifier.json"
@@ -85,8 +100,9 @@ public final class FileTokenStore: TokenStore {
     /// Atomically replaces the file for `identifier` with `session`, creating the directory when needed.
     ///
     /// - Throws: ``UserSessionError/Code/invalidIdentifier`` for an unusable identifier;
-    ///   ``UserSessionError/Code/storeFailure`` when writing fails (nothing of the old file is lost) or when a
-    ///   hashed file name is taken by another identifier.
+    ///   ``UserSessionError/Code/storeFailure`` when writing fails (nothing of the old file is lost), when a
+    ///   hashed file name is taken by another identifier, or when the file would be larger than the 8 MiB that
+    ///   ``load(identifier:)`` reads (nothing is written).
     public func save(_ session: StoredSession, identifier: String) async throws {
         let name = try IdentifierEncoding.name(for: identifier)
         let envelope = TokenFileEnvelope(
@@ -96,6 +112,14 @@ public final class FileTokenStore: TokenStore {
             session: session
         )
         let bytes = try TokenFileCoding.encode(envelope)
+        // Never write a file that load would refuse to read.
+        guard bytes.count <= Self.maximumFileSize else {
+            throw UserSessionError(
+                .storeFailure,
+                "\(Self.label(for: identifier)) would be \(bytes.count) bytes; files over \(Self.maximumFileSize) bytes "
+                    + "are not read, so none is written"
+            )
+        }
         try await run { try self.saveNow(bytes, identifier: identifier, name: name) }
     }
 
@@ -165,7 +189,7 @@ public final class FileTokenStore: TokenStore {
         let file = Self.label(for: identifier)
         guard let bytes = try readFile(name.value + ".json", file: file) else { return nil }
         let envelope = try TokenFileCoding.decode(bytes, format: Self.tokenFileFormat, file: file)
-        guard envelope.identifier == identifier else {
+        guard ExactIdentifier.areEqual(envelope.identifier, identifier) else {
             if name.isHashed {
                 throw UserSessionError(.storeFailure, "\(file) shares its hashed file name with another identifier")
             }
@@ -180,7 +204,7 @@ public final class FileTokenStore: TokenStore {
     private func saveNow(_ bytes: [UInt8], identifier: String, name: IdentifierEncoding.Name) throws {
         let file = Self.label(for: identifier)
         if name.isHashed, let owner = try? hashedFileOwner(name) {
-            guard owner == identifier else {
+            guard ExactIdentifier.areEqual(owner, identifier) else {
                 throw UserSessionError(.storeFailure, "\(file) shares its hashed file name with another identifier")
             }
         }
@@ -192,7 +216,9 @@ public final class FileTokenStore: TokenStore {
 
     private func removeNow(identifier: String, name: IdentifierEncoding.Name) throws {
         // Never delete the file of another identifier that happens to share a hashed name.
-        if name.isHashed, let owner = try? hashedFileOwner(name), owner != identifier { return }
+        if name.isHashed, let owner = try? hashedFileOwner(name), !ExactIdentifier.areEqual(owner, identifier) {
+            return
+        }
         try mapErrors(file: Self.label(for: identifier)) {
             try PrivateFiles.removeFile(name.value + ".json", in: path)
         }
@@ -242,8 +268,17 @@ public final class FileTokenStore: TokenStore {
     @discardableResult
     private func run<Value: Sendable>(_ work: @escaping @Sendable () throws -> Value) async throws -> Value {
         try await withCheckedThrowingContinuation { continuation in
-            queue.async { continuation.resume(with: Result { try work() }) }
+            queue.async {
+                self.sweepOnce()
+                continuation.resume(with: Result { try work() })
+            }
         }
+    }
+
+    /// On the first call only: removes temporary files that dead writers left (see the type's documentation).
+    private func sweepOnce() {
+        guard hasSwept.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else { return }
+        PrivateFiles.removeStaleTemporaryFiles(in: path, olderThan: Self.staleTemporaryFileAge)
     }
 
     /// Turns system errors into ``UserSessionError``.

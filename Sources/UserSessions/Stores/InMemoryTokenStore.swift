@@ -1,9 +1,12 @@
 import Synchronization
 
 /// A ``TokenStore`` that keeps everything in memory, for tests and ephemeral servers.
+///
+/// Identifiers are compared by their UTF-8 bytes, as in every store: `"caf\u{E9}"` and `"cafe\u{301}"` are two
+/// identifiers although Swift calls them equal strings.
 public final class InMemoryTokenStore: TokenStore {
     private struct Contents {
-        var sessions: [String: StoredSession] = [:]
+        var sessions: [ExactIdentifier: StoredSession] = [:]
         var currentIdentifier: String?
     }
     private let contents = Mutex(Contents())
@@ -12,15 +15,15 @@ public final class InMemoryTokenStore: TokenStore {
     public init() {}
 
     public func load(identifier: String) async throws -> StoredSession? {
-        contents.withLock { $0.sessions[identifier] }
+        contents.withLock { $0.sessions[ExactIdentifier(identifier)] }
     }
 
     public func save(_ session: StoredSession, identifier: String) async throws {
-        contents.withLock { $0.sessions[identifier] = session }
+        contents.withLock { $0.sessions[ExactIdentifier(identifier)] = session }
     }
 
     public func remove(identifier: String) async throws {
-        contents.withLock { _ = $0.sessions.removeValue(forKey: identifier) }
+        contents.withLock { _ = $0.sessions.removeValue(forKey: ExactIdentifier(identifier)) }
     }
 
     public func loadCurrentIdentifier() async throws -> String? {
@@ -32,6 +35,6 @@ public final class InMemoryTokenStore: TokenStore {
     }
 
     public func storedIdentifiers() async throws -> [String] {
-        contents.withLock { $0.sessions.keys.sorted() }
+        contents.withLock { $0.sessions.keys.map(\.value).sorted() }
     }
 }

@@ -152,6 +152,32 @@ enum PrivateFiles {
     /// Names of temporary files start with this; a reader must skip them.
     static let temporaryPrefix = ".tmp-"
 
+    /// Removes the regular files in `directory` whose names start with ``temporaryPrefix`` and that were last
+    /// modified more than `age` seconds before `now`: leftovers of writers that died between creating and renaming
+    /// them. Best effort: a file that cannot be inspected or removed is skipped, and a missing directory holds none.
+    ///
+    /// - Returns: How many files were removed.
+    @discardableResult
+    static func removeStaleTemporaryFiles(in directory: String, olderThan age: Int, now: Int = Int(time(nil))) -> Int {
+        guard let names = try? listDirectory(directory) else { return 0 }
+        var removed = 0
+        for name in names where name.hasPrefix(temporaryPrefix) {
+            let path = directory + "/" + name
+            var status = stat()
+            guard lstat(path, &status) == 0, status.st_mode & S_IFMT == S_IFREG else { continue }
+            #if canImport(Darwin)
+            let modified = Int(status.st_mtimespec.tv_sec)
+            #else
+            let modified = Int(status.st_mtim.tv_sec)
+            #endif
+            // A file modified in the future (the clock went back) is not known to be stale: keep it.
+            guard now - modified > age else { continue }
+            if unlink(path) == 0 { removed += 1 }
+        }
+        if removed > 0 { try? synchronizeDirectory(directory) }
+        return removed
+    }
+
     private static func writeAll(_ bytes: [UInt8], to descriptor: Int32, path: String) throws {
         try bytes.withUnsafeBytes { buffer in
             var offset = 0

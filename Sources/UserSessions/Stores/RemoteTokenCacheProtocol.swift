@@ -32,8 +32,14 @@ enum RemoteTokenCacheProtocol {
     /// Parses a response body.
     ///
     /// - Throws: ``UserSessionError/Code/transportFailure`` when the body is not a JSON object with a `status` of
-    ///   `"true"` or `"false"` (an HTML error page, for example).
+    ///   `"true"` or `"false"` (an HTML error page, for example), or has duplicate members or nesting deeper than
+    ///   128 levels (``StrictJSONScan``).
     static func parseResponse(_ data: Data) throws -> Response {
+        do {
+            try StrictJSONScan.check(data)
+        } catch {
+            throw UserSessionError(.transportFailure, "the token cache answered with a body that is \(error)")
+        }
         let document: ParsedJSON
         do {
             document = try ParsedJSON(parsing: data)
@@ -109,7 +115,7 @@ enum RemoteTokenCacheProtocol {
 
     /// Decodes a session's `token_info` and the identifier recorded in it, if any.
     ///
-    /// - Throws: ``UserSessionError/Code/storeCorrupt`` when it cannot be read;
+    /// - Throws: ``UserSessionError/Code/storeCorrupt`` when it cannot be read (also for duplicate members);
     ///   ``UserSessionError/Code/unsupportedFormatVersion`` for credentials of a newer version.
     static func decodeSession(_ tokenInfo: String) throws -> (session: StoredSession, identifier: String?) {
         let decoded = try decode(SessionTokenInfo.self, from: tokenInfo)
@@ -150,6 +156,11 @@ enum RemoteTokenCacheProtocol {
                 )
             }
             return date
+        }
+        do {
+            try StrictJSONScan.check(tokenInfo)
+        } catch {
+            throw UserSessionError(.storeCorrupt, "the token cache holds token information that is \(error)")
         }
         do {
             return try decoder.decode(type, from: Data(tokenInfo.utf8))

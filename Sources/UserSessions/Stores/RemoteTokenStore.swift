@@ -99,7 +99,7 @@ public final class RemoteTokenStore: TokenStore {
         let uniqueID = try IdentifierEncoding.name(for: identifier).value
         guard let tokenInfo = try await fetch(uniqueID: uniqueID) else { return nil }
         let (session, recorded) = try RemoteTokenCacheProtocol.decodeSession(tokenInfo)
-        if let recorded, recorded != identifier {
+        if let recorded, !ExactIdentifier.areEqual(recorded, identifier) {
             throw UserSessionError(.storeFailure, "the token cache record \(uniqueID) belongs to another identifier")
         }
         return session

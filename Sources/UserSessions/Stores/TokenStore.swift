@@ -7,6 +7,11 @@
 ///   reader sees the old or the new value, never a mix. Throw ``UserSessionError`` with
 ///   ``UserSessionError/Code/storeCorrupt`` when stored data cannot be read back (and keep that data), and
 ///   ``UserSessionError/Code/storeFailure`` for I/O failures.
+///
+/// - Important: Identifiers are compared by their UTF-8 bytes and never normalized. `"caf\u{E9}"` (NFC) and
+///   `"cafe\u{301}"` (NFD) are equal Swift strings but two different identifiers, as are other look-alikes: a store
+///   must keep them apart (a `[String: …]` dictionary would merge them; key by the bytes, as the package's stores
+///   do).
 public protocol TokenStore: Sendable {
     /// Returns the stored session for `identifier`, or `nil` when nothing is stored.
     func load(identifier: String) async throws -> StoredSession?

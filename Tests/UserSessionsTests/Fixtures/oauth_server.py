@@ -8,8 +8,14 @@ POST /token          refresh_token grant (RFC 6749 section 6). Refresh tokens ro
 GET  /stats          JSON counters: token_requests, refreshes, invalid_grant, redirect_target_hits, ...
 POST /admin/issue    JSON {"refresh_token", "access_token"}: a new token family.
 POST /admin/revoke   revokes every family.
-POST /admin/mode     JSON {"mode": "normal|error500|garbage|invalid_client|slow|redirect|status",
-                     "delay": seconds, "expires_in": n, "status": n, "omit_refresh_token": bool}
+POST /admin/mode     JSON {"mode": "normal|error500|garbage|invalid_client|slow|redirect|status|
+                     redirect_other_host|nested|huge|truncated", "delay": seconds, "expires_in": n, "status": n,
+                     "omit_refresh_token": bool}
+                     redirect_other_host: 307 to http://localhost:<port>/elsewhere (another host name for this
+                     server); nested: a 200 of 100,000 nested arrays; huge: a 200 whose body is a valid token
+                     response of 50 MB; truncated: a 200 whose body stops short of its Content-Length.
+POST /elsewhere      the redirect target: counts redirect_target_hits, and redirect_target_saw_secret when the
+                     request carried a refresh token, a client secret or an Authorization header.
 Client authentication is checked according to --auth (basic, post or none) with --client-id/--client-secret.
 """
 import argparse
@@ -45,6 +51,7 @@ class State:
             "invalid_client": 0,
             "reuse_detected": 0,
             "redirect_target_hits": 0,
+            "redirect_target_saw_secret": 0,
             "last_auth": None,
             "last_scope": None,
         }
@@ -86,6 +93,19 @@ class Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (a timeout test)
 
+    def truncated_reply(self, data):
+        """Announces more bytes than it sends, then closes the connection."""
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data) + 1000))
+        self.end_headers()
+        try:
+            self.wfile.write(data)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
     def read_body(self):
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
@@ -102,8 +122,12 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/token":
             self.token(body)
         elif self.path == "/elsewhere":
+            carried = (b"refresh_token" in body or b"client_secret" in body
+                       or self.headers.get("Authorization") is not None)
             with self.state.lock:
                 self.state.stats["redirect_target_hits"] += 1
+                if carried:
+                    self.state.stats["redirect_target_saw_secret"] += 1
             self.reply(200, {"access_token": "at-elsewhere", "token_type": "Bearer", "expires_in": 3600})
         elif self.path == "/admin/issue":
             with self.state.lock:
@@ -175,6 +199,15 @@ class Handler(BaseHTTPRequestHandler):
         if mode == "redirect":
             location = "http://127.0.0.1:%d/elsewhere" % self.server.server_address[1]
             return self.reply(307, b"", "text/plain", headers=[("Location", location)])
+        if mode == "redirect_other_host":
+            location = "http://localhost:%d/elsewhere" % self.server.server_address[1]
+            return self.reply(307, b"", "text/plain", headers=[("Location", location)])
+        if mode == "nested":
+            return self.reply(200, b"[" * 100000 + b"]" * 100000)
+        if mode == "huge":
+            return self.reply(200, b'{"access_token": "' + b"a" * (50 * 1024 * 1024) + b'", "token_type": "Bearer"}')
+        if mode == "truncated":
+            return self.truncated_reply(b'{"access_token": "at-cut", "token_type": "Bea')
         parsed = urllib.parse.parse_qs(body.decode(), keep_blank_values=True)
         self.form = {key: values[0] for key, values in parsed.items()}
         reason = "forced by mode" if mode == "invalid_client" else self.client_error()
