@@ -196,11 +196,6 @@ struct OAuth2TokenRefresherTests {
         }
     }
 
-    @Test func formEncodingFollowsTheFormURLEncodedRules() {
-        #expect(FormEncoding.encode("a b+c&d=e%f/ü~") == "a+b%2Bc%26d%3De%25f%2F%C3%BC%7E")
-        #expect(FormEncoding.encode([("x", "1"), ("y", "2 3")]) == "x=1&y=2+3")
-    }
-
     @Test func malformedSuccessBodiesAreTransient() {
         let previous = Self.credentials("rt")
         for body in [

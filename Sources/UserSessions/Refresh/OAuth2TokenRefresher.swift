@@ -105,7 +105,7 @@ public struct OAuth2TokenRefresher: TokenRefresher, Sendable {
         switch clientAuthentication {
         case .clientSecretBasic(let id, let secret):
             // RFC 6749 §2.3.1: id and secret are form-urlencoded before they are joined and base64-encoded.
-            let pair = FormEncoding.encode(id) + ":" + FormEncoding.encode(secret)
+            let pair = FormURLEncoding.percentEncode(id) + ":" + FormURLEncoding.percentEncode(secret)
             request.setValue("Basic " + Data(pair.utf8).base64EncodedString(), forHTTPHeaderField: "Authorization")
         case .clientSecretPost(let id, let secret):
             fields.append(("client_id", id))
@@ -113,7 +113,7 @@ public struct OAuth2TokenRefresher: TokenRefresher, Sendable {
         case .publicClient(let id):
             fields.append(("client_id", id))
         }
-        request.httpBody = Data(FormEncoding.encode(fields).utf8)
+        request.httpBody = Data(FormURLEncoding.encode(fields).utf8)
         return request
     }
 
@@ -135,18 +135,7 @@ public struct OAuth2TokenRefresher: TokenRefresher, Sendable {
     }
 
     static func checkSecure(_ url: URL) throws {
-        let scheme = url.scheme?.lowercased()
-        if scheme == "https" { return }
-        if scheme == "http", let host = url.host, isLoopback(host) { return }
-        throw UserSessionError(.insecureEndpoint, "the token endpoint must use HTTPS (plain HTTP only on loopback)")
-    }
-
-    static func isLoopback(_ host: String) -> Bool {
-        let host = host.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
-        if host == "localhost" || host == "::1" { return true }
-        let parts = host.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 4, parts[0] == "127" else { return false }
-        return parts.allSatisfy { part in UInt8(part).map { String($0) == part } ?? false }
+        try SecureEndpoint.check(url, describedAs: "the token endpoint")
     }
 }
 

@@ -112,32 +112,3 @@ final class OAuth2TransportDelegate: NSObject, URLSessionDataDelegate, Sendable 
         completionHandler(nil)
     }
 }
-
-/// `application/x-www-form-urlencoded` encoding (RFC 6749 Appendix B): every byte outside `A-Z a-z 0-9 - . _ *`
-/// is percent-encoded from UTF-8, and a space becomes `+`.
-enum FormEncoding {
-    static func encode(_ fields: [(String, String)]) -> String {
-        fields.map { encode($0.0) + "=" + encode($0.1) }.joined(separator: "&")
-    }
-
-    static func encode(_ string: String) -> String {
-        var result = ""
-        result.reserveCapacity(string.utf8.count)
-        for byte in string.utf8 {
-            switch byte {
-            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
-                UInt8(ascii: "*"):
-                result.unicodeScalars.append(Unicode.Scalar(byte))
-            case UInt8(ascii: " "):
-                result.append("+")
-            default:
-                let hex = Array("0123456789ABCDEF".unicodeScalars)
-                result.unicodeScalars.append("%")
-                result.unicodeScalars.append(hex[Int(byte >> 4)])
-                result.unicodeScalars.append(hex[Int(byte & 0x0F)])
-            }
-        }
-        return result
-    }
-}
