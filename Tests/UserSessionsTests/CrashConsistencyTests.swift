@@ -71,7 +71,7 @@ struct CrashConsistencyTests {
         let seed =
             ProcessInfo.processInfo.environment["USER_SESSIONS_CRASH_SEED"].flatMap { UInt64($0) }
             ?? UInt64.random(in: 1...UInt64.max)
-        var random = KillSchedule(seed: seed)
+        var random = SplitMix64(seed: seed)
         var durable: UInt64? = nil  // The highest counter acknowledged so far: it must never be lost.
         var nextCounter: UInt64 = 1
         var acknowledgedWrites = 0
@@ -213,21 +213,6 @@ extension CrashConsistencyTests {
             "unrelated-stale-file", ".tmp-link",
         ]
         #expect(try names() == expected)
-    }
-}
-
-/// SplitMix64, the kill schedule: a small seedable generator, so a failing kill schedule can be replayed.
-private struct KillSchedule: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
 
