@@ -532,12 +532,7 @@ public actor UserSessionController {
 
     /// Why `identifier` is not acceptable, or `nil`.
     static func identifierProblem(_ identifier: String) -> String? {
-        if identifier.isEmpty { return "is empty" }
-        if identifier.utf8.count > maximumIdentifierLength {
-            return "is longer than \(maximumIdentifierLength) bytes"
-        }
-        if identifier.utf8.contains(0) { return "contains NUL" }
-        return nil
+        IdentifierEncoding.problem(with: identifier, maximumLength: maximumIdentifierLength)
     }
 
     static func storeError(_ error: any Error, _ message: String) -> UserSessionError {

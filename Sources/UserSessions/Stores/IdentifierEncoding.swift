@@ -22,23 +22,23 @@ enum IdentifierEncoding {
         var isHashed: Bool
     }
 
+    /// Why `identifier` is not usable, or `nil`: it is empty, longer than `maximumLength` UTF-8 bytes, or contains
+    /// NUL. The one check behind ``validate(_:)`` and the controller's stricter limit for sessions it opens.
+    static func problem(with identifier: String, maximumLength: Int = maximumIdentifierLength) -> String? {
+        let utf8 = identifier.utf8
+        if utf8.isEmpty { return "is empty" }
+        if utf8.count > maximumLength { return "is \(utf8.count) bytes long; the limit is \(maximumLength)" }
+        if utf8.contains(0) { return "contains NUL" }
+        return nil
+    }
+
     /// Checks that `identifier` is usable as a key.
     ///
     /// - Throws: ``UserSessionError/Code/invalidIdentifier`` when it is empty, contains NUL, or is longer than
     ///   ``maximumIdentifierLength`` UTF-8 bytes.
     static func validate(_ identifier: String) throws {
-        let utf8 = identifier.utf8
-        guard !utf8.isEmpty else {
-            throw UserSessionError(.invalidIdentifier, "the session identifier is empty")
-        }
-        guard utf8.count <= maximumIdentifierLength else {
-            throw UserSessionError(
-                .invalidIdentifier,
-                "the session identifier is \(utf8.count) bytes long; the limit is \(maximumIdentifierLength)"
-            )
-        }
-        guard !utf8.contains(0) else {
-            throw UserSessionError(.invalidIdentifier, "the session identifier contains NUL")
+        if let problem = problem(with: identifier) {
+            throw UserSessionError(.invalidIdentifier, "the session identifier \(problem)")
         }
     }
 
