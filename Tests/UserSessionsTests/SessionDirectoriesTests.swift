@@ -55,3 +55,21 @@ struct SessionDirectoriesTests {
         #expect(throws: UserSessionError(.invalidIdentifier, "")) { try directories.create(for: "") }
     }
 }
+
+struct RegistrySessionDirectoriesTests {
+    @Test func registryClearsTheDataOfAUserWithoutALiveController() async throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("registry-dirs-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let directories = SessionDirectories(root: root)
+        let registry = UserSessionRegistry(
+            store: InMemoryTokenStore(), configuration: .init(dataDirectories: directories))
+        try await registry.open(makePrototype("alice"))
+        await registry.close(identifier: "alice")  // evicted: no controller holds alice any more
+        #expect(registry.existingController(for: "alice") == nil)
+        #expect(FileManager.default.fileExists(atPath: try directories.sessionDirectory(for: "alice").path))
+
+        try await registry.closeAndClear(identifier: "alice")
+        #expect(!FileManager.default.fileExists(atPath: try directories.sessionDirectory(for: "alice").path))
+        #expect(try await registry.storedIdentifiers() == [])
+    }
+}

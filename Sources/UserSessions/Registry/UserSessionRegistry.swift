@@ -118,7 +118,7 @@ public final class UserSessionRegistry: Sendable {
 
     /// Closes `identifier`'s session, removes its stored credentials and data, and evicts its controller.
     ///
-    /// Works for users without a controller too: their stored credentials are removed.
+    /// Works for users without a controller too: their stored credentials and data directories are removed.
     public func closeAndClear(identifier: String) async throws {
         if let controller = existingController(for: identifier) {
             do {
@@ -130,14 +130,17 @@ public final class UserSessionRegistry: Sendable {
             await evict(identifier, ifNotOpened: controller)
         } else {
             try await store.remove(identifier: identifier)
+            try configuration.dataDirectories?.remove(for: identifier)
         }
-        let isCurrent = state.withLock { state in
-            state.currentIdentifier.map { ExactIdentifier.areEqual($0, identifier) } ?? false
+        // Checked and reset in one critical section, so a `switchUser` in between is never undone.
+        let wasCurrent = state.withLock { state -> Bool in
+            guard let current = state.currentIdentifier, ExactIdentifier.areEqual(current, identifier) else {
+                return false
+            }
+            state.currentIdentifier = nil
+            return true
         }
-        if isCurrent {
-            state.withLock { $0.currentIdentifier = nil }
-            try await store.saveCurrentIdentifier(nil)
-        }
+        if wasCurrent { try await store.saveCurrentIdentifier(nil) }
     }
 
     /// Drops every controller whose session is not open (closed, invalid, or never opened), and shuts it down.
