@@ -69,7 +69,7 @@ for target in "${SELECTED[@]}"; do
     printf '\n==> building %s (%s)\n' "$target" "$OPTIMIZATION"
     build_start=$(date +%s)
     swiftc -sanitize=fuzzer,address -parse-as-library "$OPTIMIZATION" -g "${LINKER[@]}" \
-        -module-name UserSessions "${LIBRARY_SOURCES[@]}" "$source_file" -o "$binary"
+        -module-name UserSessions -package-name swift_user_sessions "${LIBRARY_SOURCES[@]}" "$source_file" -o "$binary"
     build_seconds=$(($(date +%s) - build_start))
 
     work="$OUT_DIR/$target"
