@@ -4,10 +4,23 @@ import Synchronization
 /// switch for apps acting for one.
 ///
 /// Controllers are created on demand and share the registry's store, refresher, services factory and
-/// configuration. Looking a controller up never suspends. Closed controllers are evicted, so memory follows the
-/// number of open sessions, not the number of users ever seen. An evicted controller is shut down, so every event
-/// stream of it finishes.
+/// configuration. Looking a controller up never suspends. A server answers each request with
+/// ``session(for:)``: it returns the user's open controller, or restores the user's stored session once however
+/// many requests ask for it at the same time.
 ///
+/// - Important: Every registry operation for one identifier (``open(_:)``, ``restore(identifier:)``,
+///   ``session(for:)``, ``close(identifier:)``, ``closeAndClear(identifier:)``, and the evictions) takes effect in
+///   the order the calls were made, each after the one before it has finished: `close(identifier:)` then
+///   `open(_:)` for one user leaves that user open and held. Operations for different users run concurrently.
+///   ``switchUser(to:)`` and ``restoreCurrentUser()`` take effect in call order among themselves.
+/// - Important: Memory follows the open sessions, not the users ever seen: closed controllers are evicted, invalid
+///   ones leave on their own, ``maximumOpenSessions`` bounds the open ones (the least recently used is closed)
+///   and ``idleTimeout`` closes the idle ones at each ``evictIdle()``. Evicting closes a session and keeps its
+///   stored credentials, so the user's next ``session(for:)`` restores it. Nothing in progress (an open, a
+///   restore, a refresh or its write) is ever evicted. An evicted controller is shut down, so every event stream
+///   of it finishes and it refuses new sessions; look controllers up again instead of keeping them.
+/// - Important: User code never runs under the registry's lock: the services factory and event consumers may call
+///   the registry.
 /// - Important: Controllers made by a registry do not persist the "current identifier" on `open`; only
 ///   ``switchUser(to:)`` does, so that many users opening sessions on a server never fight over it.
 /// - Important: Identifiers are compared by their UTF-8 bytes, never normalized, as every ``TokenStore`` compares
@@ -15,209 +28,181 @@ import Synchronization
 ///   controllers and two stored sessions. Normalize identifiers before they reach the registry if your identity
 ///   provider can spell one user both ways.
 public final class UserSessionRegistry: Sendable {
-    private struct State {
-        var controllers: [ExactIdentifier: UserSessionController] = [:]
-        var currentIdentifier: String?
-        var isShutDown = false
-    }
-
     /// The store every controller shares.
     public let store: any TokenStore
     /// The refresher every controller shares.
     public let refresher: (any TokenRefresher)?
-    /// The configuration every controller shares.
+    /// The configuration every controller shares; its ``UserSessionController/Configuration/clock`` also measures
+    /// idleness.
     public let configuration: UserSessionController.Configuration
-    private let makeServices: @Sendable (String) -> [any UserSessionService]
-    private let state = Mutex(State())
+    /// At most this many sessions stay open: when one more opens, the least recently used open session (by the
+    /// later of its last lookup through the registry and its last token request) is closed. `nil`: no bound.
+    public let maximumOpenSessions: Int?
+    /// ``evictIdle()`` closes open sessions that nobody looked up through the registry and nobody asked a token
+    /// of for this long. `nil`: sessions are never closed for being idle.
+    public let idleTimeout: Duration?
+    let makeServices: @Sendable (String) -> [any UserSessionService]
+    let state = Mutex(RegistryState())
+    let relay: RegistryEventRelay
+    /// Ids of callers waiting for a get-or-restore, allocated outside the lock for their cancellation handlers.
+    let waiterIDs = Atomic<UInt64>(0)
 
-    /// Creates a registry.
+    /// Creates a registry whose open sessions are not bounded.
     ///
     /// - Parameters:
     ///   - store: Where every user's credentials live.
     ///   - refresher: How every user's credentials are refreshed.
     ///   - configuration: The settings of every controller.
-    ///   - services: Makes the services attached to a user's session, given its identifier.
-    public init(
+    ///   - services: Makes the services attached to a user's session, given its identifier. It runs outside the
+    ///     registry's lock and may call the registry. When two lookups create the same user's controller at once
+    ///     it may run twice; the services of the controller that is not kept are never started.
+    public convenience init(
         store: any TokenStore,
         refresher: (any TokenRefresher)? = nil,
         configuration: UserSessionController.Configuration = UserSessionController.Configuration(),
         services: @escaping @Sendable (String) -> [any UserSessionService] = { _ in [] }
+    ) {
+        self.init(
+            validatedStore: store, refresher: refresher, configuration: configuration, maximumOpenSessions: nil,
+            idleTimeout: nil, services: services)
+    }
+
+    /// Creates a registry that bounds its open sessions.
+    ///
+    /// - Parameters:
+    ///   - store: Where every user's credentials live.
+    ///   - refresher: How every user's credentials are refreshed.
+    ///   - configuration: The settings of every controller.
+    ///   - maximumOpenSessions: See ``maximumOpenSessions``; at least 1, or `nil`.
+    ///   - idleTimeout: See ``idleTimeout``; longer than zero, or `nil`.
+    ///   - services: As in ``init(store:refresher:configuration:services:)``.
+    /// - Throws: ``UserSessionError/Code/invalidConfiguration`` for a bound below 1 or a timeout that is not
+    ///   positive.
+    public convenience init(
+        store: any TokenStore,
+        refresher: (any TokenRefresher)? = nil,
+        configuration: UserSessionController.Configuration = UserSessionController.Configuration(),
+        maximumOpenSessions: Int?,
+        idleTimeout: Duration?,
+        services: @escaping @Sendable (String) -> [any UserSessionService] = { _ in [] }
+    ) throws {
+        if let maximumOpenSessions, maximumOpenSessions < 1 {
+            throw UserSessionError(.invalidConfiguration, "maximumOpenSessions must be at least 1")
+        }
+        if let idleTimeout, idleTimeout <= .zero {
+            throw UserSessionError(.invalidConfiguration, "idleTimeout must be longer than zero")
+        }
+        self.init(
+            validatedStore: store, refresher: refresher, configuration: configuration,
+            maximumOpenSessions: maximumOpenSessions, idleTimeout: idleTimeout, services: services)
+    }
+
+    private init(
+        validatedStore store: any TokenStore,
+        refresher: (any TokenRefresher)?,
+        configuration: UserSessionController.Configuration,
+        maximumOpenSessions: Int?,
+        idleTimeout: Duration?,
+        services: @escaping @Sendable (String) -> [any UserSessionService]
     ) {
         self.store = store
         self.refresher = refresher
         var configuration = configuration
         configuration.persistsCurrentIdentifier = false
         self.configuration = configuration
+        self.maximumOpenSessions = maximumOpenSessions
+        self.idleTimeout = idleTimeout
         self.makeServices = services
+        self.relay = RegistryEventRelay(controllerBufferSize: configuration.eventBufferSize)
     }
 
-    /// The controller for `identifier`, created (with no session open yet) if there is none.
+    // MARK: Lookup
+
+    /// The controller for `identifier`, created (with no session open yet) if there is none. Counts as a use of
+    /// its session for ``maximumOpenSessions`` and ``idleTimeout``.
     ///
-    /// - Throws: ``UserSessionError/Code/shutdown`` after ``shutdown()``.
+    /// Servers answering requests want ``session(for:)`` instead, which also opens the session.
+    ///
+    /// - Throws: ``UserSessionError/Code/invalidIdentifier`` for an empty, over-long or NUL-containing identifier;
+    ///   ``UserSessionError/Code/shutdown`` after ``shutdown()``.
     public func controller(for identifier: String) throws -> UserSessionController {
-        try state.withLock { state in
-            guard !state.isShutDown else { throw UserSessionError(.shutdown, "the registry was shut down") }
-            let key = ExactIdentifier(identifier)
-            if let controller = state.controllers[key] { return controller }
-            let controller = UserSessionController(
-                store: store, refresher: refresher, services: makeServices(identifier), configuration: configuration)
-            state.controllers[key] = controller
-            return controller
-        }
+        try Self.check(identifier)
+        return try heldOrNewController(for: identifier, key: ExactIdentifier(identifier))
     }
 
-    /// The controller for `identifier` if the registry holds one.
+    /// The controller for `identifier` if the registry holds one. Counts as a use of its session.
     public func existingController(for identifier: String) -> UserSessionController? {
-        state.withLock { $0.controllers[ExactIdentifier(identifier)] }
+        let now = now()
+        return state.withLock { $0.lookUp(ExactIdentifier(identifier), now: now) }
     }
 
     /// The identifiers of the controllers the registry holds now.
-    public var identifiers: [String] { state.withLock { $0.controllers.keys.map(\.value).sorted() } }
+    public var identifiers: [String] { state.withLock { $0.entries.keys.map(\.value).sorted() } }
 
     /// How many controllers the registry holds now.
-    public var count: Int { state.withLock { $0.controllers.count } }
+    public var count: Int { state.withLock { $0.entries.count } }
 
-    /// Opens a session for `prototype` in its user's controller and returns that controller.
-    ///
-    /// If the user already has an open session it is replaced, as ``UserSessionController/open(_:)`` does.
-    /// - Throws: What `open` throws; on failure the controller is evicted unless its session is open.
-    @discardableResult
-    public func open(_ prototype: UserSessionPrototype) async throws -> UserSessionController {
-        let controller = try controller(for: prototype.identifier)
-        do {
-            _ = try await controller.open(prototype)
-            return controller
-        } catch {
-            await evict(prototype.identifier, ifNotOpened: controller)
-            throw error
-        }
-    }
-
-    /// Restores the session stored under `identifier` into its controller.
-    ///
-    /// - Returns: The controller, or `nil` when nothing usable is stored (the controller is then evicted).
-    /// - Throws: What ``UserSessionController/restore(identifier:)`` throws.
-    public func restore(identifier: String) async throws -> UserSessionController? {
-        let controller = try controller(for: identifier)
-        do {
-            if try await controller.restore(identifier: identifier) != nil { return controller }
-            await evict(identifier, ifNotOpened: controller)
-            return nil
-        } catch {
-            await evict(identifier, ifNotOpened: controller)
-            throw error
-        }
-    }
-
-    /// Closes `identifier`'s session, keeping its stored credentials, and evicts its controller.
-    public func close(identifier: String) async {
-        guard let controller = existingController(for: identifier) else { return }
-        await controller.close()
-        await evict(identifier, ifNotOpened: controller)
-    }
-
-    /// Closes `identifier`'s session, removes its stored credentials and data, and evicts its controller.
-    ///
-    /// Works for users without a controller too: their stored credentials and data directories are removed.
-    public func closeAndClear(identifier: String) async throws {
-        if let controller = existingController(for: identifier) {
-            do {
-                try await controller.closeAndClear()
-            } catch {
-                await evict(identifier, ifNotOpened: controller)
-                throw error
-            }
-            await evict(identifier, ifNotOpened: controller)
-        } else {
-            try await store.remove(identifier: identifier)
-            try configuration.dataDirectories?.remove(for: identifier)
-        }
-        // Checked and reset in one critical section, so a `switchUser` in between is never undone.
-        let wasCurrent = state.withLock { state -> Bool in
-            guard let current = state.currentIdentifier, ExactIdentifier.areEqual(current, identifier) else {
-                return false
-            }
-            state.currentIdentifier = nil
-            return true
-        }
-        if wasCurrent { try await store.saveCurrentIdentifier(nil) }
-    }
-
-    /// Drops every controller whose session is not open (closed, invalid, or never opened), and shuts it down.
-    ///
-    /// - Returns: How many controllers were dropped.
-    @discardableResult
-    public func evictIdle() async -> Int {
-        let idle = state.withLock { state in
-            let idle = state.controllers.filter { !$0.value.session.isOpened }
-            for identifier in idle.keys { state.controllers.removeValue(forKey: identifier) }
-            return Array(idle.values)
-        }
-        await Self.shutDown(idle)
-        return idle.count
-    }
-
-    /// The identifiers that have stored credentials, whether or not their sessions are open.
+    /// The stored identifiers: those that have credentials in the store, whether or not their sessions are open.
     public func storedIdentifiers() async throws -> [String] {
         try await store.storedIdentifiers()
     }
 
-    // MARK: Current user (apps acting for one user)
+    // MARK: Internals
 
-    /// The controller of the current user, set by ``switchUser(to:)`` or ``restoreCurrentUser()``.
-    public var currentController: UserSessionController? {
-        state.withLock { state in state.currentIdentifier.flatMap { state.controllers[ExactIdentifier($0)] } }
-    }
-
-    /// Makes `prototype`'s user the current one: the previous current user's session is closed first (its services
-    /// stop first), then the new session opens and its identifier is persisted for ``restoreCurrentUser()``.
-    @discardableResult
-    public func switchUser(to prototype: UserSessionPrototype) async throws -> UserSessionController {
-        let previous = state.withLock { $0.currentIdentifier }
-        if let previous, !ExactIdentifier.areEqual(previous, prototype.identifier) {
-            await close(identifier: previous)
+    /// The held controller for `key`, or a new one held from now on.
+    func heldOrNewController(for identifier: String, key: ExactIdentifier) throws -> UserSessionController {
+        let now = now()
+        if let held = try state.withLock({ state -> UserSessionController? in
+            guard !state.isShutDown else { throw Self.shutdownError }
+            return state.lookUp(key, now: now)
+        }) {
+            return held
         }
-        let controller = try await open(prototype)
-        state.withLock { $0.currentIdentifier = prototype.identifier }
-        try await store.saveCurrentIdentifier(prototype.identifier)
+        // The factory is user code: it runs outside the lock (it may call the registry).
+        let candidate = UserSessionController(
+            store: store, refresher: refresher, services: makeServices(identifier), configuration: configuration)
+        let (controller, entryID) = try state.withLock { state -> (UserSessionController, UInt64?) in
+            guard !state.isShutDown else { throw Self.shutdownError }
+            if let held = state.lookUp(key, now: now) { return (held, nil) }
+            let entryID = state.insert(candidate, for: key, now: now)
+            // Under the lock, so that a subscriber's forwarder exists before anyone can open the controller.
+            relay.attach(candidate, identifier: identifier, entryID: entryID)
+            return (candidate, entryID)
+        }
+        if let entryID { leaveWhenInvalidated(controller, key: key, entryID: entryID) }
         return controller
     }
 
-    /// Restores the user persisted by the last ``switchUser(to:)``.
-    ///
-    /// - Returns: The controller, or `nil` when no usable session is stored.
-    public func restoreCurrentUser() async throws -> UserSessionController? {
-        guard let identifier = try await store.loadCurrentIdentifier() else { return nil }
-        guard let controller = try await restore(identifier: identifier) else { return nil }
-        state.withLock { $0.currentIdentifier = identifier }
-        return controller
+    /// Drops the controller held for `key` if it is still `controller` and its session is not open, and shuts it
+    /// down so that its subscribers' streams finish (nobody can reach it through the registry any more). Called in
+    /// the identifier's turn.
+    func removeIfNotOpened(_ key: ExactIdentifier, _ controller: UserSessionController) async {
+        let entryID = state.withLock { state -> UInt64? in
+            guard let entry = state.entries[key], entry.controller === controller, !controller.session.isOpened,
+                state.remove(key, entryID: entry.id)
+            else { return nil }
+            return entry.id
+        }
+        guard let entryID else { return }
+        relay.detach(entryID)
+        reportEviction(key.value)
+        await controller.shutdown()
     }
 
-    /// Shuts every controller down (closing their sessions and finishing their event streams) and refuses new ones.
-    public func shutdown() async {
-        let controllers = state.withLock { state in
-            state.isShutDown = true
-            defer { state.controllers.removeAll() }
-            return Array(state.controllers.values)
-        }
-        await Self.shutDown(controllers)
+    /// Tells the observers that the registry dropped `identifier`'s controller.
+    func reportEviction(_ identifier: String) {
+        let report = UserSessionEvictionReport(identifier: identifier)
+        configuration.observers.notify { $0.observeEviction(report) }
     }
 
-    private static func shutDown(_ controllers: [UserSessionController]) async {
-        await withTaskGroup(of: Void.self) { group in
-            for controller in controllers { group.addTask { await controller.shutdown() } }
+    func now() -> Double { configuration.clock.nowSeconds() }
+
+    /// Throws ``UserSessionError/Code/invalidIdentifier`` for an identifier no session can have.
+    static func check(_ identifier: String) throws(UserSessionError) {
+        if let problem = UserSessionController.identifierProblem(identifier) {
+            throw UserSessionError(.invalidIdentifier, "the identifier \(problem)")
         }
     }
 
-    /// Drops `controller` if it is still the one held for `identifier` and its session is not open, then shuts it
-    /// down so that its subscribers' streams finish (nobody can reach it through the registry any more).
-    private func evict(_ identifier: String, ifNotOpened controller: UserSessionController) async {
-        let evicted = state.withLock { state -> Bool in
-            let key = ExactIdentifier(identifier)
-            guard state.controllers[key] === controller, !controller.session.isOpened else { return false }
-            state.controllers.removeValue(forKey: key)
-            return true
-        }
-        if evicted { await controller.shutdown() }
-    }
+    static var shutdownError: UserSessionError { UserSessionError(.shutdown, "the registry was shut down") }
 }
