@@ -8,7 +8,19 @@ extension CredentialsGate {
     }
 
     private func runFlight(_ job: RefreshStateMachine.RefreshJob) async {
-        events.emit(.refreshStarted, session: nil, detail: nil)
+        // Announced only while the flight is current, ordered against `deactivate()`. A flight that ended before
+        // it got here has sent nothing, so it does not call the refresher at all.
+        let started = eventOrder.withLock { _ -> Bool in
+            let current = state.withLock { machine -> Bool in
+                if machine.isCurrent(flightID: job.flightID) { return true }
+                machine.orphans.removeValue(forKey: job.flightID)
+                return false
+            }
+            if current { events.emit(.refreshStarted, session: nil, detail: nil) }
+            return current
+        }
+        guard started else { return }
+        let startedAt = ContinuousClock.now
         let outcome: Result<Credentials, UserSessionError>
         if let refresher {
             do {
@@ -20,10 +32,32 @@ extension CredentialsGate {
             outcome = .failure(
                 UserSessionError(.noRefresher, "no refresher is configured", failureClass: .misconfiguration))
         }
+        let waiters: Int?
         switch outcome {
-        case .success(let credentials): await commit(job, credentials)
-        case .failure(let error): await fail(job, error)
+        case .success(let credentials): waiters = await commit(job, credentials)
+        case .failure(let error): waiters = await fail(job, error)
         }
+        reportFlight(job, outcome: outcome, waiters: waiters, duration: ContinuousClock.now - startedAt)
+    }
+
+    /// Tells the observers how a flight ended (`waiters` is `nil` for a stale flight).
+    private func reportFlight(
+        _ job: RefreshStateMachine.RefreshJob, outcome: Result<Credentials, UserSessionError>, waiters: Int?,
+        duration: Duration
+    ) {
+        guard !events.observers.isEmpty else { return }
+        var report = UserSessionRefreshReport(
+            identifier: events.session.identifier, generation: job.generation, outcome: .discarded,
+            duration: duration, waiters: waiters ?? 0)
+        if waiters != nil {
+            switch outcome {
+            case .success: report.outcome = .succeeded
+            case .failure(let error):
+                report.outcome = .failed
+                report.failureClass = error.failureClass ?? .transient
+            }
+        }
+        events.observers.notify { $0.observeRefresh(report) }
     }
 
     /// Maps what a refresher threw onto a failure class.
@@ -43,34 +77,49 @@ extension CredentialsGate {
             underlying: error)
     }
 
-    private func fail(_ job: RefreshStateMachine.RefreshJob, _ error: UserSessionError) async {
+    /// Returns how many waiters got the failure, or `nil` when the flight was stale.
+    private func fail(_ job: RefreshStateMachine.RefreshJob, _ error: UserSessionError) async -> Int? {
         let now = configuration.clock.nowSeconds()
         let jitter = Double.random(in: 0...1)
-        guard
-            let action = state.withLock({
+        let action = eventOrder.withLock { _ -> RefreshStateMachine.FailureAction? in
+            let action = state.withLock {
                 $0.refreshFailed(flightID: job.flightID, error: error, now: now, jitter: jitter)
-            })
-        else { return }
-        events.emit(.refreshFailed(error.failureClass ?? .transient), session: nil, detail: error.message)
+            }
+            if action != nil {
+                events.emit(.refreshFailed(error.failureClass ?? .transient), session: nil, detail: error.message)
+            }
+            return action
+        }
+        guard let action else { return nil }
         Self.resume(action.waiters, with: .failure(error))
         if action.notifyTerminal, let handler = currentTerminalFailureHandler() {
             await handler(action.generation)
         }
+        return action.waiters.count
     }
 
     /// Commit order: persist, publish to readers, emit, resume waiters. A flight that became stale at any point
-    /// (deactivated, replaced, superseded) writes nothing and publishes nothing.
-    private func commit(_ job: RefreshStateMachine.RefreshJob, _ credentials: Credentials) async {
-        // Cheap early exit, so a stale flight does not even queue for the slot.
-        guard state.withLock({ $0.isCurrent(flightID: job.flightID) }) else { return }
-        await acquirePersistSlot()
+    /// (deactivated, replaced, superseded) publishes nothing; if its session ended keeping its record, its
+    /// credentials are still written there (an orphan), silently. Returns how many waiters got the credentials, or
+    /// `nil` when the flight was stale.
+    private func commit(_ job: RefreshStateMachine.RefreshJob, _ credentials: Credentials) async -> Int? {
+        // Cheap early exit, so a flight whose result goes nowhere does not even queue for the slot.
+        let wanted = state.withLock { $0.isCurrent(flightID: job.flightID) || $0.orphans[job.flightID] != nil }
+        guard wanted else { return nil }
+        let ticket = await acquirePersistSlot()
         // Checked again while holding the slot: `deactivate()` may have run while this task waited.
-        guard let target = state.withLock({ $0.commitTarget(flightID: job.flightID, newCredentials: credentials) })
-        else {
-            releasePersistSlot()
-            return
+        let (target, orphanTarget) = state.withLock { machine in
+            let target = machine.commitTarget(flightID: job.flightID, newCredentials: credentials)
+            let orphan =
+                target == nil ? machine.orphanCommitTarget(flightID: job.flightID, newCredentials: credentials) : nil
+            return (target, orphan)
         }
-        let persistError = await write(target)
+        guard let target else {
+            if let orphanTarget { _ = await write(orphanTarget, ticket: ticket) }
+            releasePersistSlot(ticket)
+            return nil
+        }
+        let persistError = await write(target, ticket: ticket)
         let now = configuration.clock.nowSeconds()
         let jitter = Double.random(in: 0...1)
         let action = state.withLock {
@@ -79,76 +128,17 @@ extension CredentialsGate {
                 jitter: jitter)
         }
         guard let action else {
-            releasePersistSlot()
-            return
+            releasePersistSlot(ticket)
+            return nil
         }
         if let persistError {
             events.emit(.persistenceFailed, session: nil, detail: Self.describePersistFailure(persistError))
+            armRetryTimer()
         }
         events.emit(.credentialsRefreshed, session: nil, detail: nil)
         // Released after the events, so `deactivate()` (which waits for the slot) returns only after them.
-        releasePersistSlot()
+        releasePersistSlot(ticket)
         Self.resume(action.waiters, with: .success(credentials))
-    }
-
-    /// Writes `target` to the store; returns the error when the write failed.
-    func write(_ target: RefreshStateMachine.PersistTarget) async -> (any Error)? {
-        do {
-            try await store.save(target.stored, identifier: target.identifier)
-            return nil
-        } catch {
-            return error
-        }
-    }
-
-    /// Retries a failed write in the background.
-    func startPersistRetry(_ job: RefreshStateMachine.PersistJob) {
-        runInBackground { await self.runPersistRetry(job) }
-    }
-
-    private func runPersistRetry(_ job: RefreshStateMachine.PersistJob) async {
-        await acquirePersistSlot()
-        guard let target = state.withLock({ $0.persistRetryTarget(generation: job.generation) }) else {
-            releasePersistSlot()
-            return
-        }
-        let persistError = await write(target)
-        let now = configuration.clock.nowSeconds()
-        let jitter = Double.random(in: 0...1)
-        state.withLock {
-            $0.persistRetryFinished(
-                generation: job.generation, version: target.version, succeeded: persistError == nil, now: now,
-                jitter: jitter)
-        }
-        if let persistError {
-            events.emit(.persistenceFailed, session: nil, detail: Self.describePersistFailure(persistError))
-        }
-        releasePersistSlot()
-    }
-
-    /// Publishes credentials obtained elsewhere: written first, then published, then the event, then the waiters
-    /// of a superseded refresh get them.
-    ///
-    /// - Throws: ``UserSessionError/Code/sessionNotOpen`` when no session is open; the store's error when the
-    ///   write fails (then nothing changes).
-    func update(_ credentials: Credentials) async throws {
-        await acquirePersistSlot()
-        guard let (generation, target) = state.withLock({ $0.updateTarget(credentials) }) else {
-            releasePersistSlot()
-            throw RefreshStateMachine.notOpenError
-        }
-        do {
-            try await store.save(target.stored, identifier: target.identifier)
-        } catch {
-            releasePersistSlot()
-            throw error
-        }
-        guard let action = state.withLock({ $0.update(credentials, generation: generation) }) else {
-            releasePersistSlot()
-            throw RefreshStateMachine.notOpenError
-        }
-        events.emit(.credentialsUpdated(action.change), session: nil, detail: nil)
-        releasePersistSlot()
-        Self.resume(action.waiters, with: .success(credentials))
+        return action.waiters.count
     }
 }

@@ -17,13 +17,22 @@ final class CredentialsGate: Sendable {
     let state: Mutex<RefreshStateMachine>
     /// Waiter ids, increasing, allocated without the lock so that the cancellation handler knows its id.
     private let waiterIDs = Atomic<UInt64>(0)
+    /// When a token was last asked for, as the bit pattern of seconds since the reference date; see `noteDemand`.
+    let lastDemandBits = Atomic<UInt64>(0)
     private let terminalFailureHandler = Mutex<(@Sendable (UInt64) async -> Void)?>(nil)
     private let backgroundWork = Mutex(BackgroundWork())
+    /// Orders the events of refreshes (started, failed, loop tripped) and of late writes against `deactivate()`:
+    /// one is emitted only while its session is active, checked and emitted under this lock, which `deactivate()`
+    /// takes too. So none of them ever follows the session's `.closed` or `.invalidated`. Never taken on the hot
+    /// path; taken before `state`, never after it.
+    let eventOrder = Mutex(())
+    /// The background timer that retries a failed write when its backoff elapses.
+    let retryTimer = Mutex<Task<Void, Never>?>(nil)
     let refresher: (any TokenRefresher)?
     let store: any TokenStore
     let events: EventHub
     let configuration: UserSessionController.Configuration
-    private let clock: SessionClock
+    let clock: SessionClock
 
     init(
         refresher: (any TokenRefresher)?,
@@ -52,10 +61,17 @@ final class CredentialsGate: Sendable {
     }
 
     /// Starts serving `credentials` for a newly opened session of `generation`. A refresh still running for an
-    /// earlier generation will be discarded when it returns.
-    func activate(identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64) {
+    /// earlier generation is not served to it; when `restoring` from the stored record that such a refresh of the
+    /// same identifier sent, the new session adopts that refresh instead of sending the token a second time.
+    func activate(
+        identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64, restoring: Bool = false
+    ) {
+        disarmRetryTimer()
+        events.setGeneration(generation)
         let leftovers = state.withLock {
-            $0.activate(identifier: identifier, userInfo: userInfo, credentials: credentials, generation: generation)
+            $0.activate(
+                identifier: identifier, userInfo: userInfo, credentials: credentials, generation: generation,
+                adoptingOrphans: restoring)
         }
         Self.resume(leftovers, with: .failure(RefreshStateMachine.notOpenError))
     }
@@ -69,15 +85,24 @@ final class CredentialsGate: Sendable {
     /// ``UserSessionController/Configuration/storeTimeout`` makes this cancel the background work (a store that
     /// honours cancellation then fails its write at once, and the final write takes over its credentials); one that
     /// overruns it again is reported with `.persistenceFailed` and left behind, so closing never hangs.
+    ///
+    /// A refresh in flight becomes an orphan: its result is never served, published or announced, but it is
+    /// written to the session's own record (see ``RefreshStateMachine/Orphan``). A write that overran both
+    /// deadlines loses the persistence slot (so later writes are not blocked for ever); if it lands later, what
+    /// it changed is repaired (``RefreshStateMachine/finishWrite(ticket:target:now:)``).
     func deactivate() async {
-        let waiters = state.withLock { $0.deactivate() }
+        let waiters = eventOrder.withLock { _ in state.withLock { $0.deactivate() } }
+        disarmRetryTimer()
         Self.resume(waiters, with: .failure(RefreshStateMachine.notOpenError))
         let timeout = configuration.storeTimeout
         let flush = Task { await self.finalFlush() }
         if await awaitTask(flush, timeout: timeout) { return }
         cancelBackgroundWork()
         if await awaitTask(flush, timeout: timeout) { return }
-        flush.cancel()
+        // Cancelled under the event lock, so the flush, which checks cancellation under it, reports nothing later.
+        eventOrder.withLock { _ in flush.cancel() }
+        let next = state.withLock { $0.abandonPersistSlot() }
+        next?.resume()
         events.emit(
             .persistenceFailed, session: nil,
             detail: "the token store did not finish a write within \(timeout); closing without waiting for it")
@@ -85,13 +110,19 @@ final class CredentialsGate: Sendable {
 
     /// Waits for the write in progress, then writes credentials that could not be stored before, if any.
     private func finalFlush() async {
-        await acquirePersistSlot()
+        let ticket = await acquirePersistSlot()
         // Cancelled once `deactivate()` stopped waiting: the session is closed without this write, and writing
         // now could land after a later `remove`.
-        if !Task.isCancelled, let flush = state.withLock({ $0.takeFinalFlush() }), let error = await write(flush) {
-            events.emit(.persistenceFailed, session: nil, detail: Self.describePersistFailure(error))
+        if !Task.isCancelled, let flush = state.withLock({ $0.takeFinalFlush() }),
+            let error = await write(flush, ticket: ticket)
+        {
+            eventOrder.withLock { _ in
+                if !Task.isCancelled {
+                    events.emit(.persistenceFailed, session: nil, detail: Self.describePersistFailure(error))
+                }
+            }
         }
-        releasePersistSlot()
+        releasePersistSlot(ticket)
     }
 
     // MARK: - Background work
@@ -142,6 +173,7 @@ final class CredentialsGate: Sendable {
     /// the next call: the refresh's commit writes newer credentials anyway).
     func freshAccessToken() -> String? {
         let now = clock.nowSeconds()
+        noteDemand(now)
         let read = state.withLock { machine -> HotRead in
             if now < machine.nextActionAt { return .token(machine.token) }
             return machine.demandJoinsFlight(now: now) ? .mustWait : .lookFurther
@@ -161,10 +193,14 @@ final class CredentialsGate: Sendable {
 
     @inline(never)
     private func slowFreshAccessToken(now: Double) -> String? {
-        let outcome = state.withLock { $0.tokenRequested(now: now) }
+        slowFreshAccessTokenAndGeneration(now: now).token
+    }
+
+    func slowFreshAccessTokenAndGeneration(now: Double) -> (token: String?, generation: UInt64) {
+        let (outcome, generation) = state.withLock { ($0.tokenRequested(now: now), $0.generation) }
         if let job = outcome.refresh { startFlight(job) }
         if let job = outcome.persist { startPersistRetry(job) }
-        return outcome.token
+        return (outcome.token, generation)
     }
 
     /// A valid access token, refreshing (single-flight) when needed.
@@ -216,25 +252,31 @@ final class CredentialsGate: Sendable {
         try await credentials(for: .forced(replacing: nil))
     }
 
-    /// After an operation using `token` failed authentication: the credentials to replay with. If `token` is
-    /// still current they come from a forced single-flight refresh; otherwise the current ones are returned as is.
-    nonisolated(nonsending) func replacementCredentials(after token: String) async throws -> Credentials {
-        try await credentials(for: .forced(replacing: token))
-    }
-
     // MARK: - Waiting
 
     /// Runs `request`, waiting for a refresh if it needs one.
     nonisolated(nonsending) func credentials(for request: RefreshStateMachine.Request) async throws -> Credentials {
+        try await credentialsAndGeneration(for: request).credentials
+    }
+
+    /// Runs `request`, waiting for a refresh if it needs one; returns the credentials with the generation of the
+    /// session they belong to (a waiter is failed when its session ends, so a success is always that session's).
+    nonisolated(nonsending) func credentialsAndGeneration(for request: RefreshStateMachine.Request) async throws
+        -> (credentials: Credentials, generation: UInt64)
+    {
         let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
         return try await withTaskCancellationHandler {
+            var generation: UInt64 = 0
             // An unsafe continuation is correct by construction here: it is either resumed right away inside
             // `enqueue` (and never stored), or stored in exactly one waiter slot. Every path that resumes a stored
             // one — cancellation, completion, deactivation, supersession — first takes it out of its slot under
             // the lock, so exactly one of them gets it, exactly once.
-            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Credentials, any Error>) in
-                enqueue(request, now: clock.nowSeconds(), waiterID: waiterID, continuation: .credentials(continuation))
+            let credentials = try await withUnsafeThrowingContinuation {
+                (continuation: UnsafeContinuation<Credentials, any Error>) in
+                generation = enqueue(
+                    request, now: clock.nowSeconds(), waiterID: waiterID, continuation: .credentials(continuation))
             }
+            return (credentials, generation)
         } onCancel: {
             cancelWaiter(id: waiterID)
         }
@@ -278,18 +320,19 @@ final class CredentialsGate: Sendable {
         case decided(RefreshStateMachine.Decision)
     }
 
-    /// Decides `request` under the lock and registers, resumes or fails the continuation. Never inlined, for the
-    /// same reason as `enqueueForToken`.
+    /// Decides `request` under the lock and registers, resumes or fails the continuation; returns the generation
+    /// of the session it was decided for. Never inlined, for the same reason as `enqueueForToken`.
     @inline(never)
+    @discardableResult
     private func enqueue(
         _ request: RefreshStateMachine.Request, now: Double, waiterID: UInt64,
         continuation: RefreshStateMachine.WaiterContinuation
-    ) {
-        let enqueued = state.withLock { machine -> Enqueued in
-            if Task.isCancelled { return .cancelled }
+    ) -> UInt64 {
+        let (enqueued, generation) = state.withLock { machine -> (Enqueued, UInt64) in
+            if Task.isCancelled { return (.cancelled, machine.generation) }
             let decision = machine.decide(request, now: now)
             if case .wait = decision { machine.register(waiterID: waiterID, continuation: continuation) }
-            return .decided(decision)
+            return (.decided(decision), machine.generation)
         }
         switch enqueued {
         case .cancelled:
@@ -299,8 +342,19 @@ final class CredentialsGate: Sendable {
         case .decided(.wait(let job)):
             if let job { startFlight(job) }
         case .decided(.fail(let error, let loopTripped)):
-            if loopTripped { events.emit(.refreshLoopTripped, session: nil, detail: error.message) }
+            if loopTripped {
+                emitWhileActive(.refreshLoopTripped, generation: generation, detail: error.message)
+            }
             continuation.resume(throwing: error)
+        }
+        return generation
+    }
+
+    /// Emits `kind` if the session of `generation` is still active, ordered against `deactivate()`.
+    func emitWhileActive(_ kind: UserSessionEvent.Kind, generation: UInt64, detail: String?) {
+        eventOrder.withLock { _ in
+            guard state.withLock({ $0.active && $0.generation == generation }) else { return }
+            events.emit(kind, session: nil, detail: detail)
         }
     }
 
@@ -314,24 +368,6 @@ final class CredentialsGate: Sendable {
         case .failure(let error):
             for waiter in waiters { waiter.continuation?.resume(throwing: error) }
         }
-    }
-
-    // MARK: - The persistence slot
-
-    /// Waits until this task may write to the store. Writes are serialized so that an older write never lands
-    /// after a newer one and `deactivate()` can wait for the one in progress.
-    func acquirePersistSlot() async {
-        if state.withLock({ $0.tryAcquirePersistSlot() }) { return }
-        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
-            // Stored in the queue exactly once or resumed here; the releaser removes it before resuming it.
-            let granted = state.withLock { $0.acquirePersistSlot(continuation) }
-            if granted { continuation.resume() }
-        }
-    }
-
-    func releasePersistSlot() {
-        let next = state.withLock { $0.releasePersistSlot() }
-        next?.resume()
     }
 
     static func describePersistFailure(_ error: any Error) -> String {

@@ -1,10 +1,7 @@
 import Foundation
 
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
-
-/// A ``TokenRefresher`` for OAuth 2.0 token endpoints (RFC 6749 §6, the refresh-token grant).
+/// A ``TokenRefresher`` for OAuth 2.0 token endpoints (RFC 6749 §6, the refresh-token grant), which can also revoke
+/// tokens (RFC 7009, see ``revoke(_:)``).
 ///
 /// It sends a form-encoded `POST` with `grant_type=refresh_token`, the refresh token and, if configured, the
 /// requested `scope`, authenticating the client as configured by ``ClientAuthentication``. It parses the JSON
@@ -15,7 +12,8 @@ import FoundationNetworking
 ///   fresher than it is.
 ///
 /// Failures are ``UserSessionError``s with code ``UserSessionError/Code/refreshFailed`` (or
-/// ``UserSessionError/Code/malformedTokenResponse``) and a ``UserSessionError/failureClass``:
+/// ``UserSessionError/Code/malformedTokenResponse``, or ``UserSessionError/Code/transportFailure`` when no answer
+/// came) and a ``UserSessionError/failureClass``:
 /// - ``RefreshFailureClass/terminal``: `invalid_grant` (the refresh token was rejected);
 /// - ``RefreshFailureClass/misconfiguration``: `invalid_client`, `unauthorized_client`, `unsupported_grant_type`,
 ///   `invalid_scope`, `invalid_request`, any other error code, and other 4xx statuses (except 408 and 429);
@@ -23,52 +21,75 @@ import FoundationNetworking
 ///   ``maximumResponseSize``, and bodies that are not a valid JSON token response (including JSON with duplicate
 ///   members or nested more than 128 levels deep);
 /// - ``RefreshFailureClass/cancelled``: the calling task was cancelled.
+/// The same reading of a response is available on its own as
+/// ``credentials(fromTokenResponse:refreshing:sentAt:)``.
+///
+/// Requests go through an ``HTTPTransport`` (by default a ``URLSessionHTTPTransport``); the rules above, the size
+/// limit, the refusal of redirects and the timeout hold whichever transport is used.
 ///
 /// - Important: Redirects are never followed, so the refresh token and the client secret are only ever sent to
-///   the configured endpoint. The endpoint must use HTTPS unless it is a loopback address. Errors carry the
+///   the configured endpoints. The endpoints must use HTTPS unless they are a loopback address. Errors carry the
 ///   OAuth `error` code and `error_description` only — never the tokens, the secret or the raw body.
 public struct OAuth2TokenRefresher: TokenRefresher, Sendable {
     /// The token endpoint.
     public let tokenEndpoint: URL
+    /// The RFC 7009 revocation endpoint, if any; without one ``revoke(_:)`` does nothing.
+    public let revocationEndpoint: URL?
     /// How the client authenticates.
     public let clientAuthentication: ClientAuthentication
     /// The scope to request, or `nil` to request the scope originally granted (RFC 6749 §6).
     public let scope: Set<String>?
     /// How long one request may take. Default 30 s.
     public let requestTimeout: Duration
-    /// The largest response body read: 1 MiB. A token endpoint that sends more is cut off, and the refresh fails as
+    /// The transport requests go through.
+    public let transport: any HTTPTransport
+    /// The largest response body read: 1 MiB. An endpoint that sends more is cut off, and the refresh fails as
     /// transient with ``UserSessionError/Code/malformedTokenResponse``, without reading the rest.
-    public static let maximumResponseSize = 1024 * 1024
+    public static let maximumResponseSize = GuardedHTTPClient.maximumResponseBytes
     let clock: SessionClock
-    let transport: OAuth2Transport
+    let tokenClient: GuardedHTTPClient
+    let revocationClient: GuardedHTTPClient
 
     /// Creates a refresher for `tokenEndpoint`.
     ///
     /// - Parameters:
     ///   - tokenEndpoint: The token endpoint; `https`, or `http` on a loopback host (`localhost`, `127.0.0.0/8`,
     ///     `::1`).
-    ///   - clientAuthentication: How the client authenticates to the endpoint.
+    ///   - revocationEndpoint: The RFC 7009 token revocation endpoint, under the same rule; `nil` (the default)
+    ///     makes ``revoke(_:)`` do nothing.
+    ///   - clientAuthentication: How the client authenticates to the endpoints.
     ///   - scope: The scope to request; `nil` (the default) asks for the originally granted scope.
-    ///   - requestTimeout: How long one request may take before it fails as transient. Default 30 s.
+    ///   - requestTimeout: How long one request may take before it fails as transient. Default 30 s. Values that
+    ///     are not positive mean 1 ms.
     ///   - clock: The clock that stamps when a request was sent (expiry is computed from it). Default
     ///     ``SessionClock/system``; pass the controller's clock in simulations.
+    ///   - transport: The transport requests go through; `nil` (the default) creates a
+    ///     ``URLSessionHTTPTransport``.
     /// - Throws: ``UserSessionError/Code/insecureEndpoint`` for plain HTTP to a non-loopback host, or a URL that is
     ///   neither HTTP nor HTTPS.
     public init(
         tokenEndpoint: URL,
+        revocationEndpoint: URL? = nil,
         clientAuthentication: ClientAuthentication,
         scope: Set<String>? = nil,
         requestTimeout: Duration = .seconds(30),
-        clock: SessionClock = .system
+        clock: SessionClock = .system,
+        transport: (any HTTPTransport)? = nil
     ) throws {
-        try Self.checkSecure(tokenEndpoint)
+        try SecureEndpoint.check(tokenEndpoint, describedAs: "the token endpoint")
+        if let revocationEndpoint {
+            try SecureEndpoint.check(revocationEndpoint, describedAs: "the revocation endpoint")
+        }
         self.tokenEndpoint = tokenEndpoint
+        self.revocationEndpoint = revocationEndpoint
         self.clientAuthentication = clientAuthentication
         self.scope = scope
         self.requestTimeout = requestTimeout
         self.clock = clock
-        self.transport = OAuth2Transport(
-            timeout: max(0.001, requestTimeout.seconds), maximumResponseSize: Self.maximumResponseSize)
+        let transport = transport ?? URLSessionHTTPTransport()
+        self.transport = transport
+        tokenClient = GuardedHTTPClient(transport: transport, endpointName: "the token endpoint")
+        revocationClient = GuardedHTTPClient(transport: transport, endpointName: "the revocation endpoint")
     }
 
     /// Exchanges the refresh token in `credentials` for new credentials.
@@ -80,62 +101,80 @@ public struct OAuth2TokenRefresher: TokenRefresher, Sendable {
             throw UserSessionError(
                 .noRefresher, "the credentials have no refresh token", failureClass: .misconfiguration)
         }
-        let request = makeRequest(refreshToken: refreshToken)
-        let secrets = [refreshToken, credentials.accessToken, clientAuthentication.secret].compactMap { $0 }
-        let sentAt = clock.now()
-        let data: Data
-        let response: HTTPURLResponse
-        do {
-            (data, response) = try await transport.send(request)
-        } catch {
-            throw Self.transportError(error)
-        }
-        return try OAuth2TokenResponse.credentials(
-            status: response.statusCode, body: data, previous: credentials, sentAt: sentAt, secrets: secrets)
-    }
-
-    func makeRequest(refreshToken: String) -> URLRequest {
         var fields = [("grant_type", "refresh_token"), ("refresh_token", refreshToken)]
         if let scope { fields.append(("scope", scope.sorted().joined(separator: " "))) }
-        var request = URLRequest(url: tokenEndpoint, timeoutInterval: max(0.001, requestTimeout.seconds))
-        request.httpMethod = "POST"
-        request.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")
-        request.setValue("application/json", forHTTPHeaderField: "Accept")
-        request.setValue("no-store", forHTTPHeaderField: "Cache-Control")
+        let secrets = [refreshToken, credentials.accessToken, clientAuthentication.secret].compactMap { $0 }
+        let sentAt = clock.now()
+        let response = try await post(fields, to: tokenEndpoint, through: tokenClient, failureCode: .refreshFailed)
+        return try OAuth2TokenResponse.credentials(
+            status: response.statusCode, body: response.body, previous: credentials, sentAt: sentAt,
+            secrets: secrets)
+    }
+
+    /// Reads a token endpoint's answer to a refresh-token grant exactly as ``refresh(_:)`` does: the new credentials,
+    /// or the ``UserSessionError`` with the ``UserSessionError/failureClass`` described on the type (RFC 6749 §5.2).
+    ///
+    /// Use it when you send the request yourself. `previous` supplies the refresh token and granted permissions the
+    /// response may leave out, and its tokens are kept out of error messages.
+    ///
+    /// - Parameters:
+    ///   - response: The response; a 3xx counts as a refused redirect (transient).
+    ///   - previous: The credentials that were refreshed.
+    ///   - sentAt: When the request was sent; the expiry counts from here.
+    public static func credentials(
+        fromTokenResponse response: HTTPTransportResponse, refreshing previous: Credentials, sentAt: Date
+    ) throws -> Credentials {
+        try OAuth2TokenResponse.credentials(
+            status: response.statusCode, body: response.body, previous: previous, sentAt: sentAt,
+            secrets: [previous.accessToken, previous.refreshToken].compactMap { $0 })
+    }
+
+    /// Sends `fields` as a form, with the client's authentication, and returns the answer whatever its status
+    /// (except 3xx).
+    func post(
+        _ fields: [(String, String)], to endpoint: URL, through client: GuardedHTTPClient,
+        failureCode: UserSessionError.Code
+    ) async throws -> HTTPTransportResponse {
+        var fields = fields
+        var headers: HTTPTransportHeaders = [
+            ("Content-Type", "application/x-www-form-urlencoded"), ("Accept", "application/json"),
+            ("Cache-Control", "no-store"),
+        ]
         switch clientAuthentication {
         case .clientSecretBasic(let id, let secret):
             // RFC 6749 §2.3.1: id and secret are form-urlencoded before they are joined and base64-encoded.
             let pair = FormURLEncoding.percentEncode(id) + ":" + FormURLEncoding.percentEncode(secret)
-            request.setValue("Basic " + Data(pair.utf8).base64EncodedString(), forHTTPHeaderField: "Authorization")
+            headers.add(name: "Authorization", value: "Basic " + Data(pair.utf8).base64EncodedString())
         case .clientSecretPost(let id, let secret):
             fields.append(("client_id", id))
             fields.append(("client_secret", secret))
         case .publicClient(let id):
             fields.append(("client_id", id))
         }
-        request.httpBody = Data(FormURLEncoding.encode(fields).utf8)
-        return request
+        do {
+            return try await client.send(
+                .post, endpoint, headers: headers, body: Data(FormURLEncoding.encode(fields).utf8),
+                timeout: requestTimeout)
+        } catch let failure as HTTPExchangeFailure {
+            throw Self.error(for: failure, code: failureCode)
+        }
     }
 
-    static func transportError(_ error: any Error) -> UserSessionError {
-        if error is CancellationError || Task.isCancelled {
+    /// The error for an exchange that brought no usable answer: `code` for a redirect (and a body over the limit,
+    /// which is ``UserSessionError/Code/malformedTokenResponse`` for refreshes), `transportFailure` when no answer came.
+    static func error(for failure: HTTPExchangeFailure, code: UserSessionError.Code) -> UserSessionError {
+        switch failure.kind {
+        case .cancelled:
+            return UserSessionError(code, failure.message, failureClass: .cancelled, underlying: failure.underlying)
+        case .responseTooLarge:
+            let tooLargeCode = code == .refreshFailed ? .malformedTokenResponse : code
+            return UserSessionError(tooLargeCode, failure.message, failureClass: .transient)
+        case .redirected:
+            return UserSessionError(code, failure.message, failureClass: .transient)
+        case .timedOut, .failed:
             return UserSessionError(
-                .refreshFailed, "the token request was cancelled", failureClass: .cancelled, underlying: error)
+                .transportFailure, failure.message, failureClass: .transient, underlying: failure.underlying)
         }
-        // The transport's own errors (a body over the size limit) are typed already.
-        if let error = error as? UserSessionError { return error }
-        if let error = error as? URLError {
-            let what = error.code == .timedOut ? "timed out" : "failed (URLError \(error.code.rawValue))"
-            return UserSessionError(
-                .transportFailure, "the token request \(what)", failureClass: .transient, underlying: error)
-        }
-        return UserSessionError(
-            .transportFailure, "the token request failed: \(String(describing: type(of: error)))",
-            failureClass: .transient, underlying: error)
-    }
-
-    static func checkSecure(_ url: URL) throws {
-        try SecureEndpoint.check(url, describedAs: "the token endpoint")
     }
 }
 

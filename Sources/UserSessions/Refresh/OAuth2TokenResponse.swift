@@ -13,46 +13,56 @@ enum OAuth2TokenResponse {
     static func credentials(
         status: Int, body: Data, previous: Credentials, sentAt: Date, secrets: [String]
     ) throws -> Credentials {
-        // Duplicate members and absurd nesting make a body unusable, whatever the status: parsers disagree on which
-        // duplicate wins, so we could read a different token (or error code) than a proxy did.
-        let refusal: StrictJSONScan.Failure?
-        do {
-            try StrictJSONScan.check(body)
-            refusal = nil
-        } catch {
-            refusal = error
+        guard (200..<300).contains(status) else {
+            throw failure(
+                status: status, body: body, secrets: secrets, endpoint: "the token endpoint", code: .refreshFailed)
         }
+        return try parseSuccess(body, previous: previous, sentAt: sentAt, source: .refresh)
+    }
+
+    /// The classified error for a response whose status is not 2xx (RFC 6749 §5.2), from `endpoint` (for example
+    /// "the token endpoint"); `code` is the code of answers that are not malformed (``UserSessionError/Code/refreshFailed``
+    /// for refreshes).
+    static func failure(
+        status: Int, body: Data, secrets: [String], endpoint: String, code: UserSessionError.Code
+    ) -> UserSessionError {
+        // Duplicate members and absurd nesting make a body unusable, whatever the status: parsers disagree on which
+        // duplicate wins, so we could read a different error code than a proxy did.
+        let refusal = refusal(of: body)
         switch status {
-        case 200..<300:
-            if let refusal { throw malformed("is \(refusal)") }
-            return try parseSuccess(body, previous: previous, sentAt: sentAt)
         case 300..<400:
-            throw UserSessionError(
-                .refreshFailed, "the token endpoint answered HTTP \(status) (redirects are not followed)",
-                failureClass: .transient)
+            return UserSessionError(
+                code, "\(endpoint) answered HTTP \(status) (redirects are not followed)", failureClass: .transient)
         case 408, 429, 500..<600:
-            var message = "the token endpoint answered HTTP \(status)"
+            var message = "\(endpoint) answered HTTP \(status)"
             if refusal == nil, let error = parseError(body, secrets: secrets) { message += ": \(error.summary)" }
-            throw UserSessionError(.refreshFailed, message, failureClass: .transient)
+            return UserSessionError(code, message, failureClass: .transient)
         case 400..<500:
             if let refusal, refusal.problem != .invalidSyntax {
                 // JSON, but ambiguous: never read an `invalid_grant` out of it (that would end the session).
-                throw UserSessionError(
-                    .malformedTokenResponse,
-                    "the token endpoint answered HTTP \(status) with a body that is \(refusal)",
+                return UserSessionError(
+                    .malformedTokenResponse, "\(endpoint) answered HTTP \(status) with a body that is \(refusal)",
                     failureClass: .misconfiguration)
             }
             guard refusal == nil, let error = parseError(body, secrets: secrets) else {
-                throw UserSessionError(
-                    .refreshFailed, "the token endpoint answered HTTP \(status) without an OAuth error",
-                    failureClass: .misconfiguration)
+                return UserSessionError(
+                    code, "\(endpoint) answered HTTP \(status) without an OAuth error", failureClass: .misconfiguration)
             }
-            throw UserSessionError(
-                .refreshFailed, "the token endpoint answered HTTP \(status): \(error.summary)",
+            return UserSessionError(
+                code, "\(endpoint) answered HTTP \(status): \(error.summary)",
                 failureClass: error.code == "invalid_grant" ? .terminal : .misconfiguration)
         default:
-            throw UserSessionError(
-                .refreshFailed, "the token endpoint answered HTTP \(status)", failureClass: .transient)
+            return UserSessionError(code, "\(endpoint) answered HTTP \(status)", failureClass: .transient)
+        }
+    }
+
+    /// Why the strict scan refuses `body`, or `nil` when it accepts it.
+    private static func refusal(of body: Data) -> StrictJSONScan.Failure? {
+        do {
+            try StrictJSONScan.check(body)
+            return nil
+        } catch {
+            return error
         }
     }
 
@@ -97,14 +107,22 @@ enum OAuth2TokenResponse {
         UserSessionError(.malformedTokenResponse, "the token response \(what)", failureClass: .transient)
     }
 
-    static func parseSuccess(_ body: Data, previous: Credentials, sentAt: Date) throws -> Credentials {
+    /// The credentials in a successful token response (RFC 6749 §5.1), built on `previous` (which keeps its refresh
+    /// token and granted permissions when the response has none) or from nothing, stamped `sentAt` and `source`.
+    ///
+    /// - Throws: ``UserSessionError/Code/malformedTokenResponse`` (transient) for a body the strict scan refuses or
+    ///   that is not a token response.
+    static func parseSuccess(
+        _ body: Data, previous: Credentials?, sentAt: Date, source: Credentials.Source
+    ) throws -> Credentials {
+        if let refusal = refusal(of: body) { throw malformed("is \(refusal)") }
         guard let parsed = try? JSONSerialization.jsonObject(with: body),
             let object = parsed as? [String: Any]
         else { throw malformed("is not a JSON object") }
         guard let accessToken = object["access_token"] as? String, !accessToken.isEmpty else {
             throw malformed("has no access_token string")
         }
-        var refreshed = previous
+        var refreshed = previous ?? Credentials(accessToken: accessToken)
         refreshed.accessToken = accessToken
         if let tokenType = object["token_type"] {
             guard let tokenType = tokenType as? String else { throw malformed("has a token_type that is not a string") }
@@ -128,7 +146,7 @@ enum OAuth2TokenResponse {
             refreshed.grantedPermissions = Set(scope.split(separator: " ").map(String.init))
         }
         refreshed.lastRefreshedAt = sentAt
-        refreshed.source = .refresh
+        refreshed.source = source
         return refreshed
     }
 

@@ -16,9 +16,14 @@ extension RefreshStateMachine {
     mutating func refreshFailed(flightID: UInt64, error: UserSessionError, now: Double, jitter: Double)
         -> FailureAction?
     {
-        guard active, let flight, flight.id == flightID else { return nil }
+        guard active, let flight, flight.id == flightID else {
+            // An orphan's failure is never reported: its session ended.
+            orphans.removeValue(forKey: flightID)
+            return nil
+        }
         self.flight = nil
         let waiters = takeWaiters()
+        lastFailure = error
         var notifyTerminal = false
         switch error.failureClass ?? .transient {
         case .terminal:
@@ -50,9 +55,7 @@ extension RefreshStateMachine {
         // server has already rotated the refresh token, so these credentials must reach the store one way or
         // another (see `commit`).
         writingFlightID = flightID
-        return PersistTarget(
-            identifier: identifier, stored: StoredSession(userInfo: userInfo, credentials: newCredentials),
-            version: version + 1)
+        return target(newCredentials, version: version + 1)
     }
 
     /// What to do after new credentials were committed.
@@ -77,11 +80,13 @@ extension RefreshStateMachine {
             }
             return nil
         }
+        let startedAt = flight?.startedAt
         flight = nil
-        setCredentials(newCredentials)
+        setCredentials(newCredentials, issuedAt: startedAt)
         failureCount = 0
         retryAt = -.infinity
         automaticRefreshBlocked = false
+        lastFailure = nil
         successTimes.append(now)
         if persisted {
             persistedVersion = version
@@ -92,74 +97,6 @@ extension RefreshStateMachine {
         }
         recomputeDeadline()
         return CommitAction(waiters: takeWaiters(), persistenceFailed: !persisted)
-    }
-
-    // MARK: - Persistence retries
-
-    /// Starts a retry of a failed write when one is due.
-    mutating func schedulePersistRetryIfDue(now: Double) -> PersistJob? {
-        guard active, isDirty, !persistRetryScheduled, now >= persistRetryAt else { return nil }
-        persistRetryScheduled = true
-        return PersistJob(generation: generation)
-    }
-
-    /// Once the slot is held for a retry: what to write (always the newest credentials), or `nil` if nothing is
-    /// left to write for `generation`.
-    mutating func persistRetryTarget(generation: UInt64) -> PersistTarget? {
-        guard active, self.generation == generation, isDirty, let credentials else {
-            if self.generation == generation { persistRetryScheduled = false }
-            recomputeDeadline()
-            return nil
-        }
-        return PersistTarget(
-            identifier: identifier, stored: StoredSession(userInfo: userInfo, credentials: credentials),
-            version: version)
-    }
-
-    /// A retried write of `version` finished.
-    mutating func persistRetryFinished(
-        generation: UInt64, version: UInt64, succeeded: Bool, now: Double, jitter: Double
-    ) {
-        guard self.generation == generation else { return }
-        persistRetryScheduled = false
-        if succeeded {
-            persistedVersion = max(persistedVersion, version)
-            if !isDirty {
-                persistFailures = 0
-                persistRetryAt = .infinity
-            }
-        } else {
-            notePersistFailure(now: now, jitter: jitter)
-        }
-        recomputeDeadline()
-    }
-
-    private mutating func notePersistFailure(now: Double, jitter: Double) {
-        persistFailures += 1
-        persistRetryAt = now + backoff(attempt: persistFailures, jitter: jitter)
-    }
-
-    /// Tries to take the persistence slot; `false` means the caller must queue with ``enqueueForPersistSlot(_:)``.
-    mutating func tryAcquirePersistSlot() -> Bool {
-        guard !persistSlotHeld else { return false }
-        persistSlotHeld = true
-        return true
-    }
-
-    /// Queues for the slot, or returns `true` (without storing the continuation) when it was free.
-    mutating func acquirePersistSlot(_ continuation: UnsafeContinuation<Void, Never>) -> Bool {
-        if tryAcquirePersistSlot() { return true }
-        persistSlotQueue.append(continuation)
-        return false
-    }
-
-    /// Releases the slot, handing it to the next task in line (returned, to be resumed outside the lock).
-    mutating func releasePersistSlot() -> UnsafeContinuation<Void, Never>? {
-        guard !persistSlotQueue.isEmpty else {
-            persistSlotHeld = false
-            return nil
-        }
-        return persistSlotQueue.removeFirst()
     }
 
     // MARK: - Credentials from elsewhere
@@ -174,10 +111,7 @@ extension RefreshStateMachine {
     /// The identity the update must be written under, when a session of this generation is active.
     func updateTarget(_ newCredentials: Credentials) -> (generation: UInt64, target: PersistTarget)? {
         guard active else { return nil }
-        let target = PersistTarget(
-            identifier: identifier, stored: StoredSession(userInfo: userInfo, credentials: newCredentials),
-            version: version + 1)
-        return (generation, target)
+        return (generation, target(newCredentials, version: version + 1))
     }
 
     /// Publishes credentials obtained elsewhere (already written to the store). A refresh in flight is
@@ -195,6 +129,7 @@ extension RefreshStateMachine {
         failureCount = 0
         retryAt = -.infinity
         automaticRefreshBlocked = false
+        lastFailure = nil
         recomputeDeadline()
         let oldGranted = old?.grantedPermissions ?? []
         let change = UserSessionEvent.CredentialsChange(

@@ -19,6 +19,14 @@ struct RefreshStateMachine {
         var loopWindow: Double
         var hasRefresher: Bool
 
+        /// For credentials whose lifetime is known, the lead time is at most this fraction of it.
+        static let leadFraction = 0.1
+        /// For credentials whose lifetime is known, the soft window is at most this fraction of it.
+        static let softWindowFraction = 0.25
+        /// The loop breaker's window never shrinks below this, however short the tokens live, so that tokens that
+        /// arrive already expired still trip it.
+        static let minimumLoopWindow = 1.0
+
         init(configuration: UserSessionController.Configuration, hasRefresher: Bool) {
             leadTime = max(0, configuration.refreshLeadTime.seconds)
             softWindow = max(leadTime, configuration.proactiveRefreshWindow.seconds)
@@ -38,6 +46,12 @@ struct RefreshStateMachine {
         /// failure with the token the operation used. If that token is no longer current, the current credentials
         /// are returned without a refresh.
         case forced(replacing: String?)
+        /// A replay after an authentication failure of an operation that used `replacing`, a token of the session
+        /// of `generation`. Like ``forced(replacing:)``, but it fails when that session is no longer the active one:
+        /// a replay never runs with another session's credentials.
+        case replay(replacing: String, generation: UInt64)
+        /// `accessToken(minimumValidity:)`: a token valid for at least this many seconds, refreshing if needed.
+        case minimumValidity(Double)
         /// `restore`: the credentials must not be expired; refresh them if they are.
         case restore
     }
@@ -55,52 +69,13 @@ struct RefreshStateMachine {
         let kind: FlightKind
     }
 
-    /// A write the gate must make once it holds the persistence slot.
-    struct PersistJob: Equatable {
-        let generation: UInt64
-    }
-
-    /// What to write, captured under the lock once the persistence slot is held.
-    struct PersistTarget {
-        let identifier: String
-        let stored: StoredSession
-        let version: UInt64
-    }
-
-    /// One caller waiting for the refresh in flight. A cancelled waiter stays as a tombstone
-    /// (`continuation == nil`) until the refresh completes, so ids stay sorted for binary search.
-    struct Waiter {
-        let id: UInt64
-        var continuation: WaiterContinuation?
-    }
-
-    /// What a waiter is resumed with. `accessToken()` needs only the token: its continuation carries a `String`,
-    /// which keeps the waiting task's async frames small (a parked caller costs no extra task-allocator slab) and
-    /// makes resuming it one retain instead of a copy of the whole credentials.
-    enum WaiterContinuation {
-        case token(UnsafeContinuation<String, any Error>)
-        case credentials(UnsafeContinuation<Credentials, any Error>)
-
-        func resume(throwing error: any Error) {
-            switch self {
-            case .token(let continuation): continuation.resume(throwing: error)
-            case .credentials(let continuation): continuation.resume(throwing: error)
-            }
-        }
-
-        /// Resumes with `credentials`, or only their access token (`token`, the same value, copied once by the
-        /// caller for all waiters).
-        func resume(returning credentials: Credentials, token: String) {
-            switch self {
-            case .token(let continuation): continuation.resume(returning: token)
-            case .credentials(let continuation): continuation.resume(returning: credentials)
-            }
-        }
-    }
-
     struct Flight {
         let id: UInt64
         let kind: FlightKind
+        /// When it started: the issue time of the credentials it returns, if they do not say.
+        let startedAt: Double
+        /// The refresh token it sent, so that a new session restored from the same stored record can adopt it.
+        let sentRefreshToken: String?
     }
 
     let policy: Policy
@@ -117,6 +92,13 @@ struct RefreshStateMachine {
     /// A copy of `credentials?.accessToken` for the hot path.
     var token = ""
     var expiresAt = Double.infinity
+    /// The lifetime of the current credentials (expiry minus issue time), when known.
+    var lifetime: Double?
+    /// The lead time, soft window and loop-breaker window for the current credentials: the configured ones,
+    /// scaled down to the credentials' lifetime when it is known (see ``applyLifetime()``).
+    var leadTime: Double
+    var softWindow: Double
+    var loopWindow: Double
     /// Set by a terminal failure: every request fails with it until the next activation.
     var terminalError: UserSessionError?
 
@@ -137,6 +119,8 @@ struct RefreshStateMachine {
     var retryAt = -Double.infinity
     /// After a misconfiguration failure, nothing refreshes automatically until credentials change.
     var automaticRefreshBlocked = false
+    /// The error of the last failed refresh, served to token requests for an expired token until `retryAt`.
+    var lastFailure: UserSessionError?
     /// When the last successful refreshes happened, oldest first, for the refresh-loop breaker.
     var successTimes: [Double] = []
 
@@ -153,11 +137,23 @@ struct RefreshStateMachine {
     var persistRetryScheduled = false
     /// Whether some task holds the persistence slot. Writes are serialized so an older write can never land
     /// after a newer one, and `deactivate()` can wait for the write in progress.
-    var persistSlotHeld = false
-    var persistSlotQueue: [UnsafeContinuation<Void, Never>] = []
+    var persistSlotHolder: UInt64?
+    var nextSlotTicket: UInt64 = 0
+    var persistSlotQueue: [(ticket: UInt64, continuation: UnsafeContinuation<Void, Never>)] = []
+    /// Holders whose slot `deactivate()` took away after they overran the store timeout; see
+    /// ``abandonPersistSlot()``.
+    var abandonedSlotTickets: Set<UInt64> = []
+    /// Bumped by every `closeAndClear()` (``beginClear(identifier:)``): a write whose target was taken under an
+    /// older epoch and lands late is undone.
+    var clearEpoch: UInt64 = 0
+    /// Refreshes still running for sessions that ended while keeping their stored record (see ``Orphan``).
+    var orphans: [UInt64: Orphan] = [:]
 
     init(policy: Policy) {
         self.policy = policy
+        leadTime = policy.leadTime
+        softWindow = policy.softWindow
+        loopWindow = policy.loopWindow
     }
 
     /// Whether the newest credentials are not in the store yet.
@@ -181,8 +177,12 @@ struct RefreshStateMachine {
 
     /// A session of `generation` opens with `credentials`. Returns waiters left from a previous session (only if
     /// the caller skipped `deactivate()`); they must be failed with ``UserSessionError/Code/sessionNotOpen``.
+    ///
+    /// Orphan refreshes of the same identifier lose the record to the new session; with `adoptingOrphans` (a
+    /// restore from the stored record) one that sent the same refresh token becomes the new session's flight.
     mutating func activate(
-        identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64
+        identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64,
+        adoptingOrphans: Bool = false
     ) -> [Waiter] {
         let leftovers = takeWaiters()
         self.generation = generation
@@ -190,10 +190,11 @@ struct RefreshStateMachine {
         self.userInfo = userInfo
         active = true
         terminalError = nil
-        flight = nil
+        flight = adoptOrphan(identifier: identifier, refreshToken: adoptingOrphans ? credentials?.refreshToken : nil)
         failureCount = 0
         retryAt = -.infinity
         automaticRefreshBlocked = false
+        lastFailure = nil
         successTimes = []
         persistFailures = 0
         persistRetryAt = .infinity
@@ -208,24 +209,10 @@ struct RefreshStateMachine {
     /// waiters to fail.
     mutating func deactivate() -> [Waiter] {
         active = false
+        if let flight { orphan(flight) }
         flight = nil
         nextActionAt = -.infinity
         return takeWaiters()
-    }
-
-    /// After `deactivate()`, once the persistence slot is held: the one last write of credentials that could not
-    /// be stored before, if any. Clears them from memory.
-    mutating func takeFinalFlush() -> PersistTarget? {
-        guard !active else { return nil }
-        defer {
-            credentials = nil
-            token = ""
-            persistedVersion = version
-        }
-        guard isDirty, let credentials else { return nil }
-        return PersistTarget(
-            identifier: identifier, stored: StoredSession(userInfo: userInfo, credentials: credentials),
-            version: version)
     }
 
     // MARK: - Hot path (synchronous)
@@ -245,7 +232,7 @@ struct RefreshStateMachine {
         guard active, !isTerminated, hasCredentials, now < expiresAt else { return SyncOutcome() }
         var outcome = SyncOutcome()
         outcome.persist = schedulePersistRetryIfDue(now: now)
-        let leadStart = expiresAt - policy.leadTime
+        let leadStart = expiresAt - leadTime
         if now >= leadStart {
             // Inside the lead time: wait for a refresh (running, or to be started by the async path) when one is
             // possible; otherwise the still-valid token is the best there is.
@@ -253,8 +240,8 @@ struct RefreshStateMachine {
                 recomputeDeadline()
                 return outcome
             }
-        } else if now >= expiresAt - policy.softWindow, flight == nil, canRefreshAutomatically(now: now) {
-            outcome.refresh = startFlight(.background)
+        } else if now >= expiresAt - softWindow, flight == nil, canRefreshAutomatically(now: now) {
+            outcome.refresh = startFlight(.background, now: now)
         }
         recomputeDeadline()
         outcome.token = token
@@ -287,12 +274,21 @@ struct RefreshStateMachine {
             if let replacing, replacing != credentials.accessToken { return .serve(credentials) }
             if flight != nil { return .wait(start: nil) }
             return startRequiredFlight(.forced, now: now)
+        case .replay(let replacing, let owner):
+            guard owner == generation else { return .fail(Self.replacedError, loopTripped: false) }
+            return decide(.forced(replacing: replacing), now: now)
+        case .minimumValidity(let validity):
+            if expiresAt - now >= validity { return .serve(credentials) }
+            if let lifetime, lifetime < validity { return .fail(Self.unreachableValidity, loopTripped: false) }
+            if flight != nil { return .wait(start: nil) }
+            if let refusal = backoffRefusal(now: now) { return refusal }
+            return startRequiredFlight(.demand, now: now)
         case .restore:
             if isValid { return .serve(credentials) }
             if flight != nil { return .wait(start: nil) }
             return startRequiredFlight(.restore, now: now)
         case .demand:
-            if now < expiresAt - policy.leadTime { return .serve(credentials) }
+            if now < expiresAt - leadTime { return .serve(credentials) }
             if flight != nil { return .wait(start: nil) }
             if isValid {
                 // Inside the lead time with a valid token: refresh and wait if allowed now; during a backoff,
@@ -301,10 +297,18 @@ struct RefreshStateMachine {
                     recomputeDeadline()
                     return .serve(credentials)
                 }
-                return .wait(start: startFlight(.demand))
+                return .wait(start: startFlight(.demand, now: now))
             }
+            if let refusal = backoffRefusal(now: now) { return refusal }
             return startRequiredFlight(.demand, now: now)
         }
+    }
+
+    /// After a failed refresh, an expired token is not refreshed again before the backoff elapses: callers get the
+    /// failure at once instead of hammering a token endpoint that is down.
+    private func backoffRefusal(now: Double) -> Decision? {
+        guard now < retryAt, let lastFailure else { return nil }
+        return .fail(lastFailure, loopTripped: false)
     }
 
     /// Whether a token request (``Request/demand``) at `now` must wait for the refresh already in flight.
@@ -313,32 +317,18 @@ struct RefreshStateMachine {
     /// only plain fields (no copy of the credentials); it agrees with ``decide(_:now:)`` returning
     /// `.wait(start: nil)` for `.demand`.
     func demandJoinsFlight(now: Double) -> Bool {
-        flight != nil && active && !isTerminated && hasCredentials && now >= expiresAt - policy.leadTime
-    }
-
-    /// Adds a waiter for the flight in progress, keeping ids sorted (ids come from an atomic counter, so a
-    /// later id may occasionally arrive first).
-    mutating func register(waiterID: UInt64, continuation: WaiterContinuation) {
-        let waiter = Waiter(id: waiterID, continuation: continuation)
-        if let last = waiters.last, last.id > waiterID {
-            waiters.insert(waiter, at: insertionIndex(of: waiterID))
-        } else {
-            waiters.append(waiter)
-        }
-    }
-
-    /// A waiter's task was cancelled: returns its continuation (to resume with `CancellationError`) if it is
-    /// still waiting. Leaves a tombstone so the array stays sorted.
-    mutating func cancelWaiter(id: UInt64) -> WaiterContinuation? {
-        let index = insertionIndex(of: id)
-        guard index < waiters.count, waiters[index].id == id else { return nil }
-        defer { waiters[index].continuation = nil }
-        return waiters[index].continuation
+        flight != nil && active && !isTerminated && hasCredentials && now >= expiresAt - leadTime
     }
 
     // MARK: - Helpers
 
     static let notOpenError = UserSessionError(.sessionNotOpen, "no session is open")
+
+    static let replacedError = UserSessionError(
+        .sessionNotOpen, "the session whose token the operation used was closed or replaced; it is not replayed")
+
+    static let unreachableValidity = UserSessionError(
+        .minimumValidityUnreachable, "the token endpoint issues tokens that live shorter than the validity asked for")
 
     private mutating func startRequiredFlight(_ kind: FlightKind, now: Double) -> Decision {
         guard policy.hasRefresher else {
@@ -356,17 +346,17 @@ struct RefreshStateMachine {
             return .fail(
                 UserSessionError(
                     .refreshLoop,
-                    "more than \(policy.loopMaximum) refreshes within \(policy.loopWindow) s; refresh refused"),
+                    "more than \(policy.loopMaximum) refreshes within \(loopWindow) s; refresh refused"),
                 loopTripped: true)
         }
-        return .wait(start: startFlight(kind))
+        return .wait(start: startFlight(kind, now: now))
     }
 
-    private mutating func startFlight(_ kind: FlightKind) -> RefreshJob {
+    private mutating func startFlight(_ kind: FlightKind, now: Double) -> RefreshJob {
         guard let credentials else { preconditionFailure("a refresh needs credentials") }
         let id = nextFlightID
         nextFlightID += 1
-        flight = Flight(id: id, kind: kind)
+        flight = Flight(id: id, kind: kind, startedAt: now, sentRefreshToken: credentials.refreshToken)
         recomputeDeadline()
         return RefreshJob(flightID: id, generation: generation, credentials: credentials, kind: kind)
     }
@@ -379,7 +369,7 @@ struct RefreshStateMachine {
 
     /// The refresh-loop breaker: at most `loopMaximum` successful refreshes within `loopWindow`.
     private mutating func breakerAllows(now: Double) -> Bool {
-        let horizon = now - policy.loopWindow
+        let horizon = now - loopWindow
         if let first = successTimes.first, first <= horizon { successTimes.removeAll { $0 <= horizon } }
         return successTimes.count < policy.loopMaximum
     }
@@ -387,58 +377,6 @@ struct RefreshStateMachine {
     /// When the breaker lets the next refresh through, or `-infinity` if it does now.
     var breakerFreeAt: Double {
         guard successTimes.count >= policy.loopMaximum else { return -.infinity }
-        return successTimes[successTimes.count - policy.loopMaximum] + policy.loopWindow
-    }
-
-    private func insertionIndex(of id: UInt64) -> Int {
-        var low = 0
-        var high = waiters.count
-        while low < high {
-            let middle = (low + high) / 2
-            if waiters[middle].id < id { low = middle + 1 } else { high = middle }
-        }
-        return low
-    }
-
-    mutating func takeWaiters() -> [Waiter] {
-        guard !waiters.isEmpty else { return [] }
-        defer { waiters = [] }
-        return waiters
-    }
-
-    mutating func setCredentials(_ credentials: Credentials?) {
-        self.credentials = credentials
-        token = credentials?.accessToken ?? ""
-        expiresAt = credentials?.expiresAt?.timeIntervalSinceReferenceDate ?? .infinity
-        version += 1
-    }
-
-    /// The capped exponential backoff with "equal jitter": half the delay fixed, half random.
-    func backoff(attempt: Int, jitter: Double) -> Double {
-        let exponent = Double(min(max(attempt - 1, 0), 62))
-        let delay = min(policy.maximumRetryDelay, policy.initialRetryDelay * pow(2, exponent))
-        return delay / 2 + delay / 2 * min(max(jitter, 0), 1)
-    }
-
-    /// Recomputes ``nextActionAt`` from everything that can require action.
-    mutating func recomputeDeadline() {
-        guard active, !isTerminated, hasCredentials else {
-            nextActionAt = -.infinity
-            return
-        }
-        var deadline = Double.infinity
-        if expiresAt.isFinite {
-            let leadStart = expiresAt - policy.leadTime
-            if flight != nil {
-                deadline = leadStart
-            } else if policy.hasRefresher, credentials?.isRefreshable == true, !automaticRefreshBlocked {
-                let softStart = expiresAt - policy.softWindow
-                deadline = min(max(softStart, retryAt, breakerFreeAt), expiresAt)
-            } else {
-                deadline = expiresAt
-            }
-        }
-        if isDirty, !persistRetryScheduled { deadline = min(deadline, persistRetryAt) }
-        nextActionAt = deadline
+        return successTimes[successTimes.count - policy.loopMaximum] + loopWindow
     }
 }

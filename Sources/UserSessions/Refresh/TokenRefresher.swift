@@ -11,4 +11,21 @@ public protocol TokenRefresher: Sendable {
     ///
     /// If the response carries no new refresh token, keep the one from `credentials`.
     func refresh(_ credentials: Credentials) async throws -> Credentials
+
+    /// Revokes `credentials` at the authorization server (for OAuth 2.0, RFC 7009), so they stop working
+    /// everywhere, not only here.
+    ///
+    /// Optional: the default implementation does nothing and returns at once, so refreshers written before this
+    /// requirement existed keep compiling and behave as before. ``OAuth2TokenRefresher`` implements it when it has a
+    /// revocation endpoint.
+    ///
+    /// - Important: Revoking must not change local state (stores, sessions); callers sign out locally whether or
+    ///   not it succeeds. Honour cancellation, and throw a ``UserSessionError`` with a
+    ///   ``UserSessionError/failureClass`` when the server refused.
+    func revoke(_ credentials: Credentials) async throws
+}
+
+extension TokenRefresher {
+    /// Does nothing: a refresher that cannot revoke leaves the credentials valid at the server.
+    public func revoke(_ credentials: Credentials) async throws {}
 }

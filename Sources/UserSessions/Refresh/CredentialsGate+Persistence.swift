@@ -1,0 +1,170 @@
+import Foundation
+
+extension CredentialsGate {
+    // MARK: - The persistence slot
+
+    /// Waits until this task may write to the store and returns its ticket, to hand back to
+    /// ``releasePersistSlot(_:)``. Writes are serialized in arrival order, so an older write never lands after a
+    /// newer one, a clear is ordered against every write, and `deactivate()` can wait for the write in progress.
+    func acquirePersistSlot() async -> UInt64 {
+        let (ticket, granted) = state.withLock { machine -> (UInt64, Bool) in
+            let ticket = machine.makeSlotTicket()
+            return (ticket, machine.tryAcquirePersistSlot(ticket: ticket))
+        }
+        if granted { return ticket }
+        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+            // Stored in the queue exactly once or resumed here; the releaser removes it before resuming it.
+            let granted = state.withLock { $0.acquirePersistSlot(ticket: ticket, continuation) }
+            if granted { continuation.resume() }
+        }
+        return ticket
+    }
+
+    func releasePersistSlot(_ ticket: UInt64) {
+        let next = state.withLock { $0.releasePersistSlot(ticket: ticket) }
+        next?.resume()
+    }
+
+    /// Writes `target` to the store while holding the slot of `ticket`; returns the error when the write failed.
+    ///
+    /// If `deactivate()` took the slot away while the store overran its deadline, the write has landed out of
+    /// order: it is repaired here, by removing the record again when a clear came since, or by writing the
+    /// active session's newer credentials again.
+    func write(_ target: RefreshStateMachine.PersistTarget, ticket: UInt64) async -> (any Error)? {
+        var failure: (any Error)?
+        do {
+            try await store.save(target.stored, identifier: target.identifier)
+        } catch {
+            failure = error
+        }
+        let now = clock.nowSeconds()
+        switch state.withLock({ $0.finishWrite(ticket: ticket, target: target, now: now) }) {
+        case .none: break
+        case .remove(let identifier): runInBackground { await self.removeAgain(identifier) }
+        case .rewrite(let job): startPersistRetry(job)
+        }
+        return failure
+    }
+
+    /// Removes `identifier`'s record once more, after a write left behind by a close landed after the clear.
+    private func removeAgain(_ identifier: String) async {
+        let ticket = await acquirePersistSlot()
+        let owned = state.withLock { $0.active && $0.identifier == identifier }
+        if !owned { try? await store.remove(identifier: identifier) }
+        releasePersistSlot(ticket)
+    }
+
+    // MARK: - Writes of the lifecycle
+
+    /// Reserves the slot for the first write of a session that is about to open, before its credentials become
+    /// readable: nothing of the new session (a refresh commit) can then be written before it. Hand the ticket to
+    /// ``writeOpening(_:identifier:ticket:)``.
+    func reserveOpeningWrite() async -> UInt64 {
+        await acquirePersistSlot()
+    }
+
+    /// The opening session's first write, in the slot reserved by ``reserveOpeningWrite()``; releases the slot.
+    func writeOpening(_ stored: StoredSession, identifier: String, ticket: UInt64) async throws {
+        defer { releasePersistSlot(ticket) }
+        try await store.save(stored, identifier: identifier)
+    }
+
+    /// `closeAndClear()`'s removal of `identifier`'s record (its session is already deactivated), fenced against
+    /// every write: no write taken before it can land after it.
+    ///
+    /// The fence has three parts. The clear epoch is bumped first, so a refresh of the ended session that is
+    /// still running (an orphan) writes nothing. The removal then waits for the persistence slot, so a write in
+    /// progress lands before it. And a write that overran the close's deadline (its slot was taken away) and
+    /// lands after the removal finds the epoch changed and removes the record again (``write(_:ticket:)``).
+    func clear(identifier: String) async throws {
+        state.withLock { $0.beginClear(identifier: identifier) }
+        let ticket = await acquirePersistSlot()
+        defer { releasePersistSlot(ticket) }
+        try await store.remove(identifier: identifier)
+    }
+
+    /// Publishes credentials obtained elsewhere: written first, then published, then the event, then the waiters
+    /// of a superseded refresh get them.
+    ///
+    /// If the session ends while the write is in progress, the write stands (it went to that session's own
+    /// record, which a close keeps and a clear removes after it) and this returns normally; nothing is
+    /// published or announced.
+    ///
+    /// - Throws: ``UserSessionError/Code/sessionNotOpen`` when no session is open (nothing is written); the
+    ///   store's error when the write fails (then nothing changes).
+    func update(_ credentials: Credentials) async throws {
+        let ticket = await acquirePersistSlot()
+        guard let (generation, target) = state.withLock({ $0.updateTarget(credentials) }) else {
+            releasePersistSlot(ticket)
+            throw RefreshStateMachine.notOpenError
+        }
+        if let error = await write(target, ticket: ticket) {
+            releasePersistSlot(ticket)
+            throw error
+        }
+        guard let action = state.withLock({ $0.update(credentials, generation: generation) }) else {
+            releasePersistSlot(ticket)
+            return
+        }
+        events.emit(.credentialsUpdated(action.change), session: nil, detail: nil)
+        releasePersistSlot(ticket)
+        Self.resume(action.waiters, with: .success(credentials))
+    }
+
+    // MARK: - Retries of failed writes
+
+    /// Retries a failed write in the background.
+    func startPersistRetry(_ job: RefreshStateMachine.PersistJob) {
+        runInBackground { await self.runPersistRetry(job) }
+    }
+
+    private func runPersistRetry(_ job: RefreshStateMachine.PersistJob) async {
+        let ticket = await acquirePersistSlot()
+        guard let target = state.withLock({ $0.persistRetryTarget(generation: job.generation) }) else {
+            releasePersistSlot(ticket)
+            return
+        }
+        let persistError = await write(target, ticket: ticket)
+        let now = clock.nowSeconds()
+        let jitter = Double.random(in: 0...1)
+        state.withLock {
+            $0.persistRetryFinished(
+                generation: job.generation, version: target.version, succeeded: persistError == nil, now: now,
+                jitter: jitter)
+        }
+        if let persistError {
+            emitWhileActive(
+                .persistenceFailed, generation: job.generation, detail: Self.describePersistFailure(persistError))
+            armRetryTimer()
+        }
+        releasePersistSlot(ticket)
+    }
+
+    /// Starts the background timer for the next retry of a failed write, if one is waiting: it fires when the
+    /// session's clock reaches the retry time (initial delay, then doubling, with jitter), whether or not anyone
+    /// asks for a token. A token request past that time starts the retry too; only one runs.
+    func armRetryTimer() {
+        guard let retryAt = state.withLock({ $0.pendingRetryAt }) else { return }
+        let clock = self.clock
+        let timer = Task { [weak self] in
+            guard (try? await clock.sleep(until: retryAt)) != nil, let self else { return }
+            let now = clock.nowSeconds()
+            if let job = self.state.withLock({ $0.schedulePersistRetryIfDue(now: now) }) {
+                self.startPersistRetry(job)
+            }
+        }
+        let previous = retryTimer.withLock { current in
+            defer { current = timer }
+            return current
+        }
+        previous?.cancel()
+    }
+
+    func disarmRetryTimer() {
+        let timer = retryTimer.withLock { current in
+            defer { current = nil }
+            return current
+        }
+        timer?.cancel()
+    }
+}

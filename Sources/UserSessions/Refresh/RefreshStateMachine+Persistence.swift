@@ -1,0 +1,218 @@
+extension RefreshStateMachine {
+    /// A write the gate must make once it holds the persistence slot.
+    struct PersistJob: Equatable {
+        let generation: UInt64
+    }
+
+    /// What to write, captured under the lock once the persistence slot is held.
+    struct PersistTarget {
+        let identifier: String
+        let stored: StoredSession
+        let version: UInt64
+        /// The session the write belongs to.
+        let generation: UInt64
+        /// ``clearEpoch`` when the target was taken: a clear since then makes a late landing of it undone.
+        let epoch: UInt64
+    }
+
+    /// A target for the active session's record.
+    func target(_ credentials: Credentials, version: UInt64) -> PersistTarget {
+        PersistTarget(
+            identifier: identifier, stored: StoredSession(userInfo: userInfo, credentials: credentials),
+            version: version, generation: generation, epoch: clearEpoch)
+    }
+
+    /// After `deactivate()`, once the persistence slot is held: the one last write of credentials that could not
+    /// be stored before, if any. Clears them from memory.
+    mutating func takeFinalFlush() -> PersistTarget? {
+        guard !active else { return nil }
+        defer {
+            credentials = nil
+            token = ""
+            persistedVersion = version
+        }
+        guard isDirty, let credentials else { return nil }
+        return target(credentials, version: version)
+    }
+
+    // MARK: - Refreshes that outlive their session
+
+    /// A refresh still running for a session that ended while keeping its stored record (`close()`, a replaced
+    /// session, a cancelled or failed restore). Its result is never served, published or announced, but the
+    /// server has already rotated the refresh token it sent, so its credentials are written to that session's
+    /// own record — unless a `closeAndClear()` came since (``epoch``), or a newer session of the same identifier
+    /// took the record over. A session restored from the record it sent adopts it instead (see ``activate``).
+    struct Orphan {
+        let identifier: String
+        let userInfo: UserInfo
+        let epoch: UInt64
+        let flight: Flight
+    }
+
+    /// Keeps `flight` of the session that is ending as an orphan.
+    mutating func orphan(_ flight: Flight) {
+        orphans[flight.id] = Orphan(identifier: identifier, userInfo: userInfo, epoch: clearEpoch, flight: flight)
+    }
+
+    /// A session of `identifier` activates with `refreshToken`: an orphan refresh that sent that same refresh token
+    /// becomes its flight (so it is not refreshed a second time with a token the server already rotated); other
+    /// orphans of the identifier are dropped, since the new session now owns the record.
+    mutating func adoptOrphan(identifier: String, refreshToken: String?) -> Flight? {
+        guard !orphans.isEmpty else { return nil }
+        var adopted: Flight?
+        for (id, orphan) in orphans where orphan.identifier == identifier {
+            orphans.removeValue(forKey: id)
+            if let refreshToken, orphan.flight.sentRefreshToken == refreshToken, orphan.epoch == clearEpoch,
+                adopted.map({ $0.id < id }) ?? true
+            {
+                adopted = orphan.flight
+            }
+        }
+        return adopted
+    }
+
+    /// Once the persistence slot is held: where an orphan refresh's credentials go, or `nil` when they must not be
+    /// written (cleared since, or taken over). Forgets the orphan either way.
+    mutating func orphanCommitTarget(flightID: UInt64, newCredentials: Credentials) -> PersistTarget? {
+        guard let orphan = orphans.removeValue(forKey: flightID), orphan.epoch == clearEpoch else { return nil }
+        return PersistTarget(
+            identifier: orphan.identifier,
+            stored: StoredSession(userInfo: orphan.userInfo, credentials: newCredentials), version: 0,
+            generation: 0, epoch: clearEpoch)
+    }
+
+    // MARK: - The clear fence
+
+    /// `closeAndClear()` is about to remove `identifier`'s record (the session is already deactivated): no write
+    /// taken before this point may land afterwards. Orphans of it are dropped, and any write whose target was
+    /// taken before and lands late (a store that overran the close's deadline) is undone (``finishWrite``).
+    mutating func beginClear(identifier: String) {
+        clearEpoch += 1
+        orphans = orphans.filter { $0.value.identifier != identifier }
+    }
+
+    /// What a write that landed after its slot was taken away must do to repair the order of writes.
+    enum WriteRepair: Equatable {
+        case none
+        /// Remove the record again: the write landed after a clear.
+        case remove(identifier: String)
+        /// Write the active session's newest credentials again: the write landed after a newer one.
+        case rewrite(PersistJob)
+    }
+
+    /// A write of `target` by the holder of slot `ticket` returned.
+    mutating func finishWrite(ticket: UInt64, target: PersistTarget, now: Double) -> WriteRepair {
+        guard abandonedSlotTickets.remove(ticket) != nil else { return .none }
+        let ownsRecord = active && identifier == target.identifier
+        if ownsRecord, generation != target.generation || target.epoch != clearEpoch {
+            // A newer session of this identifier may have written since: write its credentials again, now.
+            persistedVersion = 0
+            persistRetryAt = now
+            persistRetryScheduled = false
+            return schedulePersistRetryIfDue(now: now).map { .rewrite($0) } ?? .none
+        }
+        if !ownsRecord, target.epoch != clearEpoch { return .remove(identifier: target.identifier) }
+        return .none
+    }
+
+    // MARK: - Retries
+
+    /// Starts a retry of a failed write when one is due.
+    mutating func schedulePersistRetryIfDue(now: Double) -> PersistJob? {
+        guard active, isDirty, !persistRetryScheduled, now >= persistRetryAt else { return nil }
+        persistRetryScheduled = true
+        return PersistJob(generation: generation)
+    }
+
+    /// When the background retry timer should fire for the active session, if a write is waiting for one.
+    var pendingRetryAt: Double? {
+        guard active, isDirty, !persistRetryScheduled, persistRetryAt.isFinite else { return nil }
+        return persistRetryAt
+    }
+
+    /// Once the slot is held for a retry: what to write (always the newest credentials), or `nil` if nothing is
+    /// left to write for `generation`.
+    mutating func persistRetryTarget(generation: UInt64) -> PersistTarget? {
+        guard active, self.generation == generation, isDirty, let credentials else {
+            if self.generation == generation { persistRetryScheduled = false }
+            recomputeDeadline()
+            return nil
+        }
+        return target(credentials, version: version)
+    }
+
+    /// A retried write of `version` finished.
+    mutating func persistRetryFinished(
+        generation: UInt64, version: UInt64, succeeded: Bool, now: Double, jitter: Double
+    ) {
+        guard self.generation == generation else { return }
+        persistRetryScheduled = false
+        if succeeded {
+            persistedVersion = max(persistedVersion, version)
+            if !isDirty {
+                persistFailures = 0
+                persistRetryAt = .infinity
+            }
+        } else {
+            notePersistFailure(now: now, jitter: jitter)
+        }
+        recomputeDeadline()
+    }
+
+    mutating func notePersistFailure(now: Double, jitter: Double) {
+        persistFailures += 1
+        persistRetryAt = now + backoff(attempt: persistFailures, jitter: jitter)
+    }
+
+    // MARK: - The persistence slot
+
+    /// Whether some task holds the persistence slot.
+    var persistSlotHeld: Bool { persistSlotHolder != nil }
+
+    /// A new place in line for the slot.
+    mutating func makeSlotTicket() -> UInt64 {
+        nextSlotTicket += 1
+        return nextSlotTicket
+    }
+
+    /// Takes the slot for `ticket` if it is free; `false` means the caller must queue with
+    /// ``acquirePersistSlot(ticket:_:)``.
+    mutating func tryAcquirePersistSlot(ticket: UInt64) -> Bool {
+        guard persistSlotHolder == nil else { return false }
+        persistSlotHolder = ticket
+        return true
+    }
+
+    /// Queues for the slot, or returns `true` (without storing the continuation) when it was free.
+    mutating func acquirePersistSlot(ticket: UInt64, _ continuation: UnsafeContinuation<Void, Never>) -> Bool {
+        if tryAcquirePersistSlot(ticket: ticket) { return true }
+        persistSlotQueue.append((ticket, continuation))
+        return false
+    }
+
+    /// Releases the slot held by `ticket`, handing it to the next task in line (returned, to be resumed outside
+    /// the lock). A holder whose slot was taken away releases nothing.
+    mutating func releasePersistSlot(ticket: UInt64) -> UnsafeContinuation<Void, Never>? {
+        guard persistSlotHolder == ticket else { return nil }
+        return handOverPersistSlot()
+    }
+
+    /// Takes the slot away from a holder that overran the store timeout (its store ignores cancellation), so that
+    /// later writes are not blocked for ever. When that write returns, ``finishWrite`` repairs what its late
+    /// landing changed.
+    mutating func abandonPersistSlot() -> UnsafeContinuation<Void, Never>? {
+        guard let holder = persistSlotHolder else { return nil }
+        abandonedSlotTickets.insert(holder)
+        return handOverPersistSlot()
+    }
+
+    private mutating func handOverPersistSlot() -> UnsafeContinuation<Void, Never>? {
+        guard !persistSlotQueue.isEmpty else {
+            persistSlotHolder = nil
+            return nil
+        }
+        let next = persistSlotQueue.removeFirst()
+        persistSlotHolder = next.ticket
+        return next.continuation
+    }
+}

@@ -1,0 +1,68 @@
+extension RefreshStateMachine {
+    /// One caller waiting for the refresh in flight. A cancelled waiter stays as a tombstone
+    /// (`continuation == nil`) until the refresh completes, so ids stay sorted for binary search.
+    struct Waiter {
+        let id: UInt64
+        var continuation: WaiterContinuation?
+    }
+
+    /// What a waiter is resumed with. `accessToken()` needs only the token: its continuation carries a `String`,
+    /// which keeps the waiting task's async frames small (a parked caller costs no extra task-allocator slab) and
+    /// makes resuming it one retain instead of a copy of the whole credentials.
+    enum WaiterContinuation {
+        case token(UnsafeContinuation<String, any Error>)
+        case credentials(UnsafeContinuation<Credentials, any Error>)
+
+        func resume(throwing error: any Error) {
+            switch self {
+            case .token(let continuation): continuation.resume(throwing: error)
+            case .credentials(let continuation): continuation.resume(throwing: error)
+            }
+        }
+
+        /// Resumes with `credentials`, or only their access token (`token`, the same value, copied once by the
+        /// caller for all waiters).
+        func resume(returning credentials: Credentials, token: String) {
+            switch self {
+            case .token(let continuation): continuation.resume(returning: token)
+            case .credentials(let continuation): continuation.resume(returning: credentials)
+            }
+        }
+    }
+
+    /// Adds a waiter for the flight in progress, keeping ids sorted (ids come from an atomic counter, so a
+    /// later id may occasionally arrive first).
+    mutating func register(waiterID: UInt64, continuation: WaiterContinuation) {
+        let waiter = Waiter(id: waiterID, continuation: continuation)
+        if let last = waiters.last, last.id > waiterID {
+            waiters.insert(waiter, at: insertionIndex(of: waiterID))
+        } else {
+            waiters.append(waiter)
+        }
+    }
+
+    /// A waiter's task was cancelled: returns its continuation (to resume with `CancellationError`) if it is
+    /// still waiting. Leaves a tombstone so the array stays sorted.
+    mutating func cancelWaiter(id: UInt64) -> WaiterContinuation? {
+        let index = insertionIndex(of: id)
+        guard index < waiters.count, waiters[index].id == id else { return nil }
+        defer { waiters[index].continuation = nil }
+        return waiters[index].continuation
+    }
+
+    private func insertionIndex(of id: UInt64) -> Int {
+        var low = 0
+        var high = waiters.count
+        while low < high {
+            let middle = (low + high) / 2
+            if waiters[middle].id < id { low = middle + 1 } else { high = middle }
+        }
+        return low
+    }
+
+    mutating func takeWaiters() -> [Waiter] {
+        guard !waiters.isEmpty else { return [] }
+        defer { waiters = [] }
+        return waiters
+    }
+}
