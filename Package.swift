@@ -1,17 +1,98 @@
 // swift-tools-version:6.2
 import PackageDescription
 
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+// Optional integrations are package traits, all off by default: with default traits the package resolves, fetches
+// and builds no other package (SwiftPM leaves out a dependency whose every use is behind a disabled trait). Each
+// integration lives in its own target and product, so the core module never imports anything.
+//
+// Enable them where you depend on the package:
+//     .package(url: "https://github.com/…/swift-user-sessions", from: "…", traits: ["Logging", "Metrics"])
+// and on the command line with `--traits Logging,Metrics,ServiceLifecycle` or `--enable-all-traits`.
+let traits: Set<Trait> = [
+    .trait(name: "Logging", description: "UserSessionsLogging: swift-log for controllers, registries and stores."),
+    .trait(name: "Metrics", description: "UserSessionsMetrics: swift-metrics counters, a timer and a gauge."),
+    .trait(
+        name: "ServiceLifecycle",
+        description: "UserSessionsServiceLifecycle: run a registry or a controller in a ServiceGroup."
+    ),
+    .trait(
+        name: "AsyncHTTPClient",
+        description: "UserSessionsAsyncHTTPClient: an AsyncHTTPClient transport for the refresher and the remote store."
+    ),
+    .trait(name: "PostgreSQL", description: "Reserved: a PostgreSQL token store (not available yet)."),
+]
+
+// CI and documentation builds may switch every trait on with ENABLE_ALL_TRAITS=1 (same as `--enable-all-traits`).
+let enableAllTraits = ProcessInfo.processInfo.environment["ENABLE_ALL_TRAITS"] != nil
+let defaultTraits: Set<String> = enableAllTraits ? Set(traits.map(\.name)) : []
+
 let package = Package(
     name: "swift-user-sessions",
     platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11)],
     products: [
-        .library(name: "UserSessions", targets: ["UserSessions"])
+        .library(name: "UserSessions", targets: ["UserSessions"]),
+        .library(name: "UserSessionsLogging", targets: ["UserSessionsLogging"]),
+        .library(name: "UserSessionsMetrics", targets: ["UserSessionsMetrics"]),
+        .library(name: "UserSessionsServiceLifecycle", targets: ["UserSessionsServiceLifecycle"]),
+        .library(name: "UserSessionsAsyncHTTPClient", targets: ["UserSessionsAsyncHTTPClient"]),
+    ],
+    traits: traits.union([.default(enabledTraits: defaultTraits)]),
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.0"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
     ],
     targets: [
         .target(name: "UserSessions"),
+        .target(
+            name: "UserSessionsLogging",
+            dependencies: [
+                "UserSessions",
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Logging"])),
+            ]
+        ),
+        .target(
+            name: "UserSessionsMetrics",
+            dependencies: [
+                "UserSessions",
+                .product(name: "CoreMetrics", package: "swift-metrics", condition: .when(traits: ["Metrics"])),
+            ]
+        ),
+        .target(
+            name: "UserSessionsServiceLifecycle",
+            dependencies: [
+                "UserSessions",
+                .product(
+                    name: "ServiceLifecycle", package: "swift-service-lifecycle",
+                    condition: .when(traits: ["ServiceLifecycle"])),
+            ]
+        ),
+        .target(
+            name: "UserSessionsAsyncHTTPClient",
+            dependencies: [
+                "UserSessions",
+                .product(
+                    name: "AsyncHTTPClient", package: "async-http-client",
+                    condition: .when(traits: ["AsyncHTTPClient"])),
+            ]
+        ),
         .executableTarget(
             name: "RefreshContention",
-            dependencies: ["UserSessions"],
+            dependencies: [
+                "UserSessions",
+                "UserSessionsAsyncHTTPClient",
+                "UserSessionsTestSupport",
+                .product(
+                    name: "AsyncHTTPClient", package: "async-http-client",
+                    condition: .when(traits: ["AsyncHTTPClient"])),
+            ],
             path: "Benchmarks/RefreshContention"
         ),
         .executableTarget(
@@ -24,10 +105,41 @@ let package = Package(
             dependencies: ["UserSessions"],
             path: "Tests/CrashWriter"
         ),
+        // The python fixture servers' launchers and the transport suite every HTTPTransport must pass; used by both
+        // test targets and by the benchmark's transport workload.
+        .target(
+            name: "UserSessionsTestSupport",
+            dependencies: ["UserSessions"],
+            path: "Tests/UserSessionsTestSupport"
+        ),
         .testTarget(
             name: "UserSessionsTests",
-            dependencies: ["UserSessions"],
+            dependencies: ["UserSessions", "UserSessionsTestSupport"],
             exclude: ["Fixtures"]
+        ),
+        // The integrations' tests; every file is behind `#if <Trait>`, so with default traits this target is empty.
+        .testTarget(
+            name: "UserSessionsIntegrationTests",
+            dependencies: [
+                "UserSessions",
+                "UserSessionsLogging",
+                "UserSessionsMetrics",
+                "UserSessionsServiceLifecycle",
+                "UserSessionsAsyncHTTPClient",
+                "UserSessionsTestSupport",
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Logging"])),
+                .product(name: "InMemoryLogging", package: "swift-log", condition: .when(traits: ["Logging"])),
+                .product(name: "MetricsTestKit", package: "swift-metrics", condition: .when(traits: ["Metrics"])),
+                .product(
+                    name: "ServiceLifecycle", package: "swift-service-lifecycle",
+                    condition: .when(traits: ["ServiceLifecycle"])),
+                .product(
+                    name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle",
+                    condition: .when(traits: ["ServiceLifecycle"])),
+                .product(
+                    name: "AsyncHTTPClient", package: "async-http-client",
+                    condition: .when(traits: ["AsyncHTTPClient"])),
+            ]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -1,37 +1,45 @@
 import Synchronization
 
-/// Fans events out to every subscriber, each through its own bounded `AsyncStream`.
+/// Fans events out to every subscriber, each through its own bounded buffer (an ``EventSubscription``) read as an
+/// `AsyncStream`.
 ///
-/// Ordering: an event gets its sequence number and is yielded to every subscriber while the lock is held, so all
-/// subscribers see one global order, and a new subscription's ``UserSessionEvent/Kind/current`` element is
-/// ordered against emits in the same way. `yield` on a continuation only stores the element (or hands it to a
-/// suspended consumer, which is scheduled, not run), so no consumer code runs under the lock. `finish()` is
-/// different: it runs the stream's `onTermination` handler synchronously, and that handler takes this lock, so
-/// streams are only ever finished after the lock is released.
+/// Ordering: an event gets its sequence number and is delivered to every subscriber while the lock is held, so all
+/// subscribers see one global order, and a new subscription's ``UserSessionEvent/Kind/current`` element is taken in
+/// the same critical section, ordered against emits in the same way. Delivering only stores the element (or
+/// resumes a suspended consumer, which is scheduled, not run), so no consumer code runs under the lock.
 ///
-/// Buffering: each subscription uses `.bufferingNewest(n)`. A subscriber that stops reading keeps only its `n`
-/// newest events, never blocks the emitter or other subscribers, and its last element is always the latest event.
+/// Buffering: each subscription holds its `.current` element apart from at most `n` newest events. A subscriber
+/// that stops reading keeps only its `n` newest events, never blocks the emitter or other subscribers, its first
+/// element is always `.current` (even with `n == 1`) and its last element is always the latest event.
+///
+/// Termination: cancelling the iterating task, or dropping the stream and its iterators, removes the subscription.
+/// ``finish()`` ends every subscription after its buffered events.
 final class EventHub: Sendable {
-    private enum Slot {
-        /// An id was handed out, the termination handler is being installed, the continuation is not registered.
-        case pending
-        /// Registered: receives every event.
-        case active(AsyncStream<UserSessionEvent>.Continuation)
-    }
-
     private struct State {
         var session = UserSession()
         var sequence: UInt64 = 0
         var nextID = 0
-        var slots: [Int: Slot] = [:]
+        var subscriptions: [Int: EventSubscription] = [:]
         var finished = false
+        /// The session generation that emitted events belong to (see ``setGeneration(_:)``).
+        var generation: UInt64 = 0
+
+        var currentEvent: UserSessionEvent { UserSessionEvent(kind: .current, session: session, sequence: sequence) }
     }
 
     private let state = Mutex(State())
     let defaultBufferSize: Int
+    /// Called with every emitted event, after the lock is released.
+    let observers: [any UserSessionObserver]
 
-    init(defaultBufferSize: Int) {
+    init(defaultBufferSize: Int, observers: [any UserSessionObserver] = []) {
         self.defaultBufferSize = defaultBufferSize
+        self.observers = observers
+    }
+
+    /// Marks the events emitted from now on as belonging to session `generation`, for observers.
+    func setGeneration(_ generation: UInt64) {
+        state.withLock { $0.generation = generation }
     }
 
     /// The session as of the latest event.
@@ -41,91 +49,190 @@ final class EventHub: Sendable {
     var sequence: UInt64 { state.withLock { $0.sequence } }
 
     /// How many subscriptions are registered (terminated ones are removed).
-    var subscriberCount: Int { state.withLock { $0.slots.count } }
+    var subscriberCount: Int { state.withLock { $0.subscriptions.count } }
 
     /// A new subscription whose first element is ``UserSessionEvent/Kind/current``.
     ///
     /// After ``finish()`` the subscription yields its `.current` element and finishes at once.
     func subscribe(bufferSize: Int? = nil) -> AsyncStream<UserSessionEvent> {
-        let (stream, continuation) = AsyncStream.makeStream(
-            of: UserSessionEvent.self,
-            bufferingPolicy: .bufferingNewest(max(1, bufferSize ?? defaultBufferSize))
-        )
-
-        // 1. Reserve an id. Nothing can be sent to the continuation yet.
-        let id: Int? = state.withLock { state in
-            guard !state.finished else { return nil }
+        let capacity = max(1, bufferSize ?? defaultBufferSize)
+        let (subscription, id) = state.withLock { state -> (EventSubscription, Int?) in
+            let subscription = EventSubscription(current: state.currentEvent, capacity: capacity)
+            guard !state.finished else {
+                subscription.finish()
+                return (subscription, nil)
+            }
             let id = state.nextID
             state.nextID += 1
-            state.slots[id] = .pending
-            return id
+            state.subscriptions[id] = subscription
+            return (subscription, id)
         }
-        guard let id else {
-            continuation.yield(currentEvent())
-            continuation.finish()
-            return stream
-        }
-
-        // 2. Install the termination handler before the continuation becomes reachable by `emit`/`finish`. It
-        //    removes the slot whatever its stage, so a termination that happens between here and step 3 leaves
-        //    no slot behind, and step 3 then sees the slot gone and does not register.
-        continuation.onTermination = { [weak self] _ in
-            self?.removeSlot(id)
-        }
-
-        // 3. Register, and yield `.current` in the same critical section so that it is ordered against emits.
-        let registered = state.withLock { state -> Bool in
-            guard case .pending = state.slots[id] else { return false }
-            state.slots[id] = .active(continuation)
-            continuation.yield(UserSessionEvent(kind: .current, session: state.session, sequence: state.sequence))
-            return true
-        }
-        if !registered {
-            // Terminated early, or `finish()` ran between steps 1 and 3 (it removed the pending slot).
-            continuation.yield(currentEvent())
-            continuation.finish()
-        }
-        return stream
+        let lease = Lease(hub: self, id: id, subscription: subscription)
+        // The closures hold the lease: once the stream and its iterators are gone, so is the lease, and its
+        // `deinit` removes the subscription.
+        return AsyncStream(unfolding: { await lease.subscription.next() }, onCancel: { lease.end() })
     }
 
     /// Emits `kind`; `session`, when given, becomes the current session. Does nothing after ``finish()``.
     func emit(_ kind: UserSessionEvent.Kind, session: UserSession? = nil, detail: String? = nil) {
-        state.withLock { state in
-            guard !state.finished else { return }
+        let observed = state.withLock { state -> (UserSessionEvent, UserSessionEventContext)? in
+            guard !state.finished else { return nil }
+            let context = UserSessionEventContext(generation: state.generation, previousState: state.session.state)
             if let session { state.session = session }
             state.sequence += 1
             let event = UserSessionEvent(kind: kind, session: state.session, sequence: state.sequence, detail: detail)
-            // `yield` never runs consumer code (see the type's documentation), so this stays under the lock to
+            // Delivering never runs consumer code (see the type's documentation), so this stays under the lock to
             // give every subscriber the same order.
-            for slot in state.slots.values {
-                if case .active(let continuation) = slot { continuation.yield(event) }
-            }
+            for subscription in state.subscriptions.values { subscription.deliver(event) }
+            return (event, context)
         }
+        // Observers are user code: never under the lock.
+        if let observed { observers.notify { $0.observe(observed.0, context: observed.1) } }
     }
 
     /// Finishes every subscription; later subscriptions yield `.current` and finish at once. Idempotent.
     func finish() {
-        let continuations = state.withLock { state -> [AsyncStream<UserSessionEvent>.Continuation] in
+        let subscriptions = state.withLock { state -> Dictionary<Int, EventSubscription>.Values in
             state.finished = true
-            var continuations: [AsyncStream<UserSessionEvent>.Continuation] = []
-            continuations.reserveCapacity(state.slots.count)
-            for slot in state.slots.values {
-                if case .active(let continuation) = slot { continuations.append(continuation) }
-            }
-            state.slots.removeAll()
-            return continuations
+            defer { state.subscriptions.removeAll() }
+            return state.subscriptions.values
         }
-        // Outside the lock: finishing runs `onTermination`, which takes the lock.
-        for continuation in continuations { continuation.finish() }
+        for subscription in subscriptions { subscription.finish() }
     }
 
-    private func currentEvent() -> UserSessionEvent {
-        state.withLock { UserSessionEvent(kind: .current, session: $0.session, sequence: $0.sequence) }
-    }
-
-    private func removeSlot(_ id: Int) {
-        // The removed continuation is released after the lock is dropped (it is returned, then discarded).
-        let removed = state.withLock { $0.slots.removeValue(forKey: id) }
+    fileprivate func remove(_ id: Int) {
+        // The removed subscription is released after the lock is dropped (it is returned, then discarded).
+        let removed = state.withLock { $0.subscriptions.removeValue(forKey: id) }
         _ = removed
+    }
+
+    /// Ties a subscription to the lifetime of its stream.
+    private final class Lease: Sendable {
+        weak let hub: EventHub?
+        let id: Int?
+        let subscription: EventSubscription
+
+        init(hub: EventHub, id: Int?, subscription: EventSubscription) {
+            self.hub = hub
+            self.id = id
+            self.subscription = subscription
+        }
+
+        /// Ends the subscription: drops what it buffered, ends a pending `next()`, and unregisters it.
+        func end() {
+            subscription.cancel()
+            if let id { hub?.remove(id) }
+        }
+
+        deinit { end() }
+    }
+}
+
+/// One subscriber's buffer: the `.current` element, then at most `capacity` newest events.
+///
+/// A stream is read by one task at a time; a `next()` that finds another one already waiting ends at once.
+final class EventSubscription: Sendable {
+    private struct State {
+        // The fields every delivery touches come first, to share a cache line with the lock.
+        /// The consumer suspended in ``next()``; only ever set while there is nothing to read.
+        var waiter: UnsafeContinuation<UserSessionEvent?, Never>?
+        var finished = false
+        var events = EventRing()
+        var current: UserSessionEvent?
+
+        mutating func take() -> UserSessionEvent?? {
+            if let current {
+                self.current = nil
+                return current
+            }
+            if let event = events.popFirst() { return event }
+            return finished ? .some(nil) : nil
+        }
+    }
+
+    private let state: Mutex<State>
+    private let capacity: Int
+
+    init(current: UserSessionEvent, capacity: Int) {
+        self.state = Mutex(State(current: current))
+        self.capacity = capacity
+    }
+
+    /// Hands `event` to a waiting consumer, or buffers it (dropping the oldest buffered event when full).
+    func deliver(_ event: UserSessionEvent) {
+        let waiter = state.withLock { state -> UnsafeContinuation<UserSessionEvent?, Never>? in
+            guard !state.finished else { return nil }
+            if let waiter = state.waiter {
+                state.waiter = nil
+                return waiter
+            }
+            state.events.append(event, capacity: capacity)
+            return nil
+        }
+        waiter?.resume(returning: event)
+    }
+
+    /// The next element, or `nil` once finished and drained.
+    func next() async -> UserSessionEvent? {
+        if let ready = state.withLock({ $0.take() }) { return ready }
+        return await withUnsafeContinuation { continuation in
+            let ready = state.withLock { state -> UserSessionEvent?? in
+                if let ready = state.take() { return ready }
+                // Another task is already waiting on this stream: end this iteration rather than lose a waiter.
+                if state.waiter != nil { return .some(nil) }
+                state.waiter = continuation
+                return nil
+            }
+            if let ready { continuation.resume(returning: ready) }
+        }
+    }
+
+    /// Ends the subscription after what it buffered.
+    func finish() {
+        close(discarding: false)?.resume(returning: nil)
+    }
+
+    /// Ends the subscription now, dropping what it buffered.
+    func cancel() {
+        close(discarding: true)?.resume(returning: nil)
+    }
+
+    private func close(discarding: Bool) -> UnsafeContinuation<UserSessionEvent?, Never>? {
+        state.withLock { state in
+            state.finished = true
+            if discarding {
+                state.current = nil
+                state.events = EventRing()
+            }
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+    }
+}
+
+/// A first-in first-out buffer that drops its oldest element when full.
+struct EventRing {
+    private var storage: [UserSessionEvent] = []
+    private var head = 0
+
+    mutating func append(_ event: UserSessionEvent, capacity: Int) {
+        if storage.count - head >= capacity { head += 1 }
+        // Compact once the consumed prefix outgrows the live part, so storage stays within twice the capacity.
+        if head > 0, head >= capacity {
+            storage.removeFirst(head)
+            head = 0
+        }
+        storage.append(event)
+    }
+
+    mutating func popFirst() -> UserSessionEvent? {
+        guard head < storage.count else { return nil }
+        let event = storage[head]
+        head += 1
+        if head == storage.count {
+            storage.removeAll(keepingCapacity: true)
+            head = 0
+        }
+        return event
     }
 }

@@ -1,0 +1,178 @@
+import Foundation
+import Synchronization
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// The default ``HTTPTransport``: `URLSession` (FoundationNetworking on Linux).
+///
+/// Each transport owns an ephemeral session: no cookies, no cache, no stored credentials. It refuses every
+/// redirect (the 3xx comes back as the response), reads at most ``HTTPTransportRequest/maximumResponseBytes`` of a
+/// body (a longer one is cancelled as soon as it goes past the limit, so a hostile server cannot make the process
+/// buffer an unbounded answer), ends each request after ``HTTPTransportRequest/timeout`` and cancels it when the
+/// calling task is cancelled. Requests never block a thread.
+///
+/// Copies share one session; it is invalidated when the last copy goes away. Share one transport between a
+/// refresher and a store if you like; it is safe to use from any number of tasks at once.
+public struct URLSessionHTTPTransport: HTTPTransport, Sendable {
+    private let client: Client
+
+    /// Creates a transport with its own ephemeral `URLSession`.
+    public init() {
+        client = Client()
+    }
+
+    /// Sends `request` as described on ``HTTPTransport/send(_:)``.
+    ///
+    /// - Throws: ``HTTPTransportError/Code/responseTooLarge``; ``HTTPTransportError/Code/timedOut``;
+    ///   `CancellationError` when the calling task is cancelled (the request is cancelled too); `URLError` for
+    ///   other network failures.
+    public func send(_ request: HTTPTransportRequest) async throws -> HTTPTransportResponse {
+        try await client.send(request)
+    }
+}
+
+extension URLSessionHTTPTransport {
+    /// The session and its delegate; invalidates the session when released.
+    final class Client: Sendable {
+        // URLSession is documented as thread-safe; the delegate keeps its state in a Mutex.
+        private let session: URLSession
+        private let delegate: Delegate
+
+        init() {
+            let configuration = URLSessionConfiguration.ephemeral
+            configuration.httpCookieStorage = nil
+            configuration.httpShouldSetCookies = false
+            configuration.httpCookieAcceptPolicy = .never
+            configuration.urlCache = nil
+            configuration.urlCredentialStorage = nil
+            configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
+            delegate = Delegate()
+            session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
+        }
+
+        deinit {
+            // A session retains its delegate until invalidated.
+            session.finishTasksAndInvalidate()
+        }
+
+        func send(_ request: HTTPTransportRequest) async throws -> HTTPTransportResponse {
+            try Task.checkCancellation()
+            var urlRequest = URLRequest(url: request.url, timeoutInterval: max(0.001, request.timeout.seconds))
+            urlRequest.httpMethod = request.method.rawValue
+            for field in request.headers { urlRequest.addValue(field.value, forHTTPHeaderField: field.name) }
+            urlRequest.httpBody = request.body
+            let task = session.dataTask(with: urlRequest)
+            let delegate = delegate
+            do {
+                return try await withTaskCancellationHandler {
+                    try await withCheckedThrowingContinuation { continuation in
+                        delegate.register(task, continuation, limit: max(0, request.maximumResponseBytes))
+                        // The deadline covers the whole exchange; URLSession's own timeout is only an idle timeout.
+                        let timer = Task {
+                            guard (try? await Task.sleep(for: request.timeout)) != nil else { return }
+                            delegate.end(task, because: .timedOut)
+                        }
+                        delegate.attach(timer, to: task)
+                        task.resume()
+                    }
+                } onCancel: {
+                    task.cancel()
+                }
+            } catch {
+                if Task.isCancelled { throw CancellationError() }
+                if let error = error as? URLError, error.code == .timedOut {
+                    throw HTTPTransportError(.timedOut, "the request timed out")
+                }
+                throw error
+            }
+        }
+    }
+
+    /// Collects each task's response and body (up to its limit), refuses redirects, ends overdue tasks, and resumes
+    /// the waiting `send` when the task completes.
+    final class Delegate: NSObject, URLSessionDataDelegate, Sendable {
+        private struct Pending {
+            var continuation: CheckedContinuation<HTTPTransportResponse, any Error>
+            var limit: Int
+            var body = Data()
+            var ending: HTTPTransportError.Code?
+            var timer: Task<Void, Never>?
+        }
+
+        private let pending = Mutex<[Int: Pending]>([:])
+
+        func register(
+            _ task: URLSessionTask, _ continuation: CheckedContinuation<HTTPTransportResponse, any Error>, limit: Int
+        ) {
+            pending.withLock { $0[task.taskIdentifier] = Pending(continuation: continuation, limit: limit) }
+        }
+
+        func attach(_ timer: Task<Void, Never>, to task: URLSessionTask) {
+            let finished = pending.withLock { pending -> Bool in
+                guard pending[task.taskIdentifier] != nil else { return true }
+                pending[task.taskIdentifier]?.timer = timer
+                return false
+            }
+            if finished { timer.cancel() }
+        }
+
+        /// Ends `task` early for `reason`; the first reason wins.
+        func end(_ task: URLSessionTask, because reason: HTTPTransportError.Code) {
+            let ended = pending.withLock { pending -> Bool in
+                guard pending[task.taskIdentifier] != nil, pending[task.taskIdentifier]?.ending == nil else {
+                    return false
+                }
+                pending[task.taskIdentifier]?.ending = reason
+                pending[task.taskIdentifier]?.body = Data()
+                return true
+            }
+            if ended { task.cancel() }
+        }
+
+        func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+            let overflowed = pending.withLock { pending -> Bool in
+                guard var entry = pending[dataTask.taskIdentifier], entry.ending == nil else { return false }
+                if entry.body.count + data.count > entry.limit { return true }
+                entry.body.append(data)
+                pending[dataTask.taskIdentifier] = entry
+                return false
+            }
+            if overflowed { end(dataTask, because: .responseTooLarge) }
+        }
+
+        func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+            guard let entry = pending.withLock({ $0.removeValue(forKey: task.taskIdentifier) }) else { return }
+            entry.timer?.cancel()
+            if let ending = entry.ending {
+                let message =
+                    ending == .responseTooLarge
+                    ? "the response body is larger than \(entry.limit) bytes (the rest was not read)"
+                    : "the request timed out"
+                entry.continuation.resume(throwing: HTTPTransportError(ending, message))
+            } else if let error {
+                entry.continuation.resume(throwing: error)
+            } else if let response = task.response as? HTTPURLResponse {
+                var headers = HTTPTransportHeaders()
+                for (name, value) in response.allHeaderFields {
+                    if let name = name as? String, let value = value as? String {
+                        headers.add(name: name, value: value)
+                    }
+                }
+                entry.continuation.resume(
+                    returning: HTTPTransportResponse(
+                        statusCode: response.statusCode, headers: headers, body: entry.body))
+            } else {
+                entry.continuation.resume(throwing: URLError(.badServerResponse))
+            }
+        }
+
+        func urlSession(
+            _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
+            newRequest request: URLRequest, completionHandler: @escaping @Sendable (URLRequest?) -> Void
+        ) {
+            completionHandler(nil)
+        }
+    }
+}
