@@ -15,14 +15,19 @@ struct BenchmarkOptions {
     var workloads = Set(Workload.allCases)
     /// Overrides the contention workload's numbers of waiters.
     var waiters: [Int]?
+    /// Where the SVG charts go; `nil` (`--no-charts`) writes none.
+    var chartsDirectory: String? = ".build/benchmarks"
 
     static let usage = """
         usage: RefreshContention [--quick] [--json] [--only hot,contention,storm,fanout,sessions] [--waiters N,N,...]
+                                 [--charts DIR | --no-charts]
 
-          --quick   a reduced set that finishes within about a minute on two cores
-          --json    print one JSON document on standard output (progress goes to standard error)
-          --only    run only the named workloads
-          --waiters the numbers of callers for the contention workload (default 10,100,1000,10000,100000)
+          --quick     a reduced set that finishes within about a minute on two cores
+          --json      print one JSON document on standard output (progress goes to standard error)
+          --only      run only the named workloads
+          --waiters   the numbers of callers for the contention workload (default 10,100,1000,10000,100000)
+          --charts    write one SVG chart per workload into DIR (default .build/benchmarks)
+          --no-charts write no charts
 
         Exit status: 0 when every coalescing strategy made one refresh per expiry, 1 when one made more,
         2 when a run failed or did not finish in time. Timings never change the exit status.
@@ -35,6 +40,12 @@ struct BenchmarkOptions {
             case "--quick": quick = true
             case "--json": json = true
             case "--help", "-h": help = true
+            case "--no-charts": chartsDirectory = nil
+            case "--charts":
+                guard let directory = remaining.popFirst(), !directory.isEmpty else {
+                    throw BenchmarkError("--charts needs a directory")
+                }
+                chartsDirectory = directory
             case "--only":
                 guard let list = remaining.popFirst() else { throw BenchmarkError("--only needs a list of workloads") }
                 var selected: Set<Workload> = []

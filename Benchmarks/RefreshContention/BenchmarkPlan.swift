@@ -16,9 +16,9 @@ struct BenchmarkPlan: Sendable {
     var stormDuration: Duration = .seconds(2)
     var stormTokenLifetime: Duration = .milliseconds(5)
     var stormLatency: Duration = .milliseconds(1)
-    /// Workload D: event subscribers, and lifecycle transitions (alternating open and close).
-    var fanoutSubscribers = 10_000
-    var fanoutTransitions = 1_000
+    /// Workload D: numbers of event subscribers, and lifecycle transitions (alternating open and close).
+    var fanoutSubscribers = [100, 1_000, 10_000]
+    var fanoutTransitions = 400
     /// Workload E: idle opened sessions held at once.
     var idleSessions = 10_000
     /// The longest a single run may take before it is reported as hung.
@@ -34,7 +34,7 @@ struct BenchmarkPlan: Sendable {
         // ActorCachedTask's wake-ups grow quadratically (about 2 s at N = 30,000, 25 s at N = 100,000).
         contentionMaximumWaiters: [.actorCachedTask: 10_000],
         stormDuration: .milliseconds(500),
-        fanoutSubscribers: 1_000,
+        fanoutTransitions: 40,
         runLimit: .seconds(20)
     )
 }

@@ -23,22 +23,42 @@ struct RefreshContentionBenchmark {
         Progress.note("RefreshContention: \(plan.name) run, \(plan.repetitions) repetitions per figure")
 
         if options.workloads.contains(.hotPath) {
-            report.add(await HotPathWorkload(plan: plan).run(), plan: plan)
+            let progress = ProgressLine(workload: "hot path", total: HotPathWorkload.weight(plan))
+            report.add(await HotPathWorkload(plan: plan).run(progress: progress), plan: plan)
+            progress.finish()
         }
         if options.workloads.contains(.contention) {
-            report.add(await ContentionWorkload(plan: plan).run(), plan: plan)
+            let progress = ProgressLine(workload: "contention", total: ContentionWorkload.weight(plan))
+            report.add(await ContentionWorkload(plan: plan).run(progress: progress), plan: plan)
+            progress.finish()
         }
         if options.workloads.contains(.storm) {
-            report.add(await StormWorkload(plan: plan).run(), plan: plan)
+            let progress = ProgressLine(workload: "storm", total: StormWorkload.weight(plan))
+            report.add(await StormWorkload(plan: plan).run(progress: progress), plan: plan)
+            progress.finish()
         }
         if options.workloads.contains(.fanout) {
-            report.add(await FanoutWorkload(plan: plan).run(), plan: plan)
+            let progress = ProgressLine(workload: "fan-out", total: FanoutWorkload.weight(plan))
+            report.add(await FanoutWorkload(plan: plan).run(progress: progress), plan: plan)
+            progress.finish()
         }
         if options.workloads.contains(.sessions) {
-            report.add(await IdleSessionsWorkload(plan: plan).run())
+            let progress = ProgressLine(workload: "sessions", total: IdleSessionsWorkload.weight(plan))
+            report.add(await IdleSessionsWorkload(plan: plan).run(progress: progress))
+            progress.finish()
         }
         report.evaluateTargets()
         report.exitStatus = report.invariantViolations.isEmpty ? (report.failures.isEmpty ? 0 : 2) : 1
+        if let directory = options.chartsDirectory {
+            do {
+                let paths = try report.writeCharts(plan: plan, to: directory)
+                Progress.note("RefreshContention: charts: \(paths.joined(separator: ", "))")
+            } catch {
+                Progress.note("RefreshContention: could not write the charts to \(directory): \(error)")
+                report.failures.append("charts: could not write to \(directory): \(error)")
+                if report.exitStatus == 0 { report.exitStatus = 2 }
+            }
+        }
         Progress.note("RefreshContention: finished in \(Format.number((clock.now - start).inSeconds, places: 1)) s")
 
         if options.json {

@@ -1,6 +1,16 @@
 import Foundation
 
 // RefreshContention: the package's refresh gate against peer baselines. See BenchmarkOptions.usage.
+if CommandLine.arguments.dropFirst().first == "--transport" {
+    // The HTTP transports side by side (Workloads/TransportWorkload.swift); needs the AsyncHTTPClient trait.
+    #if AsyncHTTPClient
+    exit(await TransportWorkload.main(arguments: Array(CommandLine.arguments.dropFirst(2))))
+    #else
+    FileHandle.standardError.write(
+        Data("--transport needs the AsyncHTTPClient trait: swift run -c release --traits AsyncHTTPClient ...\n".utf8))
+    exit(64)
+    #endif
+}
 do {
     let options = try BenchmarkOptions(arguments: Array(CommandLine.arguments.dropFirst()))
     if options.help {

@@ -83,40 +83,53 @@ extension BenchmarkReport {
         }
     }
 
-    /// Adds workload E's row.
+    /// Adds workload E's row, with the floor beside it.
     mutating func add(_ outcome: IdleSessionsWorkload.Outcome) {
         failures += outcome.failures
         guard let bytes = Summary(outcome.bytesPerSession) else { return }
+        let floor = Summary(outcome.bytesPerBareEntry)
         idleSessions.append(
             IdleSessionsRow(
                 sessions: outcome.sessions, bytesPerSession: rounded(bytes.median, 0),
-                bytesPerSessionMin: rounded(bytes.min, 0), bytesPerSessionMax: rounded(bytes.max, 0)))
+                bytesPerSessionMin: rounded(bytes.min, 0), bytesPerSessionMax: rounded(bytes.max, 0),
+                bareCredentialsBytesPerEntry: floor.map { rounded($0.median, 0) },
+                bareCredentialsBytesPerEntryMin: floor.map { rounded($0.min, 0) },
+                bareCredentialsBytesPerEntryMax: floor.map { rounded($0.max, 0) }))
     }
 
-    /// Adds workload D's row.
+    /// Adds workload D's rows; ratios are taken against the bare `AsyncStream` fan-out at the same subscribers.
     mutating func add(_ outcome: FanoutWorkload.Outcome, plan: BenchmarkPlan) {
         failures += outcome.failures
-        let samples = outcome.samples
-        guard
-            let cost = Summary(
-                samples.map { $0.elapsed.inNanoseconds / Double(max($0.delivered, 1)) }),
-            let delivered = Summary(samples.map { Double($0.delivered) })
-        else { return }
-        fanout.append(
-            FanoutRow(
-                subscribers: plan.fanoutSubscribers, events: plan.fanoutTransitions,
-                deliveries: Int(delivered.median), nsPerDelivery: rounded(cost.median, 1),
-                nsPerDeliveryMin: rounded(cost.min, 1), nsPerDeliveryMax: rounded(cost.max, 1),
-                rssBytesPerSubscriber: Summary(samples.compactMap(\.residentBytesPerSubscriber)).map {
-                    rounded($0.median, 0)
-                },
-                rssGrowthBytesDuringTransitions: Summary(
-                    samples.compactMap { $0.residentGrowthDuringTransitions.map(Double.init) }
-                ).map { rounded($0.median, 0) }))
-        let expected = plan.fanoutSubscribers * plan.fanoutTransitions
-        if Int(delivered.median) < expected {
-            failures.append(
-                "fan-out: \(Int(delivered.median)) of \(expected) events were delivered (subscribers missed events)")
+        for subscribers in plan.fanoutSubscribers {
+            let floor = outcome.samples[.bareStreams]?[subscribers].flatMap { Summary($0.map(\.nsPerDelivery)) }
+            for source in FanoutWorkload.Source.allCases {
+                guard let samples = outcome.samples[source]?[subscribers],
+                    let cost = Summary(samples.map(\.nsPerDelivery)),
+                    let delivered = Summary(samples.map { Double($0.delivered) })
+                else { continue }
+                fanout.append(
+                    FanoutRow(
+                        strategy: source.rawValue, subscribers: subscribers, events: plan.fanoutTransitions,
+                        deliveries: Int(delivered.median), nsPerDelivery: rounded(cost.median, 1),
+                        nsPerDeliveryMin: rounded(cost.min, 1), nsPerDeliveryMax: rounded(cost.max, 1),
+                        ratioToAsyncStream: floor.map { rounded(cost.median / max($0.median, 1e-9), 2) },
+                        rssBytesPerSubscriber: Summary(samples.compactMap(\.residentBytesPerSubscriber)).map {
+                            rounded($0.median, 0)
+                        },
+                        rssGrowthBytesDuringTransitions: Summary(
+                            samples.compactMap { $0.residentGrowthDuringTransitions.map(Double.init) }
+                        ).map { rounded($0.median, 0) }))
+                let expected = subscribers * plan.fanoutTransitions
+                if let fewest = samples.map(\.delivered).min(), fewest < expected {
+                    failures.append(
+                        "fan-out: \(source.rawValue) delivered \(fewest) of \(expected) events to "
+                            + "\(subscribers) subscribers (subscribers missed events)")
+                }
+            }
         }
     }
+}
+
+extension FanoutWorkload.Sample {
+    var nsPerDelivery: Double { elapsed.inNanoseconds / Double(max(delivered, 1)) }
 }

@@ -2,7 +2,10 @@ extension BenchmarkReport {
     /// The readable form: one table per workload, then invariants, targets and failures.
     func renderTables(plan: BenchmarkPlan) -> String {
         var sections: [String] = [
-            "RefreshContention (\(mode), \(repetitions) repetitions; figures are median (min..max))"
+            "RefreshContention (\(mode), \(repetitions) repetitions; figures are median (min..max))\n"
+                + Explanations.render([Explanations.general]),
+            "Strategies (the real libraries or idioms each baseline reproduces)\n"
+                + Explanations.render(Explanations.strategies),
         ]
 
         if !hotPath.isEmpty {
@@ -17,7 +20,7 @@ extension BenchmarkReport {
                     row.ratioToBareMutexRead.map { Format.number($0, places: 2) } ?? "-",
                 ])
             }
-            sections.append(table.render())
+            sections.append(table.render() + "\n" + Explanations.render(Explanations.hotPath))
         }
 
         if !contention.isEmpty {
@@ -42,7 +45,7 @@ extension BenchmarkReport {
                     "\(row.staleResults)", "\(row.failedCalls)",
                 ])
             }
-            sections.append(table.render())
+            sections.append(table.render() + "\n" + Explanations.render(Explanations.contention))
         }
 
         if !storm.isEmpty {
@@ -61,40 +64,52 @@ extension BenchmarkReport {
                     "\(row.failedCalls)",
                 ])
             }
-            sections.append(table.render())
+            sections.append(table.render() + "\n" + Explanations.render(Explanations.storm))
         }
 
         if !fanout.isEmpty {
             var table = TextTable(
-                title: "D. Event fan-out: UserSessionController, open/close transitions",
-                headers: ["subscribers", "events", "deliveries", "ns/delivery", "RSS B/subscriber", "RSS growth B"],
-                labelColumns: 0)
+                title: "D. Event fan-out: open/close transitions, one event each, to every subscriber",
+                headers: [
+                    "strategy", "subscribers", "events", "deliveries", "ns/delivery", "x AsyncStream",
+                    "RSS B/subscriber", "RSS growth B",
+                ],
+                labelColumns: 1)
             for row in fanout {
                 table.rows.append([
-                    Format.integer(row.subscribers), Format.integer(row.events), Format.integer(row.deliveries),
+                    row.strategy, Format.integer(row.subscribers), Format.integer(row.events),
+                    Format.integer(row.deliveries),
                     Format.summary(
                         Summary(median: row.nsPerDelivery, min: row.nsPerDeliveryMin, max: row.nsPerDeliveryMax),
-                        places: 1),
+                        places: 0),
+                    row.ratioToAsyncStream.map { Format.number($0, places: 2) } ?? "-",
                     row.rssBytesPerSubscriber.map { Format.number($0, places: 0) } ?? "-",
                     row.rssGrowthBytesDuringTransitions.map { Format.integer(Int($0)) } ?? "-",
                 ])
             }
-            sections.append(table.render())
+            sections.append(table.render() + "\n" + Explanations.render(Explanations.fanout))
         }
 
         if !idleSessions.isEmpty {
             var table = TextTable(
                 title: "E. Idle opened sessions: UserSessionController through UserSessionRegistry",
-                headers: ["sessions", "RSS B/session"], labelColumns: 0)
+                headers: ["sessions", "RSS B/session", "floor B/entry", "x floor"], labelColumns: 0)
             for row in idleSessions {
+                let floor = row.bareCredentialsBytesPerEntry.map { floor in
+                    Summary(
+                        median: floor, min: row.bareCredentialsBytesPerEntryMin ?? floor,
+                        max: row.bareCredentialsBytesPerEntryMax ?? floor)
+                }
                 table.rows.append([
                     Format.integer(row.sessions),
                     Format.summary(
                         Summary(median: row.bytesPerSession, min: row.bytesPerSessionMin, max: row.bytesPerSessionMax),
                         places: 0),
+                    floor.map { Format.summary($0, places: 0) } ?? "-",
+                    floor.map { Format.number(row.bytesPerSession / max($0.median, 1), places: 1) } ?? "-",
                 ])
             }
-            sections.append(table.render())
+            sections.append(table.render() + "\n" + Explanations.render(Explanations.idleSessions))
         }
 
         if !notes.isEmpty {

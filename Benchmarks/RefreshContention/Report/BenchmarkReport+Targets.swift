@@ -96,5 +96,26 @@ extension BenchmarkReport {
         } else {
             targets.append(TargetCheck(target: "idle opened session <= 4 KiB", holds: nil, detail: "not measured"))
         }
+
+        // Fan-out (issue 13): within 1.5x of a bare AsyncStream fan-out per delivery at 1,000 and 10,000.
+        let fanoutTarget = "fan-out <= 1.5x AsyncStream fan-out per delivery at 1,000 and 10,000 subscribers"
+        let comparisons = [1_000, 10_000].compactMap { subscribers -> (Int, Double, Double)? in
+            guard let ours = fanout.first(where: { $0.strategy == ours && $0.subscribers == subscribers }),
+                let floor = fanout.first(where: {
+                    $0.strategy == FanoutWorkload.Source.bareStreams.rawValue && $0.subscribers == subscribers
+                })
+            else { return nil }
+            return (subscribers, ours.nsPerDelivery, floor.nsPerDelivery)
+        }
+        targets.append(
+            TargetCheck(
+                target: fanoutTarget,
+                holds: comparisons.count == 2 ? comparisons.allSatisfy { $0.1 <= 1.5 * $0.2 } : nil,
+                detail: comparisons.isEmpty
+                    ? "not measured at 1,000 and 10,000 subscribers"
+                    : comparisons.map {
+                        "\(Format.integer($0.0)): \(Format.number($0.1, places: 1)) vs "
+                            + "\(Format.number($0.2, places: 1)) ns (\(Format.number($0.1 / max($0.2, 1e-9), places: 2))x)"
+                    }.joined(separator: ", ")))
     }
 }

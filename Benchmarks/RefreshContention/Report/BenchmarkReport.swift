@@ -11,6 +11,8 @@ struct BenchmarkReport: Encodable {
     var storm: [StormRow] = []
     var fanout: [FanoutRow] = []
     var idleSessions: [IdleSessionsRow] = []
+    /// Each strategy and floor, and the real library or idiom it reproduces.
+    var strategies = Explanations.strategies
     /// What this mode left out or how to read a figure.
     var notes: [String] = []
     /// The performance targets of issue 5: informational, they never change the exit status.
@@ -109,10 +111,16 @@ struct IdleSessionsRow: Encodable {
     var bytesPerSession: Double
     var bytesPerSessionMin: Double
     var bytesPerSessionMax: Double
+    /// The floor: growth per entry of a dictionary of bare credential structs for the same users.
+    var bareCredentialsBytesPerEntry: Double?
+    var bareCredentialsBytesPerEntryMin: Double?
+    var bareCredentialsBytesPerEntryMax: Double?
 }
 
-/// Workload D.
+/// Workload D, one event source at one number of subscribers.
 struct FanoutRow: Encodable {
+    /// `UserSessionController`, or `AsyncStream fan-out` (the floor).
+    var strategy: String
     var subscribers: Int
     /// Lifecycle transitions driven (alternating open and close); each is one event per subscriber.
     var events: Int
@@ -121,22 +129,26 @@ struct FanoutRow: Encodable {
     var nsPerDelivery: Double
     var nsPerDeliveryMin: Double
     var nsPerDeliveryMax: Double
+    /// `nsPerDelivery` divided by the bare `AsyncStream` fan-out's at the same number of subscribers.
+    var ratioToAsyncStream: Double?
     var rssBytesPerSubscriber: Double?
     var rssGrowthBytesDuringTransitions: Double?
 
     enum CodingKeys: String, CodingKey {
-        case subscribers, events, deliveries, nsPerDelivery, nsPerDeliveryMin, nsPerDeliveryMax
-        case rssBytesPerSubscriber, rssGrowthBytesDuringTransitions
+        case strategy, subscribers, events, deliveries, nsPerDelivery, nsPerDeliveryMin, nsPerDeliveryMax
+        case ratioToAsyncStream, rssBytesPerSubscriber, rssGrowthBytesDuringTransitions
     }
 
     func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(strategy, forKey: .strategy)
         try container.encode(subscribers, forKey: .subscribers)
         try container.encode(events, forKey: .events)
         try container.encode(deliveries, forKey: .deliveries)
         try container.encode(nsPerDelivery, forKey: .nsPerDelivery)
         try container.encode(nsPerDeliveryMin, forKey: .nsPerDeliveryMin)
         try container.encode(nsPerDeliveryMax, forKey: .nsPerDeliveryMax)
+        try container.encode(ratioToAsyncStream, forKey: .ratioToAsyncStream)
         try container.encode(rssBytesPerSubscriber, forKey: .rssBytesPerSubscriber)
         try container.encode(rssGrowthBytesDuringTransitions, forKey: .rssGrowthBytesDuringTransitions)
     }

@@ -39,28 +39,32 @@ extension Strategy {
             return PreparedSource(
                 source: LockedContinuationQueue(token: token, expiresAt: expiresAt, clock: clock, refresher: refresher),
                 tearDown: {})
-        case .userSessionController:
-            var configuration = UserSessionController.Configuration(
-                // The storm refreshes hundreds of times a second; keep the loop breaker out of the way.
-                refreshLoopPolicy: .init(maximumRefreshes: Int.max, window: .seconds(1)),
-                clock: clock.sessionClock
-            )
+        case .userSessionController, .userSessionControllerDefault:
+            return try await prepareController(scenario, defaults: self == .userSessionControllerDefault)
+        }
+    }
+
+    /// Opens a session on a controller that refreshes through the scenario's refresher.
+    private func prepareController(_ scenario: Scenario, defaults: Bool) async throws -> PreparedSource {
+        var configuration = UserSessionController.Configuration(clock: scenario.clock.sessionClock)
+        if !defaults {
+            // The storm refreshes hundreds of times a second; keep the loop breaker out of the way.
+            configuration.refreshLoopPolicy = .init(maximumRefreshes: Int.max, window: .seconds(1))
             if let windows = scenario.refreshWindows {
                 configuration.refreshLeadTime = windows.leadTime
                 configuration.proactiveRefreshWindow = windows.proactiveWindow
             }
-            let controller = UserSessionController(
-                store: InMemoryTokenStore(),
-                refresher: SimulatedTokenRefresher(simulated: refresher),
-                configuration: configuration
-            )
-            let credentials = Credentials(
-                accessToken: token, refreshToken: "bench-refresh-token",
-                expiresAt: Date(timeIntervalSinceReferenceDate: expiresAt))
-            _ = try await controller.open(
-                UserSessionPrototype(userInfo: UserInfo(id: "bench"), credentials: credentials))
-            return PreparedSource(
-                source: ControllerSource(controller: controller), tearDown: { await controller.shutdown() })
         }
+        let controller = UserSessionController(
+            store: InMemoryTokenStore(),
+            refresher: SimulatedTokenRefresher(simulated: scenario.refresher),
+            configuration: configuration
+        )
+        let credentials = Credentials(
+            accessToken: scenario.initialToken, refreshToken: "bench-refresh-token",
+            expiresAt: Date(timeIntervalSinceReferenceDate: scenario.initialExpiresAt))
+        _ = try await controller.open(UserSessionPrototype(userInfo: UserInfo(id: "bench"), credentials: credentials))
+        return PreparedSource(
+            source: ControllerSource(controller: controller), tearDown: { await controller.shutdown() })
     }
 }

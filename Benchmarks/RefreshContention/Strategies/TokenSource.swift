@@ -11,7 +11,12 @@ protocol TokenSource: Sendable {
 
 /// The strategies measured side by side. Raw values are the names used in the tables and the JSON output.
 enum Strategy: String, CaseIterable, Sendable {
+    /// The library as this benchmark measures its gate: loop breaker out of the way (the storm refreshes hundreds
+    /// of times a second), lead time and proactive window as the scenario sets them.
     case userSessionController = "UserSessionController"
+    /// The library as users run it: the default configuration (loop breaker on: more than 3 refreshes within
+    /// 30 s trip it), only the clock is the scenario's.
+    case userSessionControllerDefault = "UserSessionController (default)"
     case naiveActor = "NaiveActor"
     case actorCachedTask = "ActorCachedTask"
     case lockedContinuationQueue = "LockedContinuationQueue"
@@ -20,7 +25,8 @@ enum Strategy: String, CaseIterable, Sendable {
     /// Strategies that promise one refresh per expiry; a second refresh of the same token fails the benchmark.
     var coalesces: Bool {
         switch self {
-        case .userSessionController, .actorCachedTask, .lockedContinuationQueue: return true
+        case .userSessionController, .userSessionControllerDefault, .actorCachedTask, .lockedContinuationQueue:
+            return true
         case .naiveActor, .bareMutexRead: return false
         }
     }
@@ -30,6 +36,23 @@ enum Strategy: String, CaseIterable, Sendable {
 
     /// Strategies that can refresh: the contention and storm workloads (`BareMutexRead` only reads).
     static let refreshing: [Strategy] = [
-        .userSessionController, .naiveActor, .actorCachedTask, .lockedContinuationQueue,
+        .userSessionController, .userSessionControllerDefault, .naiveActor, .actorCachedTask,
+        .lockedContinuationQueue,
     ]
+
+    /// The real libraries or idioms whose strategy a baseline reproduces (facts only), for the report.
+    var peer: String {
+        switch self {
+        case .userSessionController, .userSessionControllerDefault:
+            return "this package"
+        case .naiveActor:
+            return "an actor that awaits the refresh call itself; reentrancy lets every caller refresh"
+        case .actorCachedTask:
+            return "the pattern of supabase-swift's session manager (an actor caching the in-flight refresh Task)"
+        case .lockedContinuationQueue:
+            return "the pattern of Alamofire's AuthenticationInterceptor (a lock, one refresh, a queue of waiters)"
+        case .bareMutexRead:
+            return "the floor: a Mutex read of a token that never expires"
+        }
+    }
 }

@@ -23,7 +23,19 @@ struct ContentionWorkload {
         var failures: [String] = []
     }
 
-    func run() async -> Outcome {
+    /// The progress weight of the whole workload: one unit per waiter and run.
+    static func weight(_ plan: BenchmarkPlan) -> Double {
+        var units = 0.0
+        for waiters in plan.contentionWaiters {
+            for strategy in Strategy.refreshing {
+                if let maximum = plan.contentionMaximumWaiters[strategy], waiters > maximum { continue }
+                units += Double(waiters * plan.repetitions)
+            }
+        }
+        return units
+    }
+
+    func run(progress: ProgressLine) async -> Outcome {
         var outcome = Outcome()
         var broken: Set<Strategy> = []
         for waiters in plan.contentionWaiters {
@@ -36,14 +48,12 @@ struct ContentionWorkload {
                             try await Self.runOnce(strategy, waiters: waiters, latency: latency)
                         }
                         outcome.samples[strategy, default: [:]][waiters, default: []].append(sample)
-                        Progress.note(
-                            "contention \(strategy.rawValue) N=\(waiters) #\(repetition): "
-                                + "\(sample.refreshes) refresh(es), "
-                                + "\(Format.number(sample.wall.inNanoseconds / 1e6, places: 2)) ms")
                     } catch {
                         broken.insert(strategy)
                         outcome.failures.append("contention: \(strategy.rawValue) N=\(waiters): \(error)")
                     }
+                    progress.advance(
+                        by: Double(waiters), detail: "\(strategy.rawValue) N=\(Format.integer(waiters)) #\(repetition)")
                 }
             }
         }

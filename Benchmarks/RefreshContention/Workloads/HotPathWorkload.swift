@@ -7,7 +7,12 @@ struct HotPathWorkload {
         var failures: [String] = []
     }
 
-    func run() async -> Outcome {
+    /// The progress weight of the whole workload: one unit per measured configuration.
+    static func weight(_ plan: BenchmarkPlan) -> Double {
+        Double(plan.hotPathTasks.count * plan.repetitions * Strategy.hotPath.count)
+    }
+
+    func run(progress: ProgressLine) async -> Outcome {
         var outcome = Outcome()
         let clock = BenchClock.system
         let refresher = SimulatedRefresher(latency: .zero, tokenLifetime: 86_400, clock: clock)
@@ -39,13 +44,11 @@ struct HotPathWorkload {
                             try await Self.measure(source.source, tasks: tasks, callsPerTask: callsPerTask)
                         }
                         outcome.samples[strategy, default: [:]][tasks, default: []].append(nanoseconds)
-                        Progress.note(
-                            "hot path  \(strategy.rawValue) T=\(tasks) #\(repetition): "
-                                + "\(Format.number(nanoseconds, places: 1)) ns/call")
                     } catch {
                         broken.insert(strategy)
                         outcome.failures.append("hot path: \(strategy.rawValue) T=\(tasks): \(error)")
                     }
+                    progress.advance(by: 1, detail: "\(strategy.rawValue) T=\(tasks) #\(repetition)")
                 }
             }
         }

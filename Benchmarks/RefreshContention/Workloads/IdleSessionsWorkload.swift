@@ -1,3 +1,4 @@
+import Foundation
 import Synchronization
 import UserSessions
 
@@ -11,8 +12,18 @@ struct IdleSessionsWorkload {
 
     struct Outcome {
         var sessions: Int
+        /// Resident bytes per session through the registry, one value per repetition.
         var bytesPerSession: [Double] = []
+        /// The floor: resident bytes per entry of a dictionary of ``BareCredentials``, one value per repetition.
+        var bytesPerBareEntry: [Double] = []
         var failures: [String] = []
+    }
+
+    /// What a server that only keeps tokens holds per user: the floor of workload E.
+    struct BareCredentials {
+        var accessToken: String
+        var refreshToken: String?
+        var expiresAt: Date?
     }
 
     /// A store that keeps nothing, so that only the sessions themselves are measured.
@@ -25,19 +36,22 @@ struct IdleSessionsWorkload {
         func storedIdentifiers() async throws -> [String] { [] }
     }
 
-    func run() async -> Outcome {
+    /// The progress weight of the whole workload: one unit per run (registry and floor, every repetition).
+    static func weight(_ plan: BenchmarkPlan) -> Double { Double(plan.repetitions * 2) }
+
+    func run(progress: ProgressLine) async -> Outcome {
         var outcome = Outcome(sessions: plan.idleSessions)
         for repetition in 1...plan.repetitions {
             do {
-                let bytes = try await withDeadline(plan.runLimit * 2) {
-                    try await Self.runOnce(sessions: plan.idleSessions)
-                }
-                if let bytes {
+                let sessions = plan.idleSessions
+                if let bytes = try await withDeadline(
+                    plan.runLimit * 2, operation: { try await Self.runOnce(sessions: sessions) })
+                {
                     outcome.bytesPerSession.append(bytes)
-                    Progress.note(
-                        "sessions   \(plan.idleSessions) idle sessions #\(repetition): "
-                            + "\(Format.number(bytes, places: 0)) B each")
                 }
+                progress.advance(by: 1, detail: "registry #\(repetition)")
+                if let bytes = Self.measureBare(entries: sessions) { outcome.bytesPerBareEntry.append(bytes) }
+                progress.advance(by: 1, detail: "bare credentials #\(repetition)")
             } catch {
                 outcome.failures.append("idle sessions: \(error)")
                 break
@@ -46,15 +60,38 @@ struct IdleSessionsWorkload {
         return outcome
     }
 
-    static func runOnce(sessions: Int) async throws -> Double? {
-        let registry = UserSessionRegistry(store: DiscardingStore())
-        let prototypes = (0..<sessions).map { index in
+    /// The same users' credentials, kept as ``BareCredentials`` in a dictionary keyed by user id.
+    static func measureBare(entries: Int) -> Double? {
+        let prototypes = makePrototypes(entries)
+        ResidentMemory.releaseFreeMemory()
+        let before = ResidentMemory.bytes()
+        var table: [String: BareCredentials] = [:]
+        for prototype in prototypes {
+            guard let credentials = prototype.credentials else { continue }
+            table[prototype.userInfo.id] = BareCredentials(
+                accessToken: credentials.accessToken, refreshToken: credentials.refreshToken,
+                expiresAt: credentials.expiresAt)
+        }
+        let after = ResidentMemory.bytes()
+        // Keeps the dictionary alive until after the measurement.
+        guard let before, let after, table.count == entries else { return nil }
+        return Double(after - before) / Double(entries)
+    }
+
+    /// `count` users with an id, an access token, a refresh token and an expiry an hour away.
+    static func makePrototypes(_ count: Int) -> [UserSessionPrototype] {
+        (0..<count).map { index in
             UserSessionPrototype(
                 userInfo: UserInfo(id: "user-\(index)"),
                 credentials: Credentials(
                     accessToken: "access-token-of-user-\(index)", refreshToken: "refresh-token-of-user-\(index)",
                     expiresAt: .now.addingTimeInterval(3600)))
         }
+    }
+
+    static func runOnce(sessions: Int) async throws -> Double? {
+        let registry = UserSessionRegistry(store: DiscardingStore())
+        let prototypes = makePrototypes(sessions)
         ResidentMemory.releaseFreeMemory()
         let before = ResidentMemory.bytes()
         for prototype in prototypes { try await registry.open(prototype) }

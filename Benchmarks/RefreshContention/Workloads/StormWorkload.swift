@@ -16,7 +16,12 @@ struct StormWorkload {
         var failures: [String] = []
     }
 
-    func run() async -> Outcome {
+    /// The progress weight of the whole workload: one unit per run (every run lasts the storm's duration).
+    static func weight(_ plan: BenchmarkPlan) -> Double {
+        Double(plan.repetitions * Strategy.refreshing.count)
+    }
+
+    func run(progress: ProgressLine) async -> Outcome {
         var outcome = Outcome()
         var broken: Set<Strategy> = []
         let limit = plan.runLimit + plan.stormDuration
@@ -26,13 +31,11 @@ struct StormWorkload {
                 do {
                     let sample = try await withDeadline(limit) { try await Self.runOnce(strategy, plan: plan) }
                     outcome.samples[strategy, default: []].append(sample)
-                    Progress.note(
-                        "storm      \(strategy.rawValue) #\(repetition): \(sample.expiries) expiries, "
-                            + "\(sample.refreshes) refreshes, \(sample.calls) calls")
                 } catch {
                     broken.insert(strategy)
                     outcome.failures.append("storm: \(strategy.rawValue): \(error)")
                 }
+                progress.advance(by: 1, detail: "\(strategy.rawValue) #\(repetition)")
             }
         }
         return outcome

@@ -1,0 +1,81 @@
+/// What every column of every table means, and why some figures swing between repetitions. Printed under each
+/// table, and the same text is in the README.
+enum Explanations {
+    static let general =
+        "Every figure is the median of the repetitions, with their minimum and maximum in brackets. On a shared "
+        + "2-core machine a repetition during which the operating system ran something else can take 2-4x as long: "
+        + "read the median; a wide bracket means the machine was busy, not that the strategy is erratic."
+
+    static let strategies: [String] =
+        Strategy.allCases.map { "\($0.rawValue): \($0.peer)" } + [
+            "\(FanoutWorkload.Source.bareStreams.rawValue): the floor of workload D: one AsyncStream per subscriber with "
+                + "the same buffering and consumers, fed in a loop that yields the thread after each event",
+            "\(BenchmarkReport.bareCredentialsName): the floor of workload E: each user's tokens and expiry in a plain "
+                + "struct, in a dictionary keyed by user id",
+        ]
+
+    static let hotPath = [
+        "tasks: tasks released together; the calls are split evenly between them",
+        "ns/call: wall time of the whole configuration / calls (aggregate, not per task)",
+        "x BareMutexRead: ns/call / BareMutexRead's ns/call at the same number of tasks",
+        "swings: at 1-2 tasks a run is a few milliseconds, so one preemption or a task moving between the two "
+            + "cores doubles it (a maximum 2-3x the median); with 8-64 tasks the runs are longer and steadier",
+    ]
+
+    static let contention = [
+        "waiters: N callers released together, all finding the token expired",
+        "refreshes: refresher calls for that one expiry (a..b when repetitions differ); 1 is correct, NaiveActor "
+            + "makes one per caller",
+        "wall ms: from releasing the callers until every caller has a token, the 1 ms refresher latency included",
+        "overhead ns/waiter: (wall - measured refresher latency) / N: what coordinating one waiter costs",
+        "RSS B/waiter: resident memory at the end of the refresh minus resident memory with every caller parked "
+            + "at the start gate, / N (median). It swings (for example 0 in one run, 1,500 in another) because "
+            + "resident memory grows in 4 KiB pages and only when the allocator runs out of pages freed by earlier "
+            + "runs: a run that reuses freed pages shows 0, and at small N one new page is hundreds of bytes per "
+            + "waiter. Trust the N >= 10,000 rows",
+        "stale: callers that got the expired token back (largest count of any repetition); must be 0",
+        "failed: callers whose call threw (largest count of any repetition); 0 unless a run failed",
+        "swings: at N <= 100 the 1 ms sleep dominates and a late timer wake-up adds up to a millisecond; "
+            + "ActorCachedTask's wake-ups grow quadratically, so its large-N runs vary most",
+    ]
+
+    static let storm = [
+        "expiries: distinct tokens the refresher was asked to refresh, summed over the repetitions",
+        "refreshes: refresher calls, summed; more than expiries means a token was refreshed twice (NaiveActor)",
+        "calls/s: successful calls per second, all tasks together",
+        "failed: calls that threw, summed. UserSessionController (default) trips its loop breaker (more than 3 "
+            + "refreshes within 30 s) in its first 20 ms, as it must for tokens that live 5 ms: later calls fail "
+            + "with the refresh-loop error, so its calls/s is not comparable",
+        "swings: 64 tasks share 2 cores and a refresh sleeps 1 ms; how many calls fit between expiries depends on "
+            + "when the tasks are scheduled, so calls/s varies up to 2-3x between repetitions",
+    ]
+
+    static let fanout = [
+        "strategy: who produces the events; all read by the same consumer loop with the same buffer size",
+        "subscribers: streams subscribed before the first event; events: events each subscriber receives",
+        "deliveries: events received by all subscribers together (median); fewer than subscribers x events fails "
+            + "the run",
+        "ns/delivery: from the first event until every subscriber has drained its stream, / deliveries",
+        "x AsyncStream: ns/delivery / the paced AsyncStream fan-out's at the same number of subscribers",
+        "RSS B/subscriber: resident memory with every subscriber parked, minus before subscribing, / subscribers "
+            + "(consumer task, stream, buffer)",
+        "RSS growth B: resident growth while the events are sent: large when events pile up in buffers because the "
+            + "producer runs ahead of the consumers (tight loop), small when every consumer keeps up",
+        "swings: every delivery wakes a suspended task, so the figure follows how busy the 2 cores are; the first "
+            + "repetition at a size also pays for growing the thread pool and the allocator",
+    ]
+
+    static let idleSessions = [
+        "sessions: users opened through one UserSessionRegistry and held at once (tokens valid for an hour)",
+        "RSS B/session: resident growth / sessions: controller, event hub, credentials gate, registry entry",
+        "floor B/entry: the same users' tokens and expiry as a plain struct in a [String: struct] dictionary",
+        "x floor: RSS B/session / floor B/entry",
+        "swings: resident memory grows in 4 KiB pages and reuses pages freed by earlier runs, so single runs "
+            + "differ by a few hundred bytes per session",
+    ]
+
+    /// `lines` as an indented list under a table.
+    static func render(_ lines: [String]) -> String {
+        lines.map { "  - " + $0 }.joined(separator: "\n")
+    }
+}
