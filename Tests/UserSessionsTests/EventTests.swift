@@ -64,10 +64,47 @@ struct EventTests {
 
         var received: [UserSessionEvent] = []
         for await event in stalled { received.append(event) }
-        #expect(received.count == 16)
-        #expect(received.last?.sequence == 100_000)
+        #expect(received.first?.kind == .current)
+        #expect(received.first?.sequence == 0)
+        let events = received.dropFirst()
+        #expect(events.count == 16)
+        #expect(events.last?.sequence == 100_000)
+        #expect(events.last?.session.state == .closed)
+        #expect(zip(events, events.dropFirst()).allSatisfy { $0.sequence + 1 == $1.sequence })
+    }
+
+    @Test func aOneElementBufferStillStartsWithCurrentAndEndsOnTheLatestEvent() async throws {
+        let hub = EventHub(defaultBufferSize: 8)
+        hub.emit(.opened, session: UserSession(identifier: "u", state: .opened))
+        let stalled = hub.subscribe(bufferSize: 1)
+        for _ in 0..<3 {
+            hub.emit(.closed(.requested), session: UserSession(identifier: "u", state: .closed))
+            hub.emit(.opened, session: UserSession(identifier: "u", state: .opened))
+        }
+        hub.emit(.closed(.shutdown), session: UserSession(identifier: "u", state: .closed))
+        hub.finish()
+
+        var received: [UserSessionEvent] = []
+        for await event in stalled { received.append(event) }
+        #expect(received.map(\.kind) == [.current, .closed(.shutdown)])
+        #expect(received.map(\.sequence) == [1, 8])
+        #expect(received.first?.session.state == .opened)
         #expect(received.last?.session.state == .closed)
-        #expect(zip(received, received.dropFirst()).allSatisfy { $0.sequence + 1 == $1.sequence })
+    }
+
+    @Test func aControllerSubscriptionWithBufferSizeOneStartsWithCurrent() async throws {
+        let controller = UserSessionController(store: InMemoryTokenStore())
+        _ = try await controller.open(makePrototype("alice"))
+        let stalled = controller.events(bufferSize: 1)
+        await controller.close()
+        _ = try await controller.restore()
+        await controller.shutdown()
+
+        var received: [UserSessionEvent] = []
+        for await event in stalled { received.append(event) }
+        #expect(received.map(\.kind) == [.current, .closed(.shutdown)])
+        #expect(received.first?.session.identifier == "alice")
+        #expect(received.first?.sequence == 1)
     }
 
     @Test func aStalledControllerSubscriberEndsOnTheFinalState() async throws {
@@ -82,7 +119,8 @@ struct EventTests {
 
         var received: [UserSessionEvent] = []
         for await event in stalled { received.append(event) }
-        #expect(received.count == 4)
+        #expect(received.first?.kind == .current)
+        #expect(received.count == 5)
         #expect(received.last?.kind == .closed(.shutdown))
         #expect(received.last?.sequence == 1002)
         #expect(received.last?.session == controller.session)

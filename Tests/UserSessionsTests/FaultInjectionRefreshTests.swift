@@ -148,7 +148,11 @@ struct FaultInjectionRefreshTests {
         #expect(controller.session.state == .closed)
     }
 
-    @Test func aRefreshReleasedAfterCloseIsDiscardedWithoutWriting() async throws {
+    /// Issue 9, item 9: a refresh released after `close()` is never served, published or announced, but its
+    /// rotated credentials are written to the closed user's record, so the next restore sends the new refresh
+    /// token (before, it was dropped, the restore sent the spent `rt-0` and the rotating server answered
+    /// `invalid_grant`).
+    @Test func aRefreshReleasedAfterCloseIsWrittenToTheUsersRecordButNeverServed() async throws {
         let rig = FaultRig()
         let controller = rig.controller
         try await openExpiring(rig)
@@ -157,15 +161,21 @@ struct FaultInjectionRefreshTests {
         try await withHangGuard("the refresh starting") { await rig.refresher.started.wait(for: 1) }
         try await withHangGuard("close") { await controller.close() }
         #expect(try await boundedResult("the waiter", waiter).errorCode == .sessionNotOpen)
-        let writes = rig.store.calls(.save)
+        let saves = rig.store.savesDone.count
         rig.refresher.release()
-        try await withHangGuard("the refresh finishing") { await rig.refresher.finished.wait(for: 1) }
-        let late = controller.gate.state.withLock { $0.lastBackgroundTask }
-        try await withHangGuard("the late commit") { await late?.value }
-        // Contract: a refresh that finishes after the session closed writes nothing (DESIGN.md, refresh 9).
-        #expect(rig.store.calls(.save) == writes)
+        try await withHangGuard("the late write") { await rig.store.savesDone.wait(for: saves + 1) }
+        #expect(await rig.storedRefreshToken == "rt-1")
         #expect(rig.count(.credentialsRefreshed) == 0)
+        #expect(rig.probe.kinds.last == .closed(.requested))
         #expect(controller.credentials == nil)
+
+        // The next session of this user, restored after the credentials expired, refreshes with rt-1.
+        rig.time.advance(by: 7200)
+        let restarted = rig.restarted()
+        _ = try await withHangGuard("restore") { try await restarted.controller.restore() }
+        #expect(rig.refresher.received == ["rt-0", "rt-1"])
+        #expect(restarted.controller.session.state == .opened)
+        #expect(try await restarted.controller.accessToken() == "at-2")
     }
 
     // MARK: - A rotation whose response is lost

@@ -593,7 +593,7 @@ struct HostileInputTests {
 
     /// Hostile token endpoints, through a real `OAuth2TokenRefresher` against the OAuth fixture: each answer is a
     /// typed, classified error (or, for a huge `expires_in`, the documented clamp to 100 years). A redirect to the
-    /// same host and another path is covered by `OAuth2TokenRefresherTests.redirectsAreNotFollowedAndAreTransient`;
+    /// same host and another path is covered by the shared transport suite (`TransportCheck`);
     /// `aRedirectToAnotherHostNeverCarriesTheRefreshTokenOrTheSecret` below sends it to another host.
     @Test func hostileTokenEndpointAnswersAreTypedErrorsFromTheRefresher() async throws {
         let cases: [(String, [String: Any], [UserSessionError.Code])] = [

@@ -3,7 +3,9 @@ import Testing
 
 @testable import UserSessions
 
-/// `OAuth2TokenRefresher` against a real token endpoint on 127.0.0.1 (Fixtures/oauth_server.py).
+/// `OAuth2TokenRefresher` against a real token endpoint on 127.0.0.1 (Fixtures/oauth_server.py). Client
+/// authentication, failure classes, redirects, timeouts, the body limit and cancellation are in the shared transport
+/// suite (`TransportCheck`, run by `URLSessionTransportTests` and, with its trait, for AsyncHTTPClient).
 struct OAuth2TokenRefresherTests {
     static let secret = "client-secret"
 
@@ -67,27 +69,6 @@ struct OAuth2TokenRefresherTests {
         }
     }
 
-    @Test func postAuthenticationSendsTheSecretInTheBody() async throws {
-        try await OAuthFixtureServer.with(["--auth", "post"]) { server in
-            let refresher = try Self.refresher(server, .clientSecretPost(id: "client", secret: Self.secret))
-            let (refreshToken, _) = try await server.issue()
-            _ = try await refresher.refresh(Self.credentials(refreshToken))
-            #expect(try await server.stats().lastAuth == "post")
-        }
-    }
-
-    @Test func publicClientSendsOnlyItsId() async throws {
-        try await OAuthFixtureServer.with(["--auth", "none"]) { server in
-            let refresher = try Self.refresher(server, .publicClient(id: "client"), scope: ["read", "write"])
-            let (refreshToken, _) = try await server.issue()
-            let refreshed = try await refresher.refresh(Self.credentials(refreshToken))
-            let stats = try await server.stats()
-            #expect(stats.lastAuth == "none")
-            #expect(stats.lastScope == "read write")
-            #expect(refreshed.grantedPermissions == ["read", "write"])
-        }
-    }
-
     @Test func missingRefreshTokenKeepsTheOldOneAndStringLifetimesAreAccepted() async throws {
         try await OAuthFixtureServer.with { server in
             try await server.configure(["omit_refresh_token": true, "expires_in": "120"])
@@ -97,84 +78,6 @@ struct OAuth2TokenRefresherTests {
             let refreshed = try await refresher.refresh(Self.credentials(refreshToken))
             #expect(refreshed.refreshToken == refreshToken)
             #expect(refreshed.expiresAt == time.now.addingTimeInterval(120))
-        }
-    }
-
-    @Test func reusedRefreshTokenIsTerminalAndTheErrorDoesNotEchoIt() async throws {
-        try await OAuthFixtureServer.with { server in
-            let refresher = try Self.refresher(server)
-            let (refreshToken, _) = try await server.issue()
-            let refreshed = try await refresher.refresh(Self.credentials(refreshToken))
-            let error = await Self.refreshError { try await refresher.refresh(Self.credentials(refreshToken)) }
-            #expect(error?.failureClass == .terminal)
-            #expect(error?.message.contains("invalid_grant") == true)
-            #expect(error.map { "\($0)".contains(refreshToken) } == false)
-            // The whole family is revoked, including the token issued by the first refresh.
-            let next = refreshed.refreshToken ?? ""
-            let revoked = await Self.refreshError { try await refresher.refresh(Self.credentials(next)) }
-            #expect(revoked?.failureClass == .terminal)
-        }
-    }
-
-    @Test(
-        arguments: [
-            (["mode": "error500"], RefreshFailureClass.transient),
-            (["mode": "garbage"], .transient),
-            (["mode": "status", "status": 503], .transient),
-            (["mode": "status", "status": 429], .transient),
-            (["mode": "status", "status": 408], .transient),
-            (["mode": "status", "status": 404], .misconfiguration),
-            (["mode": "invalid_client"], .misconfiguration),
-        ] as [([String: any Sendable], RefreshFailureClass)])
-    func responsesAreMappedOntoFailureClasses(settings: [String: any Sendable], expected: RefreshFailureClass)
-        async throws
-    {
-        try await OAuthFixtureServer.with { server in
-            try await server.configure(settings)
-            let refresher = try Self.refresher(server)
-            let (refreshToken, _) = try await server.issue()
-            let error = await Self.refreshError { try await refresher.refresh(Self.credentials(refreshToken)) }
-            #expect(error?.failureClass == expected)
-        }
-    }
-
-    @Test func wrongClientSecretIsMisconfiguration() async throws {
-        try await OAuthFixtureServer.with { server in
-            let refresher = try Self.refresher(server, .clientSecretBasic(id: "client", secret: "wrong-secret"))
-            let (refreshToken, _) = try await server.issue()
-            let error = await Self.refreshError { try await refresher.refresh(Self.credentials(refreshToken)) }
-            #expect(error?.failureClass == .misconfiguration)
-            #expect(error?.message.contains("invalid_client") == true)
-            #expect(try await server.stats().invalidClient == 1)
-        }
-    }
-
-    @Test func redirectsAreNotFollowedAndAreTransient() async throws {
-        try await OAuthFixtureServer.with { server in
-            try await server.configure(["mode": "redirect"])
-            let refresher = try Self.refresher(server)
-            let (refreshToken, _) = try await server.issue()
-            let error = await Self.refreshError { try await refresher.refresh(Self.credentials(refreshToken)) }
-            #expect(error?.failureClass == .transient)
-            #expect(try await server.stats().redirectTargetHits == 0)
-        }
-    }
-
-    @Test func refusedConnectionIsTransient() async throws {
-        let server = try await OAuthFixtureServer.start()
-        let refresher = try Self.refresher(server)
-        await server.stop()
-        let error = await Self.refreshError { try await refresher.refresh(Self.credentials("rt-any")) }
-        #expect(error?.failureClass == .transient)
-        #expect(error?.code == .transportFailure)
-    }
-
-    @Test func slowResponseTimesOutAsTransient() async throws {
-        try await OAuthFixtureServer.with { server in
-            try await server.configure(["mode": "normal", "delay": 2])
-            let refresher = try Self.refresher(server, timeout: .milliseconds(200))
-            let error = await Self.refreshError { try await refresher.refresh(Self.credentials("rt-any")) }
-            #expect(error?.failureClass == .transient)
         }
     }
 

@@ -58,7 +58,10 @@ struct RefreshGateTests {
         #expect(try await harness.gate.accessToken() == "at-1")
     }
 
-    @Test func deactivateDuringRefreshDiscardsTheLateResult() async throws {
+    /// Issue 9, item 9: the late result of a refresh whose session ended is never served or announced, but it is
+    /// written to that session's own record (the server already rotated the refresh token), never to the record
+    /// of the session that replaced it.
+    @Test func deactivateDuringRefreshWritesTheLateResultOnlyToItsOwnRecord() async throws {
         let refresherGate = AsyncGate()
         let harness = RefreshHarness(steps: [.block(refresherGate, then: .succeed)])
         harness.activate(expiresIn: 10)
@@ -75,7 +78,9 @@ struct RefreshGateTests {
         refresherGate.open()
         await flight?.value
         #expect(harness.refresher?.finished.count == 1)
-        #expect(harness.store.saveCount == 0)
+        #expect(harness.store.saves.map(\.identifier) == ["user"])
+        #expect(harness.store.stored("user")?.credentials?.refreshToken == "rt-1")
+        #expect(harness.store.stored("next") == nil)
         #expect(harness.gate.freshAccessToken() == "next-at")
         let kinds = await harness.recordedEvents().map(\.kind)
         #expect(!kinds.contains(.credentialsRefreshed))
@@ -137,6 +142,11 @@ struct RefreshGateTests {
         harness.activate(expiresIn: -1)
         let error = await #expect(throws: UserSessionError.self) { try await harness.gate.accessToken() }
         #expect(error?.failureClass == .transient)
+        // Inside the backoff (at most the 1-s initial delay), the expired token is not refreshed again.
+        let early = await #expect(throws: UserSessionError.self) { try await harness.gate.accessToken() }
+        #expect(early?.failureClass == .transient)
+        #expect(harness.refreshCalls == 1)
+        harness.time.advance(by: 1)
         #expect(try await harness.gate.accessToken() == "at-2")
         #expect(harness.refreshCalls == 2)
         #expect(harness.terminalCalls.count == 0)
@@ -150,8 +160,10 @@ struct RefreshGateTests {
         harness.activate(expiresIn: -1)
         let first = await #expect(throws: UserSessionError.self) { try await harness.gate.accessToken() }
         #expect(first?.failureClass == .transient)
+        harness.time.advance(by: 1)
         let second = await #expect(throws: UserSessionError.self) { try await harness.gate.accessToken() }
         #expect(second?.failureClass == .cancelled)
+        harness.time.advance(by: 2)
         #expect(try await harness.gate.accessToken() == "at-3")
         #expect(harness.terminalCalls.count == 0)
     }

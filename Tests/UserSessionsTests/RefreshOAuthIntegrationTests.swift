@@ -80,6 +80,7 @@ struct RefreshOAuthIntegrationTests {
             #expect(error?.failureClass == .transient)
             #expect(controller.session.state == .opened)
             try await server.configure(["mode": "normal"])
+            time.advance(by: 1)  // past the retry backoff of the expired token
             _ = try await controller.accessToken()
             let stats = try await server.stats()
             #expect(stats.tokenRequests == 2)

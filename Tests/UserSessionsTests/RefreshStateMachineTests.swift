@@ -138,7 +138,9 @@ struct RefreshStateMachineTests {
         #expect(due.refresh != nil)
     }
 
-    @Test func expiredTokenRetriesOnTheNextCallDespiteBackoff() {
+    /// Issue 9, item 16: once the token has expired, refreshes that keep failing back off too. Before, every call
+    /// started another refresh at once.
+    @Test func expiredTokenBacksOffAfterAFailureAndRetriesOnceTheBackoffElapsed() {
         var machine = Self.machine(expiresIn: -1)
         guard case .wait(let job?) = machine.decide(.demand, now: Self.start) else {
             Issue.record("expected a refresh")
@@ -146,8 +148,14 @@ struct RefreshStateMachineTests {
         }
         let error = UserSessionError(.refreshFailed, "down", failureClass: .transient)
         _ = machine.refreshFailed(flightID: job.flightID, error: error, now: Self.start, jitter: 1)
-        guard case .wait(_?) = machine.decide(.demand, now: Self.start) else {
-            Issue.record("the next call must retry")
+        guard case .fail(let early, false) = machine.decide(.demand, now: Self.start + 0.9) else {
+            Issue.record("a call inside the backoff must get the last failure without a refresh")
+            return
+        }
+        #expect(early.failureClass == .transient)
+        #expect(machine.flight == nil)
+        guard case .wait(_?) = machine.decide(.demand, now: Self.start + 1) else {
+            Issue.record("the first call after the backoff must retry")
             return
         }
     }
@@ -288,9 +296,9 @@ struct RefreshStateMachineTests {
 
     @Test func persistSlotIsHandedOverInOrder() {
         var machine = Self.machine(expiresIn: 3600)
-        let first = machine.tryAcquirePersistSlot()
-        let second = machine.tryAcquirePersistSlot()
-        let next = machine.releasePersistSlot()
+        let first = machine.tryAcquirePersistSlot(ticket: machine.makeSlotTicket())
+        let second = machine.tryAcquirePersistSlot(ticket: machine.makeSlotTicket())
+        let next = machine.releasePersistSlot(ticket: 1)
         #expect(first)
         #expect(!second)
         #expect(next == nil)

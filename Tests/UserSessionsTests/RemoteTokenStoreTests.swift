@@ -7,44 +7,6 @@ import Testing
 import FoundationNetworking
 #endif
 
-/// Talks to the fixture's control endpoints.
-private struct TokenCacheControl {
-    let server: FixtureServer
-
-    var endpoint: URL { server.url("/token_cache") }
-
-    func setMode(_ mode: String, code: String? = nil) async throws {
-        var components = URLComponents(url: server.url("/__control"), resolvingAgainstBaseURL: false)
-        components?.queryItems =
-            [URLQueryItem(name: "mode", value: mode)] + (code.map { [URLQueryItem(name: "code", value: $0)] } ?? [])
-        let url = try #require(components?.url)
-        let (_, response) = try await URLSession.shared.data(from: url)
-        #expect((response as? HTTPURLResponse)?.statusCode == 200)
-    }
-
-    /// The last protocol request as the server saw it, undecoded.
-    func lastRequest() async throws -> [String: String] {
-        let (data, _) = try await URLSession.shared.data(from: server.url("/__last"))
-        return try JSONDecoder().decode([String: String].self, from: data)
-    }
-
-    /// A raw GET of `query` against the endpoint, returning the parsed response.
-    func rawFetch(query: String) async throws -> RemoteTokenCacheProtocol.Response {
-        let url = try #require(URL(string: endpoint.absoluteString + "?" + query))
-        let (data, _) = try await URLSession.shared.data(from: url)
-        return try RemoteTokenCacheProtocol.parseResponse(data)
-    }
-}
-
-private func withTokenCache<Result>(
-    arguments: [String] = [],
-    _ body: (TokenCacheControl) async throws -> Result
-) async throws -> Result {
-    try await FixtureServer.run(script: "token_cache_server.py", arguments: arguments) { server in
-        try await body(TokenCacheControl(server: server))
-    }
-}
-
 struct RemoteTokenStoreTests {
     /// Whole seconds: the protocol's date format keeps milliseconds, so these round-trip exactly.
     static func session(id: String, accessToken: String, refreshToken: String? = "refresh-secret") -> StoredSession {
@@ -276,19 +238,18 @@ struct RemoteTokenStoreTests {
             #expect(hashedKey.hasPrefix("h-"))
             try await store.save(Self.session(id: "o", accessToken: "t"), identifier: "other")
             let tokenInfo = try #require(try await cache.rawFetch(query: "unique_id=u-other").tokenInfo)
-            try await postRaw(cache, uniqueID: hashedKey, tokenInfo: tokenInfo)
+            try await cache.postRaw(uniqueID: hashedKey, tokenInfo: tokenInfo)
             await #expect(throws: UserSessionError(.storeFailure, "")) { try await store.load(identifier: victim) }
 
             for garbage in [
                 "not json", "[1]", #"{"user_info": 5}"#,
                 #"{"user_info": {"id": "u", "attributes": {}}, "credentials": {"access_token": "a", "expires_at": "yesterday"}}"#,
             ] {
-                try await postRaw(cache, uniqueID: "u-u", tokenInfo: garbage)
+                try await cache.postRaw(uniqueID: "u-u", tokenInfo: garbage)
                 let error = await #expect(throws: UserSessionError.self) { try await store.load(identifier: "u") }
                 #expect(error?.code == .storeCorrupt, "\(garbage)")
             }
-            try await postRaw(
-                cache,
+            try await cache.postRaw(
                 uniqueID: "u-u",
                 tokenInfo:
                     #"{"user_info": {"id": "u", "attributes": {}}, "credentials": {"version": 7, "access_token": "a"}}"#
@@ -296,17 +257,9 @@ struct RemoteTokenStoreTests {
             await #expect(throws: UserSessionError(.unsupportedFormatVersion, "")) {
                 try await store.load(identifier: "u")
             }
-            try await postRaw(cache, uniqueID: "current-identifier", tokenInfo: #"{"current_identifier": ""}"#)
+            try await cache.postRaw(uniqueID: "current-identifier", tokenInfo: #"{"current_identifier": ""}"#)
             await #expect(throws: UserSessionError(.storeCorrupt, "")) { try await store.loadCurrentIdentifier() }
         }
-    }
-
-    private func postRaw(_ cache: TokenCacheControl, uniqueID: String, tokenInfo: String) async throws {
-        var request = URLRequest(url: cache.endpoint)
-        request.httpMethod = "POST"
-        request.httpBody = Data(FormURLEncoding.encode([("unique_id", uniqueID), ("token_info", tokenInfo)]).utf8)
-        let (data, _) = try await URLSession.shared.data(for: request)
-        #expect(try RemoteTokenCacheProtocol.parseResponse(data).status)
     }
 }
 

@@ -14,6 +14,8 @@ public struct UserSessionError: Error, Sendable, CustomStringConvertible {
             case storeCorrupt, storeFailure, unsupportedFormatVersion
             case remoteStoreRejected, transportFailure, insecureEndpoint
             case noRefresher, refreshFailed, refreshLoop, malformedTokenResponse
+            case invalidConfiguration, minimumValidityUnreachable
+            case revocationFailed
         }
         private let base: Base
         private init(_ base: Base) { self.base = base }
@@ -34,7 +36,8 @@ public struct UserSessionError: Error, Sendable, CustomStringConvertible {
         public static let shutdown = Code(.shutdown)
         /// An attached service failed or was cancelled while starting; ``UserSessionError/serviceName`` names it.
         public static let serviceStartFailed = Code(.serviceStartFailed)
-        /// No stored session exists for the identifier.
+        /// No stored session exists for the identifier: the user must sign in (for example
+        /// ``UserSessionRegistry/session(for:)`` for a user the store does not know).
         public static let noStoredSession = Code(.noStoredSession)
         /// Stored credentials exist but are expired and cannot be refreshed.
         public static let credentialsUnusable = Code(.credentialsUnusable)
@@ -58,6 +61,16 @@ public struct UserSessionError: Error, Sendable, CustomStringConvertible {
         public static let refreshLoop = Code(.refreshLoop)
         /// A token endpoint answered with a body that is not a valid token or error response.
         public static let malformedTokenResponse = Code(.malformedTokenResponse)
+        /// A setting cannot work: a ``UserSessionController/Configuration`` (for example a negative duration, or a lead
+        /// time longer than the proactive window; see ``UserSessionController/Configuration/validate()``), or a
+        /// registry bound such as ``UserSessionRegistry/maximumOpenSessions`` below 1. The message names it.
+        public static let invalidConfiguration = Code(.invalidConfiguration)
+        /// ``UserSessionController/accessToken(minimumValidity:)`` asked for a validity longer than the tokens the
+        /// refresher issues live.
+        public static let minimumValidityUnreachable = Code(.minimumValidityUnreachable)
+        /// A revocation endpoint (RFC 7009) refused to revoke a token, or answered with a redirect or a body over
+        /// the size limit; ``UserSessionError/failureClass`` says how, as for refreshes.
+        public static let revocationFailed = Code(.revocationFailed)
 
         public var description: String { base.rawValue }
     }

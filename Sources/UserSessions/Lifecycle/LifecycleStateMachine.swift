@@ -81,6 +81,9 @@ struct LifecycleStateMachine<Waiter> {
     /// How many calls are parked.
     var waiterCount: Int { waiters.count }
 
+    /// Whether no call is running or parked.
+    var isIdle: Bool { !running && waiters.isEmpty }
+
     /// A call arrives. Runs synchronously on entry, before the call's first suspension.
     mutating func enter(_ call: Call) -> Entry {
         switch call {

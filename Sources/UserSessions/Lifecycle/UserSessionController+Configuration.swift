@@ -14,6 +14,13 @@ extension UserSessionController {
     }
 
     /// Settings of a controller. Every field has a default.
+    ///
+    /// The defaults work for tokens of every lifetime: ``refreshLeadTime`` and ``proactiveRefreshWindow`` are upper
+    /// bounds that shrink to a tenth and a quarter of each token's own lifetime when it is known (from
+    /// ``Credentials/lastRefreshedAt``, or the time its refresh started), and the refresh-loop breaker's window
+    /// shrinks to that lifetime (at least 1 s). So a 2-s, a 60-s or a 300-s token is refreshed once, when about
+    /// three quarters of its life have passed, and never trips the breaker. A configuration that cannot work is a
+    /// typed error: see ``validate()``.
     public struct Configuration: Sendable {
         /// How long each service's `stop` may take before it is reported and left behind. Default 10 s.
         public var serviceStopTimeout: Duration
@@ -23,25 +30,31 @@ extension UserSessionController {
         public var storeTimeout: Duration
         /// How many events each subscriber may have waiting before the oldest are dropped. Default 256.
         public var eventBufferSize: Int
-        /// A token that expires within this time is refreshed before it is handed out; callers wait. Default 60 s.
+        /// A token that expires within this time is refreshed before it is handed out; callers wait. Default 60 s;
+        /// at most a tenth of the token's lifetime when that is known.
         public var refreshLeadTime: Duration
         /// A token that expires within this time (but outside ``refreshLeadTime``) is still handed out while one
-        /// refresh runs in the background. Default 5 minutes.
+        /// refresh runs in the background. Default 5 minutes; at most a quarter of the token's lifetime when that
+        /// is known. Must not be shorter than ``refreshLeadTime``.
         public var proactiveRefreshWindow: Duration
-        /// The first delay before a failed background refresh or a failed write is retried; it doubles, with
-        /// jitter, up to ``maximumRetryDelay``. Default 1 s.
+        /// The first delay before a failed refresh or a failed write is retried; it doubles, with jitter, up to
+        /// ``maximumRetryDelay``. Default 1 s. A failed write is retried in the background on this schedule
+        /// (timed by ``clock``) whether or not anyone asks for a token; while an expired token's refresh is backing
+        /// off, token requests get the last failure at once instead of calling the refresher again.
         public var initialRetryDelay: Duration
         /// The longest retry delay. Default 60 s.
         public var maximumRetryDelay: Duration
         /// The refresh-loop breaker. Default: more than 3 refreshes within 30 s.
         public var refreshLoopPolicy: RefreshLoopPolicy
-        /// The clock used to judge expiry. Default ``SessionClock/system``.
+        /// The clock used to judge expiry and to time retries. Default ``SessionClock/system``.
         public var clock: SessionClock
         /// Whether `open` persists the session identifier for ``UserSessionController/restore()``. Default `true`;
         /// ``UserSessionRegistry`` turns it off for its controllers.
         public var persistsCurrentIdentifier: Bool
         /// Where sessions keep their own documents and caches, if anywhere. Default `nil` (none).
         public var dataDirectories: SessionDirectories?
+        /// Who watches the controller as it works, for logs and metrics (see ``UserSessionObserver``). Default none.
+        public var observers: [any UserSessionObserver] = []
 
         /// Creates a configuration.
         public init(
@@ -68,6 +81,36 @@ extension UserSessionController {
             self.clock = clock
             self.persistsCurrentIdentifier = persistsCurrentIdentifier
             self.dataDirectories = dataDirectories
+        }
+
+        /// Checks that this configuration can work.
+        ///
+        /// ``UserSessionController`` runs this when it is created; with a configuration that fails it, every open
+        /// and restore throws the same error. Call it where you build the configuration to fail at start-up.
+        ///
+        /// - Throws: ``UserSessionError`` with code ``UserSessionError/Code/invalidConfiguration`` naming the field
+        ///   when a timeout or retry delay is not positive, ``eventBufferSize`` is below 1, ``refreshLeadTime`` is
+        ///   negative or longer than ``proactiveRefreshWindow``, ``maximumRetryDelay`` is shorter than
+        ///   ``initialRetryDelay``, or ``refreshLoopPolicy`` allows fewer than 1 refresh or has a window that is
+        ///   not positive.
+        public func validate() throws(UserSessionError) {
+            try Self.require(serviceStopTimeout > .zero, "serviceStopTimeout must be positive")
+            try Self.require(storeTimeout > .zero, "storeTimeout must be positive")
+            try Self.require(eventBufferSize >= 1, "eventBufferSize must be at least 1")
+            try Self.require(refreshLeadTime >= .zero, "refreshLeadTime must not be negative")
+            try Self.require(
+                proactiveRefreshWindow >= refreshLeadTime,
+                "proactiveRefreshWindow must not be shorter than refreshLeadTime")
+            try Self.require(initialRetryDelay > .zero, "initialRetryDelay must be positive")
+            try Self.require(
+                maximumRetryDelay >= initialRetryDelay, "maximumRetryDelay must not be shorter than initialRetryDelay")
+            try Self.require(
+                refreshLoopPolicy.maximumRefreshes >= 1, "refreshLoopPolicy.maximumRefreshes must be at least 1")
+            try Self.require(refreshLoopPolicy.window > .zero, "refreshLoopPolicy.window must be positive")
+        }
+
+        private static func require(_ condition: Bool, _ message: String) throws(UserSessionError) {
+            if !condition { throw UserSessionError(.invalidConfiguration, "invalid configuration: \(message)") }
         }
     }
 }

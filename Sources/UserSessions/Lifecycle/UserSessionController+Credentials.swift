@@ -36,21 +36,49 @@ extension UserSessionController {
     /// failure (untouched, on the first attempt). Both closures run in the caller's isolation and are not
     /// retained after this call returns.
     ///
+    /// - Important: A replay belongs to the session whose token the first attempt used. If that session was
+    ///   closed, replaced (another ``open(_:)``) or invalidated meanwhile, the authentication failure is not
+    ///   replayed: this throws ``UserSessionError/Code/sessionNotOpen``, so an operation never runs with another
+    ///   user's credentials.
+    ///
     /// - Throws: what ``accessToken()`` throws; what `operation` throws; when the refresh needed for the replay
     ///   fails, that refresh's error (``UserSessionError/Code/refreshFailed``, or
-    ///   ``UserSessionError/Code/refreshLoop`` when refreshes keep failing to help).
+    ///   ``UserSessionError/Code/refreshLoop`` when refreshes keep failing to help);
+    ///   ``UserSessionError/Code/sessionNotOpen`` when the session of the first attempt ended before the replay.
     nonisolated(nonsending) public func withAccessToken<R>(
         isAuthenticationFailure: (any Error) -> Bool,
         _ operation: (String) async throws -> R
     ) async throws -> R {
-        let token = try await accessToken()
+        let (token, generation) = try await gate.accessTokenAndGeneration()
         do {
             return try await operation(token)
         } catch {
             guard isAuthenticationFailure(error) else { throw error }
-            let replacement = try await gate.replacementCredentials(after: token)
+            let replacement = try await gate.replacementCredentials(after: token, generation: generation)
+            let replay = UserSessionReplayReport(identifier: hub.session.identifier)
+            hub.observers.notify { $0.observeReplay(replay) }
             return try await operation(replacement.accessToken)
         }
+    }
+
+    /// A valid access token that stays valid for at least `minimumValidity`, refreshing first (through the same
+    /// single-flight gate as ``accessToken()``) when the current one expires sooner.
+    ///
+    /// Use it before work that outlives a request, such as a long upload. A token that does not expire always
+    /// qualifies; a negative `minimumValidity` counts as zero.
+    ///
+    /// - Important: This refreshes at most once per call and never loops. When the token's lifetime is known
+    ///   (from ``Credentials/lastRefreshedAt``, or its refresh) and is shorter than `minimumValidity`, it throws
+    ///   ``UserSessionError/Code/minimumValidityUnreachable`` without refreshing, since a new token would live no
+    ///   longer; when the lifetime is unknown, it refreshes once and throws the same error if the new token still
+    ///   expires too soon (the new token is kept and served to other callers).
+    /// - Throws: ``UserSessionError/Code/minimumValidityUnreachable`` as above; otherwise what
+    ///   ``refreshCredentials()`` throws (``UserSessionError/Code/sessionNotOpen``,
+    ///   ``UserSessionError/Code/noRefresher``, ``UserSessionError/Code/refreshLoop``,
+    ///   ``UserSessionError/Code/refreshFailed``), and `CancellationError` when the calling task is cancelled
+    ///   while waiting (the refresh goes on and is committed).
+    nonisolated(nonsending) public func accessToken(minimumValidity: Duration) async throws -> String {
+        try await gate.accessToken(minimumValidity: minimumValidity.seconds)
     }
 
     /// Refreshes the credentials now, through the single-flight gate, and returns the new ones.
@@ -77,8 +105,11 @@ extension UserSessionController {
     /// permissions were added or removed. A refresh in flight is superseded: its result is discarded and its
     /// waiters get these credentials.
     ///
-    /// - Throws: ``UserSessionError/Code/sessionNotOpen`` when no session is open; the store's error when
-    ///   writing fails, in which case nothing changes.
+    /// If the session ends while the write is in progress, the write stands (the credentials went to that
+    /// session's own record) and this returns normally, without publishing them or emitting an event.
+    ///
+    /// - Throws: ``UserSessionError/Code/sessionNotOpen`` when no session is open (nothing is written); the store's
+    ///   error when writing fails, in which case nothing changes.
     nonisolated(nonsending) public func updateCredentials(_ credentials: Credentials) async throws {
         try await gate.update(credentials)
     }

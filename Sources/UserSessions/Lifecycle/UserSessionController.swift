@@ -28,6 +28,8 @@ public actor UserSessionController {
     private var running: RunningSession?
     /// Cancels what the running open is waiting for (its service start or its restore refresh), if anything.
     private var cancelOpeningWork: (@Sendable () -> Void)?
+    /// Why ``configuration`` cannot work, if it cannot; opens and restores throw it.
+    nonisolated let configurationError: UserSessionError?
 
     private struct RunningSession {
         var session: UserSession
@@ -45,7 +47,10 @@ public actor UserSessionController {
     ///   - refresher: Turns expiring credentials into fresh ones; `nil` when sessions carry no refreshable
     ///     credentials.
     ///   - services: Services started, in this order, by every open and restore; see ``register(_:)``.
-    ///   - configuration: The settings.
+    ///   - configuration: The settings. A configuration that cannot work (see
+    ///     ``Configuration/validate()``) makes every ``open(_:)`` and restore throw
+    ///     ``UserSessionError/Code/invalidConfiguration``; call ``Configuration/validate()`` where you build it to
+    ///     fail at start-up instead.
     public init(
         store: any TokenStore,
         refresher: (any TokenRefresher)? = nil,
@@ -55,7 +60,13 @@ public actor UserSessionController {
         self.store = store
         self.configuration = configuration
         self.services = services
-        let hub = EventHub(defaultBufferSize: configuration.eventBufferSize)
+        do throws(UserSessionError) {
+            try configuration.validate()
+            configurationError = nil
+        } catch {
+            configurationError = error
+        }
+        let hub = EventHub(defaultBufferSize: configuration.eventBufferSize, observers: configuration.observers)
         self.hub = hub
         self.gate = CredentialsGate(refresher: refresher, store: store, events: hub, configuration: configuration)
         gate.setTerminalFailureHandler { [weak self] generation in
@@ -97,8 +108,13 @@ public actor UserSessionController {
     /// - Throws: ``UserSessionError`` with code
     ///   - ``UserSessionError/Code/invalidPrototype`` if the identifier is empty, longer than 1,024 UTF-8 bytes or
     ///     contains NUL (nothing changes);
+    ///   - ``UserSessionError/Code/invalidConfiguration`` if ``configuration`` cannot work (nothing changes);
     ///   - ``UserSessionError/Code/shutdown`` after ``shutdown()``;
     ///   - ``UserSessionError/Code/storeFailure`` (or the store's own code) if persisting fails: nothing is opened;
+    ///   - ``UserSessionError/Code/refreshFailed`` (terminal) if a refresh started meanwhile (by a token request)
+    ///     finds the credentials revoked before the open completes: the session ends
+    ///     ``UserSession/State/invalid`` (events `.refreshFailed(.terminal)` then
+    ///     `.invalidated(.credentialsRevoked)`);
     ///   - ``UserSessionError/Code/serviceStartFailed`` if a service throws or is cancelled while starting: the
     ///     services started before it stop in reverse order, the session ends ``UserSession/State/invalid``
     ///     (events `.serviceStartFailed` then `.invalidated`), and the error names the service and carries the
@@ -111,10 +127,14 @@ public actor UserSessionController {
     /// above); it never skips stopping the services that started. A close-like call arriving while the store
     /// writes cancels them too. A store that neither answers nor honours cancellation keeps the open (and the
     /// calls queued behind it) waiting: stores must bound their own I/O.
+    ///
+    /// The first write of the credentials is ordered with the session's refresh commits: a refresh that a token
+    /// request starts while the open is still writing is written after it, never before.
     public func open(_ prototype: UserSessionPrototype) async throws -> UserSession {
         if let problem = Self.identifierProblem(prototype.identifier) {
             throw UserSessionError(.invalidPrototype, "the prototype's identifier \(problem)")
         }
+        if let configurationError { throw configurationError }
         guard let ticket = try await enterTurn(.open) else { return hub.session }
         defer { leaveTurn(ticket) }
 
@@ -128,23 +148,23 @@ public actor UserSessionController {
             identifier: prototype.identifier, state: .opened, userInfo: prototype.userInfo,
             openedAt: configuration.clock.now())
         lifecycle.openingActivated(generation: generation)
+        let (store, configuration, gate) = (self.store, self.configuration, self.gate)
+        // Reserved before the credentials become readable, so no refresh commit of this session can be written
+        // before this first write.
+        let slot = await gate.reserveOpeningWrite()
         gate.activate(
             identifier: prototype.identifier, userInfo: prototype.userInfo, credentials: prototype.credentials,
             generation: generation)
-        let (store, configuration) = (self.store, self.configuration)
         do {
             try await runOpeningStep {
-                try await store.save(
+                try await gate.writeOpening(
                     StoredSession(userInfo: prototype.userInfo, credentials: prototype.credentials),
-                    identifier: prototype.identifier)
+                    identifier: prototype.identifier, ticket: slot)
                 try await Self.persistCurrentIdentifierAndCreateDirectories(
                     prototype.identifier, store: store, configuration: configuration)
             }
         } catch {
-            await gate.deactivate()
-            if lifecycle.openingVerdict == .rollBack { throw rolledBack(session) }
-            lifecycle.endActivity()
-            throw Self.storeError(error, "could not persist the session")
+            throw await unwindOpening(session, failure: Self.storeError(error, "could not persist the session"))
         }
         return try await startServicesAndCommit(session, services: services, generation: generation)
     }
@@ -169,6 +189,11 @@ public actor UserSessionController {
     /// Closes the session like ``close()`` (event `.closed(.cleared)`), then removes its stored credentials and,
     /// if it is the persisted current identifier, that identifier.
     ///
+    /// - Important: The clear is final: no write of the session's credentials made before it lands after it. A
+    ///   refresh still running for the session writes nothing; a write in progress is waited for (within
+    ///   ``Configuration/storeTimeout``) before the removal; and a write that a store left running past that
+    ///   deadline, ignoring cancellation, is undone when it lands (the record is removed again).
+    ///
     /// Without an opened session it clears the last session this controller knew (closed, invalid or rolled
     /// back), or, if it knew none, the session whose identifier is persisted as current: calling it right after
     /// launch logs the stored user out without restoring first. Idempotent: clearing nothing is not an error.
@@ -185,7 +210,7 @@ public actor UserSessionController {
         do {
             let persisted = try await store.loadCurrentIdentifier()
             guard let target = knownIdentifier ?? persisted else { return }
-            try await store.remove(identifier: target)
+            try await gate.clear(identifier: target)
             try configuration.dataDirectories?.remove(for: target)
             if persisted == target { try await store.saveCurrentIdentifier(nil) }
         } catch {
@@ -203,6 +228,7 @@ public actor UserSessionController {
     ///   ``UserSessionError/Code/noStoredSession``; a persisted identifier that no open could have stored (empty,
     ///   over-long, containing NUL: the store returned damaged data) throws ``UserSessionError/Code/storeCorrupt``.
     public func restore() async throws -> UserSession? {
+        if let configurationError { throw configurationError }
         guard let ticket = try await enterTurn(.open) else { return nil }
         defer { leaveTurn(ticket) }
         guard running == nil else { throw Self.wrongStateError }
@@ -241,6 +267,7 @@ public actor UserSessionController {
         if let problem = Self.identifierProblem(identifier) {
             throw UserSessionError(.invalidIdentifier, "the identifier \(problem)")
         }
+        if let configurationError { throw configurationError }
         guard let ticket = try await enterTurn(.open) else { return nil }
         defer { leaveTurn(ticket) }
         guard running == nil else { throw Self.wrongStateError }
@@ -356,7 +383,8 @@ public actor UserSessionController {
         let session = UserSession(identifier: identifier, state: .opened, userInfo: stored.userInfo, openedAt: now)
         lifecycle.openingActivated(generation: generation)
         gate.activate(
-            identifier: identifier, userInfo: stored.userInfo, credentials: stored.credentials, generation: generation)
+            identifier: identifier, userInfo: stored.userInfo, credentials: stored.credentials, generation: generation,
+            restoring: true)
 
         if needsRefresh {
             // In a task of its own so that a close arriving now (or the caller's cancellation) stops the wait at
@@ -370,21 +398,9 @@ public actor UserSessionController {
                 refreshing.cancel()
             }
             cancelOpeningWork = nil
-            if case .failure(let error) = result {
-                await gate.deactivate()
-                switch lifecycle.openingVerdict {
-                case .rollBack:
-                    throw rolledBack(session)
-                case .invalidate(let reason):
-                    lifecycle.endActivity()
-                    var invalid = session
-                    invalid.state = .invalid
-                    hub.emit(.invalidated(reason), session: invalid)
-                case .proceed:
-                    lifecycle.endActivity()
-                }
-                throw error
-            }
+            // A refresh that outlives a failed or cancelled restore still writes its rotated credentials to this
+            // user's record (the gate keeps it as an orphan), so the next restore sends the new refresh token.
+            if case .failure(let error) = result { throw await unwindOpening(session, failure: error) }
         }
         let (store, configuration) = (self.store, self.configuration)
         do {
@@ -393,10 +409,8 @@ public actor UserSessionController {
                     identifier, store: store, configuration: configuration)
             }
         } catch {
-            await gate.deactivate()
-            if lifecycle.openingVerdict == .rollBack { throw rolledBack(session) }
-            lifecycle.endActivity()
-            throw Self.storeError(error, "could not persist the current identifier")
+            throw await unwindOpening(
+                session, failure: Self.storeError(error, "could not persist the current identifier"))
         }
         return try await startServicesAndCommit(session, services: services, generation: generation)
     }
@@ -491,6 +505,31 @@ public actor UserSessionController {
             lifecycle.opened(generation: generation)
             hub.emit(.opened, session: session)
             return session
+        }
+    }
+
+    /// Unwinds an open or restore whose step before the services failed with `failure`: deactivates the gate and
+    /// returns the error to throw, as decided by what arrived meanwhile. A close rolls it back; a terminal refresh
+    /// failure of its credentials (reported by the gate, which cancelled the step) ends it
+    /// ``UserSession/State/invalid`` and the refresh failure is thrown, not the cancelled step's error.
+    private func unwindOpening(_ session: UserSession, failure: any Error) async -> any Error {
+        let terminal = gate.state.withLock { $0.terminalError }
+        await gate.deactivate()
+        switch lifecycle.openingVerdict {
+        case .rollBack:
+            return rolledBack(session)
+        case .invalidate(let reason):
+            lifecycle.endActivity()
+            var invalid = session
+            invalid.state = .invalid
+            hub.emit(.invalidated(reason), session: invalid)
+            return terminal
+                ?? UserSessionError(
+                    .refreshFailed, "the credentials were revoked while the session was opening",
+                    failureClass: .terminal)
+        case .proceed:
+            lifecycle.endActivity()
+            return failure
         }
     }
 

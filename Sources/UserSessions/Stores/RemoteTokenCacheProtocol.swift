@@ -137,11 +137,34 @@ enum RemoteTokenCacheProtocol {
             var container = encoder.singleValueContainer()
             try container.encode(makeDateFormatter().string(from: date))
         }
+        let json: String
         do {
-            return String(decoding: try encoder.encode(value), as: UTF8.self)
+            json = String(decoding: try encoder.encode(value), as: UTF8.self)
         } catch {
             throw UserSessionError(.storeFailure, "cannot encode the token information", underlying: error)
         }
+        return escapingAngleBrackets(json)
+    }
+
+    /// `json` with every `<` written as `\u003c` and every `>` as `\u003e`.
+    ///
+    /// The classic endpoint runs PHP's `strip_tags` on what it stores, which deletes anything from a `<` that is
+    /// not followed by white space up to the next `>` (or to the end): "Alice <3" would come back as "Alice " and
+    /// cut the JSON short. In JSON text `<` and `>` can only occur inside strings, where the escapes decode to the
+    /// same characters, so this replacement is exact and no `<` or `>` ever reaches the endpoint. `&` and NUL need
+    /// nothing: `strip_tags` keeps `&`, and the encoder already writes NUL as `\u0000`.
+    static func escapingAngleBrackets(_ json: String) -> String {
+        guard json.utf8.contains(where: { $0 == UInt8(ascii: "<") || $0 == UInt8(ascii: ">") }) else { return json }
+        var escaped: [UInt8] = []
+        escaped.reserveCapacity(json.utf8.count + 16)
+        for byte in json.utf8 {
+            switch byte {
+            case UInt8(ascii: "<"): escaped.append(contentsOf: Array(#"\u003c"#.utf8))
+            case UInt8(ascii: ">"): escaped.append(contentsOf: Array(#"\u003e"#.utf8))
+            default: escaped.append(byte)
+            }
+        }
+        return String(decoding: escaped, as: UTF8.self)
     }
 
     private static func decode<Value: Decodable>(_ type: Value.Type, from tokenInfo: String) throws -> Value {

@@ -1,9 +1,5 @@
 import Foundation
 
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
-
 /// A ``TokenStore`` that speaks the classic remote token-cache endpoint protocol, so an existing backend of that
 /// kind works unchanged.
 ///
@@ -28,10 +24,12 @@ import FoundationNetworking
 /// `_`, `~` percent-encoded (a space is `%20`, a plus sign `%2B`), so tokens containing `&`, `=`, `+`, `%`, spaces or
 /// non-ASCII characters round-trip.
 ///
-/// Requests run on an ephemeral `URLSession` owned by the store, without blocking a thread, each bounded by
-/// ``Configuration/requestTimeout``. Redirects are not followed (a redirect could carry tokens to another host);
-/// a redirect response is a ``UserSessionError/Code/transportFailure``. Cancelling the calling task cancels the
-/// request and throws `CancellationError`; a save that was cancelled may or may not have reached the server.
+/// Requests go through an ``HTTPTransport`` (by default a ``URLSessionHTTPTransport`` owned by the store), without
+/// blocking a thread, each bounded by ``Configuration/requestTimeout`` and reading at most 1 MiB of response body
+/// (a longer one is cut off unread and is a ``UserSessionError/Code/transportFailure``). Redirects are not followed
+/// (a redirect could carry tokens to another host); a redirect response is a
+/// ``UserSessionError/Code/transportFailure``. Cancelling the calling task cancels the request and throws
+/// `CancellationError`; a save that was cancelled may or may not have reached the server.
 ///
 /// - Important: The protocol cannot list what is stored: ``storedIdentifiers()`` throws.
 public final class RemoteTokenStore: TokenStore {
@@ -55,33 +53,25 @@ public final class RemoteTokenStore: TokenStore {
     public let endpoint: URL
     /// The settings.
     public let configuration: Configuration
-    private let session: URLSession
+    private let client: GuardedHTTPClient
 
     /// Creates a store talking to `endpoint`. No request is made here.
     ///
+    /// - Parameter transport: The transport requests go through; `nil` (the default) creates a
+    ///   ``URLSessionHTTPTransport`` for this store.
     /// - Throws: ``UserSessionError/Code/insecureEndpoint`` when `endpoint` is not `https`, unless it is `http` to a
     ///   loopback host (`localhost`, `127.0.0.0/8`, `::1`); ``UserSessionError/Code/invalidIdentifier`` when
     ///   ``Configuration/currentIdentifierKey`` is not usable.
-    public init(endpoint: URL, configuration: Configuration = Configuration()) throws {
+    public init(
+        endpoint: URL, configuration: Configuration = Configuration(), transport: (any HTTPTransport)? = nil
+    ) throws {
         try Self.checkEndpoint(endpoint)
         try Self.checkCurrentIdentifierKey(configuration.currentIdentifierKey)
         var configuration = configuration
         if configuration.requestTimeout <= .zero { configuration.requestTimeout = .seconds(10) }
         self.endpoint = endpoint
         self.configuration = configuration
-
-        let sessionConfiguration = URLSessionConfiguration.ephemeral
-        sessionConfiguration.timeoutIntervalForRequest = configuration.requestTimeout.seconds
-        sessionConfiguration.timeoutIntervalForResource = configuration.requestTimeout.seconds
-        sessionConfiguration.requestCachePolicy = .reloadIgnoringLocalCacheData
-        sessionConfiguration.urlCache = nil
-        sessionConfiguration.httpShouldSetCookies = false
-        sessionConfiguration.httpCookieAcceptPolicy = .never
-        session = URLSession(configuration: sessionConfiguration, delegate: RedirectRefusal(), delegateQueue: nil)
-    }
-
-    deinit {
-        session.invalidateAndCancel()
+        client = GuardedHTTPClient(transport: transport, endpointName: "the token cache")
     }
 
     /// Fetches the session stored for `identifier`.
@@ -117,11 +107,28 @@ public final class RemoteTokenStore: TokenStore {
         try await store(uniqueID: uniqueID, tokenInfo: tokenInfo, secrets: secrets)
     }
 
-    /// Clears what is stored under `identifier` by saving `token_info={}`. Clearing nothing is not an error.
+    /// Clears what is stored under `identifier`. Clearing nothing is not an error.
     ///
-    /// - Throws: as ``save(_:identifier:)``.
+    /// The protocol has no delete, and any `POST` creates a record, so this fetches first and saves
+    /// `token_info={}` only when something is stored: removing an identifier that was never stored makes one `GET`
+    /// and leaves no trace on the server. A record that names another identifier (a shared hashed `unique_id`) is
+    /// not this identifier's to clear and is left alone.
+    ///
+    /// - Note: Between the fetch and the save another process may write the same record. A remove that found
+    ///   nothing takes effect at its fetch (before that write, which then stays); one that found a record takes
+    ///   effect at its save (after it, so the write is cleared). Either order is one the two callers could have
+    ///   seen had they run one after the other. Within one process a controller never overlaps its own writes.
+    ///
+    /// - Throws: as ``load(identifier:)`` for the fetch (except ``UserSessionError/Code/storeCorrupt``: a corrupt
+    ///   record is cleared) and as ``save(_:identifier:)`` for the save.
     public func remove(identifier: String) async throws {
         let uniqueID = try IdentifierEncoding.name(for: identifier).value
+        guard let tokenInfo = try await fetch(uniqueID: uniqueID) else { return }
+        if let recorded = (try? RemoteTokenCacheProtocol.decodeSession(tokenInfo))?.identifier,
+            !ExactIdentifier.areEqual(recorded, identifier)
+        {
+            return
+        }
         try await store(uniqueID: uniqueID, tokenInfo: "{}", secrets: [])
     }
 
@@ -138,18 +145,19 @@ public final class RemoteTokenStore: TokenStore {
         return identifier
     }
 
-    /// Stores the current identifier under ``Configuration/currentIdentifierKey``; `nil` clears it.
+    /// Stores the current identifier under ``Configuration/currentIdentifierKey``; `nil` clears it, fetching first
+    /// and saving `{}` only when something is stored, as ``remove(identifier:)`` does.
     ///
     /// - Throws: as ``save(_:identifier:)``.
     public func saveCurrentIdentifier(_ identifier: String?) async throws {
-        let tokenInfo: String
-        if let identifier {
-            try IdentifierEncoding.validate(identifier)
-            tokenInfo = try RemoteTokenCacheProtocol.encodeCurrentIdentifier(identifier)
-        } else {
-            tokenInfo = "{}"
+        let key = configuration.currentIdentifierKey
+        guard let identifier else {
+            guard try await fetch(uniqueID: key) != nil else { return }
+            return try await store(uniqueID: key, tokenInfo: "{}", secrets: [])
         }
-        try await store(uniqueID: configuration.currentIdentifierKey, tokenInfo: tokenInfo, secrets: [])
+        try IdentifierEncoding.validate(identifier)
+        try await store(
+            uniqueID: key, tokenInfo: try RemoteTokenCacheProtocol.encodeCurrentIdentifier(identifier), secrets: [])
     }
 
     /// Always throws: the remote token-cache protocol has no way to list what is stored.
@@ -171,9 +179,7 @@ public final class RemoteTokenStore: TokenStore {
         guard let url = components.url else {
             throw UserSessionError(.transportFailure, "cannot build a request URL from the endpoint")
         }
-        var request = URLRequest(url: url)
-        request.httpMethod = "GET"
-        let response = try await send(request)
+        let response = try await send(.get, url, body: nil)
         guard response.status else {
             if response.errorCode == RemoteTokenCacheProtocol.ErrorCode.nothingStored { return nil }
             throw Self.rejection(response, secrets: [])
@@ -183,41 +189,34 @@ public final class RemoteTokenStore: TokenStore {
 
     /// `POST unique_id=…&token_info=…`.
     private func store(uniqueID: String, tokenInfo: String, secrets: [String]) async throws {
-        var request = URLRequest(url: endpoint)
-        request.httpMethod = "POST"
-        request.setValue("application/x-www-form-urlencoded; charset=utf-8", forHTTPHeaderField: "Content-Type")
-        request.httpBody = Data(FormURLEncoding.encode([("unique_id", uniqueID), ("token_info", tokenInfo)]).utf8)
-        let response = try await send(request)
+        let body = Data(FormURLEncoding.encode([("unique_id", uniqueID), ("token_info", tokenInfo)]).utf8)
+        let response = try await send(.post, endpoint, body: body)
         guard response.status else { throw Self.rejection(response, secrets: secrets) }
     }
 
-    private func send(_ request: URLRequest) async throws -> RemoteTokenCacheProtocol.Response {
-        var request = request
-        request.timeoutInterval = configuration.requestTimeout.seconds
-        request.setValue("application/json", forHTTPHeaderField: "Accept")
-        let data: Data
-        let response: URLResponse
+    private func send(
+        _ method: HTTPTransportRequest.Method, _ url: URL, body: Data?
+    ) async throws -> RemoteTokenCacheProtocol.Response {
+        var headers: HTTPTransportHeaders = [("Accept", "application/json")]
+        if body != nil { headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded; charset=utf-8") }
+        let response: HTTPTransportResponse
         do {
-            (data, response) = try await session.data(for: request)
-        } catch {
-            if Task.isCancelled { throw CancellationError() }
-            throw UserSessionError(
-                .transportFailure,
-                "the request to the token cache failed (\(Self.describe(error)))",
-                underlying: error
-            )
-        }
-        guard let http = response as? HTTPURLResponse else {
-            throw UserSessionError(.transportFailure, "the token cache did not answer over HTTP")
+            response = try await client.send(
+                method, url, headers: headers, body: body, timeout: configuration.requestTimeout)
+        } catch let failure as HTTPExchangeFailure {
+            if failure.kind == .cancelled { throw CancellationError() }
+            throw UserSessionError(.transportFailure, failure.message, underlying: failure.underlying)
         }
         // A protocol-level rejection is reported as such even when the server also set an error status code.
-        if let parsed = try? RemoteTokenCacheProtocol.parseResponse(data), !parsed.status, parsed.errorCode != nil {
+        if let parsed = try? RemoteTokenCacheProtocol.parseResponse(response.body), !parsed.status,
+            parsed.errorCode != nil
+        {
             return parsed
         }
-        guard (200..<300).contains(http.statusCode) else {
-            throw UserSessionError(.transportFailure, "the token cache answered HTTP \(http.statusCode)")
+        guard (200..<300).contains(response.statusCode) else {
+            throw UserSessionError(.transportFailure, "the token cache answered HTTP \(response.statusCode)")
         }
-        return try RemoteTokenCacheProtocol.parseResponse(data)
+        return try RemoteTokenCacheProtocol.parseResponse(response.body)
     }
 
     private static func rejection(_ response: RemoteTokenCacheProtocol.Response, secrets: [String]) -> UserSessionError
@@ -233,23 +232,5 @@ public final class RemoteTokenStore: TokenStore {
             "the token cache rejected the request (error \(code)): \(message)",
             remoteErrorCode: response.errorCode
         )
-    }
-
-    private static func describe(_ error: any Error) -> String {
-        if let error = error as? URLError { return "URLError \(error.code.rawValue)" }
-        return String(describing: type(of: error))
-    }
-}
-
-/// Refuses every redirect, so a request (and the tokens in its body) never goes anywhere but the endpoint.
-private final class RedirectRefusal: NSObject, URLSessionTaskDelegate, Sendable {
-    func urlSession(
-        _ session: URLSession,
-        task: URLSessionTask,
-        willPerformHTTPRedirection response: HTTPURLResponse,
-        newRequest request: URLRequest,
-        completionHandler: @escaping @Sendable (URLRequest?) -> Void
-    ) {
-        completionHandler(nil)
     }
 }

@@ -5,16 +5,26 @@ Listens on 127.0.0.1 (port 0 unless --port) and prints the chosen port as the fi
 
 POST /token          refresh_token grant (RFC 6749 section 6). Refresh tokens rotate on every use; a reused
                      token is answered with invalid_grant and its whole family is revoked.
-GET  /stats          JSON counters: token_requests, refreshes, invalid_grant, redirect_target_hits, ...
-POST /admin/issue    JSON {"refresh_token", "access_token"}: a new token family.
+GET  /stats          JSON counters: token_requests, refreshes, invalid_grant, redirect_target_hits, revocations,
+                     last_token_type_hint, ...
+POST /admin/issue    JSON {"refresh_token", "access_token"}: a new token family. With a JSON body {"count": n}:
+                     {"families": [[refresh_token, access_token], ...]}, n new families at once.
 POST /admin/revoke   revokes every family.
 POST /admin/mode     JSON {"mode": "normal|error500|garbage|invalid_client|slow|redirect|status|
-                     redirect_other_host|nested|huge|truncated", "delay": seconds, "expires_in": n, "status": n,
-                     "omit_refresh_token": bool}
-                     redirect_other_host: 307 to http://localhost:<port>/elsewhere (another host name for this
-                     server); nested: a 200 of 100,000 nested arrays; huge: a 200 whose body is a valid token
-                     response of 50 MB; truncated: a 200 whose body stops short of its Content-Length.
-POST /elsewhere      the redirect target: counts redirect_target_hits, and redirect_target_saw_secret when the
+                     redirect_other_host|nested|huge|sized|truncated", "delay": seconds, "expires_in": n,
+                     "status": n, "redirect_status": n, "bytes": n, "omit_refresh_token": bool}
+                     redirect: redirect_status (307 unless set) to http://127.0.0.1:<port>/elsewhere;
+                     redirect_other_host: redirect_status to http://localhost:<port>/elsewhere (another host name
+                     for this server);
+                     nested: a 200 of 100,000 nested arrays; huge: a 200 whose body is a valid token
+                     response of 50 MB; sized: a 200 whose body is a valid token response of exactly "bytes" bytes;
+                     truncated: a 200 whose body stops short of its Content-Length.
+POST /revoke         RFC 7009 token revocation, with the same client authentication and the same modes as /token:
+                     form fields token and token_type_hint. Revoking a refresh token revokes its whole family;
+                     revoking an access token revokes that token. Unknown tokens get 200 too; a missing token is 400
+                     invalid_request.
+POST /introspect     form field token -> {"active": bool} (no authentication; for the tests).
+GET|POST /elsewhere  the redirect target: counts redirect_target_hits, and redirect_target_saw_secret when the
                      request carried a refresh token, a client secret or an Authorization header.
 Client authentication is checked according to --auth (basic, post or none) with --client-id/--client-secret.
 """
@@ -39,10 +49,13 @@ class State:
         self.mode = "normal"
         self.delay = 0.0
         self.status = 500
+        self.redirect_status = 307
+        self.bytes = 1024
         self.expires_in = args.expires_in
         self.omit_refresh_token = False
         self.families = {}  # family id -> revoked flag
         self.tokens = {}  # refresh token -> {"family": id, "used": bool}
+        self.access_tokens = {}  # access token -> {"family": id, "revoked": bool}
         self.family_ids = itertools.count(1)
         self.stats = {
             "token_requests": 0,
@@ -54,6 +67,8 @@ class State:
             "redirect_target_saw_secret": 0,
             "last_auth": None,
             "last_scope": None,
+            "revocations": 0,
+            "last_token_type_hint": None,
         }
 
     def new_family(self):
@@ -65,7 +80,18 @@ class State:
         refresh_token = "rt-" + secrets.token_urlsafe(12)
         access_token = "at-" + secrets.token_urlsafe(12)
         self.tokens[refresh_token] = {"family": family, "used": False}
+        self.access_tokens[access_token] = {"family": family, "revoked": False}
         return refresh_token, access_token
+
+    def is_active(self, token):
+        """Whether a refresh or access token would still be honoured (call with the lock held)."""
+        refresh = self.tokens.get(token)
+        if refresh is not None:
+            return not refresh["used"] and not self.families.get(refresh["family"])
+        access = self.access_tokens.get(token)
+        if access is not None:
+            return not access["revoked"] and not self.families.get(access["family"])
+        return False
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -85,6 +111,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-store")
+        # Said out loud, so that pooling clients never send the next request on this connection.
+        self.send_header("Connection", "close")
         for name, value in headers:
             self.send_header(name, value)
         self.end_headers()
@@ -110,10 +138,22 @@ class Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
 
+    def elsewhere(self, body):
+        """The redirect target, for a client that follows a redirect (with a GET, or re-sending a POST)."""
+        carried = (b"refresh_token" in body or b"client_secret" in body
+                   or self.headers.get("Authorization") is not None)
+        with self.state.lock:
+            self.state.stats["redirect_target_hits"] += 1
+            if carried:
+                self.state.stats["redirect_target_saw_secret"] += 1
+        self.reply(200, {"access_token": "at-elsewhere", "token_type": "Bearer", "expires_in": 3600})
+
     def do_GET(self):
         if self.path == "/stats":
             with self.state.lock:
                 self.reply(200, dict(self.state.stats))
+        elif self.path == "/elsewhere":
+            self.elsewhere(b"")
         else:
             self.reply(404, {"error": "not_found"})
 
@@ -121,19 +161,23 @@ class Handler(BaseHTTPRequestHandler):
         body = self.read_body()
         if self.path == "/token":
             self.token(body)
+        elif self.path == "/revoke":
+            self.revoke(body)
+        elif self.path == "/introspect":
+            token = urllib.parse.parse_qs(body.decode(), keep_blank_values=True).get("token", [""])[0]
+            with self.state.lock:
+                active = self.state.is_active(token)
+            self.reply(200, {"active": active})
         elif self.path == "/elsewhere":
-            carried = (b"refresh_token" in body or b"client_secret" in body
-                       or self.headers.get("Authorization") is not None)
-            with self.state.lock:
-                self.state.stats["redirect_target_hits"] += 1
-                if carried:
-                    self.state.stats["redirect_target_saw_secret"] += 1
-            self.reply(200, {"access_token": "at-elsewhere", "token_type": "Bearer", "expires_in": 3600})
+            self.elsewhere(body)
         elif self.path == "/admin/issue":
+            count = json.loads(body or b"{}").get("count")
             with self.state.lock:
-                family = self.state.new_family()
-                refresh_token, access_token = self.state.issue(family)
-            self.reply(200, {"refresh_token": refresh_token, "access_token": access_token})
+                issued = [self.state.issue(self.state.new_family()) for _ in range(count or 1)]
+            if count is None:
+                self.reply(200, {"refresh_token": issued[0][0], "access_token": issued[0][1]})
+            else:
+                self.reply(200, {"families": issued})
         elif self.path == "/admin/revoke":
             with self.state.lock:
                 for family in self.state.families:
@@ -145,12 +189,43 @@ class Handler(BaseHTTPRequestHandler):
                 self.state.mode = settings.get("mode", self.state.mode)
                 self.state.delay = float(settings.get("delay", self.state.delay))
                 self.state.status = int(settings.get("status", self.state.status))
+                self.state.redirect_status = int(settings.get("redirect_status", self.state.redirect_status))
+                self.state.bytes = int(settings.get("bytes", self.state.bytes))
                 self.state.omit_refresh_token = bool(settings.get("omit_refresh_token", self.state.omit_refresh_token))
                 if "expires_in" in settings:
                     self.state.expires_in = settings["expires_in"]
             self.reply(200, {"mode": self.state.mode})
         else:
             self.reply(404, {"error": "not_found"})
+
+    def revoke(self, body):
+        state = self.state
+        if self.mode_reply():
+            return
+        parsed = urllib.parse.parse_qs(body.decode(), keep_blank_values=True)
+        self.form = {key: values[0] for key, values in parsed.items()}
+        with state.lock:
+            forced = state.mode == "invalid_client"
+        reason = "forced by mode" if forced else self.client_error()
+        if reason:
+            with state.lock:
+                state.stats["invalid_client"] += 1
+            return self.reply(401, {"error": "invalid_client", "error_description": reason},
+                              headers=[("WWW-Authenticate", "Basic")])
+        token = self.form.get("token")
+        if not token:
+            return self.reply(400, {"error": "invalid_request", "error_description": "no token"})
+        with state.lock:
+            state.stats["revocations"] += 1
+            state.stats["last_token_type_hint"] = self.form.get("token_type_hint")
+            refresh = state.tokens.get(token)
+            access = state.access_tokens.get(token)
+            if refresh is not None:
+                state.families[refresh["family"]] = True
+            elif access is not None:
+                access["revoked"] = True
+        # RFC 7009 section 2.2: 200 whether or not the token was known, with no body to speak of.
+        self.reply(200, b"", "text/plain")
 
     def client_error(self):
         """Returns None when client authentication is right, else the reason."""
@@ -183,31 +258,61 @@ class Handler(BaseHTTPRequestHandler):
             return "unknown client or wrong secret"
         return None
 
+    def mode_reply(self):
+        """Answers as the current mode says; returns True when it did (mode normal or invalid_client: False)."""
+        state = self.state
+        with state.lock:
+            mode, delay, status = state.mode, state.delay, state.status
+            if mode in ("redirect", "redirect_other_host"):
+                status = state.redirect_status
+            elif mode == "sized":
+                status = state.bytes
+        if delay:
+            time.sleep(delay)
+        return self.mode_answer(mode, status)
+
+    def mode_answer(self, mode, status):
+        """status is the redirect's status for mode redirect, and the body's size for mode sized."""
+        if mode == "error500":
+            self.reply(500, {"error": "server_error"})
+            return True
+        if mode == "status":
+            self.reply(status, b"<html>status</html>", "text/html")
+            return True
+        if mode == "garbage":
+            self.reply(200, b"<html>this is not json</html>", "text/html")
+            return True
+        if mode == "redirect":
+            location = "http://127.0.0.1:%d/elsewhere" % self.server.server_address[1]
+            self.reply(status, b"", "text/plain", headers=[("Location", location)])
+            return True
+        if mode == "redirect_other_host":
+            location = "http://localhost:%d/elsewhere" % self.server.server_address[1]
+            self.reply(status, b"", "text/plain", headers=[("Location", location)])
+            return True
+        if mode == "nested":
+            self.reply(200, b"[" * 100000 + b"]" * 100000)
+            return True
+        if mode == "huge":
+            self.reply(200, b'{"access_token": "' + b"a" * (50 * 1024 * 1024) + b'", "token_type": "Bearer"}')
+            return True
+        if mode == "sized":
+            head = b'{"access_token": "at-sized", "token_type": "Bearer", "expires_in": 3600, "padding": "'
+            self.reply(200, head + b"a" * max(0, status - len(head) - 2) + b'"}')
+            return True
+        if mode == "truncated":
+            self.truncated_reply(b'{"access_token": "at-cut", "token_type": "Bea')
+            return True
+        return False
+
     def token(self, body):
         state = self.state
         with state.lock:
             state.stats["token_requests"] += 1
-            mode, delay, status = state.mode, state.delay, state.status
-        if delay:
-            time.sleep(delay)
-        if mode == "error500":
-            return self.reply(500, {"error": "server_error"})
-        if mode == "status":
-            return self.reply(status, b"<html>status</html>", "text/html")
-        if mode == "garbage":
-            return self.reply(200, b"<html>this is not json</html>", "text/html")
-        if mode == "redirect":
-            location = "http://127.0.0.1:%d/elsewhere" % self.server.server_address[1]
-            return self.reply(307, b"", "text/plain", headers=[("Location", location)])
-        if mode == "redirect_other_host":
-            location = "http://localhost:%d/elsewhere" % self.server.server_address[1]
-            return self.reply(307, b"", "text/plain", headers=[("Location", location)])
-        if mode == "nested":
-            return self.reply(200, b"[" * 100000 + b"]" * 100000)
-        if mode == "huge":
-            return self.reply(200, b'{"access_token": "' + b"a" * (50 * 1024 * 1024) + b'", "token_type": "Bearer"}')
-        if mode == "truncated":
-            return self.truncated_reply(b'{"access_token": "at-cut", "token_type": "Bea')
+        if self.mode_reply():
+            return
+        with state.lock:
+            mode = state.mode
         parsed = urllib.parse.parse_qs(body.decode(), keep_blank_values=True)
         self.form = {key: values[0] for key, values in parsed.items()}
         reason = "forced by mode" if mode == "invalid_client" else self.client_error()
@@ -271,6 +376,8 @@ def main():
     parser.add_argument("--client-secret", default="client-secret")
     parser.add_argument("--expires-in", default=3600)
     args = parser.parse_args()
+    # A deep accept queue: the benchmark opens a thousand connections at once.
+    ThreadingHTTPServer.request_queue_size = 1024
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     server.state = State(args)

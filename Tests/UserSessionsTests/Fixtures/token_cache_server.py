@@ -27,6 +27,18 @@ Modes (also switchable at run time with GET /__control?mode=MODE[&code=CODE]):
 
 GET /__last returns {"method", "content_type", "body", "query"} of the last protocol request (raw, undecoded), and
 "redirected": "true" once any client followed a redirect.
+
+Like the classic PHP endpoint, a POST stores strip_tags(unique_id) and strip_tags(token_info): strip_tags below is a
+port of PHP 8's (checked against php-cli 8.2 on 40,000 generated strings). It removes NUL bytes and everything from a
+"<" that is not followed by white space up to the matching ">" (or to the end), with PHP's rules for quotes inside
+tags, "<?" processing instructions, "<!" declarations and "<!-- -->" comments; a ">" outside a tag is kept.
+
+Endpoints for the HTTP layer's tests (any method):
+  /__huge?bytes=N   200 with a body of N bytes ("a"), written in 64 KiB chunks while the client keeps reading
+  /__redirect       307 to /__redirected
+  /__hang           holds the request until GET /__release (or 60 s), then answers {"status": "true"}
+  /__release        releases every held /__hang request (later ones answer at once)
+  /__stats          {"hung": number of /__hang requests that arrived, "huge_bytes_sent": bytes /__huge managed to write}
 """
 
 import json
@@ -39,9 +51,123 @@ import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-STATE = {"mode": "normal", "code": "50001", "last": {}, "canned": b""}
+STATE = {"mode": "normal", "code": "50001", "last": {}, "canned": b"", "hung": 0, "huge_bytes_sent": 0}
 LOCK = threading.Lock()
+RELEASE = threading.Event()
 MODES = {"normal", "html", "write-fail", "http-500", "redirect", "hang", "echo-reject", "reject", "truncated", "canned"}
+
+
+def strip_tags(text):
+    """PHP's strip_tags without an allow list: a port of php_strip_tags_ex's state machine (PHP 8)."""
+    s = text
+    n = len(s)
+    out = []
+    state = 0  # 0 text, 1 tag, 2 PHP (<?), 3 declaration (<!), 4 comment (<!--)
+    depth = 0
+    in_q = ""
+    lc = ""
+    br = 0
+    is_xml = False
+    i = 0
+
+    def at(k):
+        return s[k] if 0 <= k < n else "\0"
+
+    while i < n:
+        c = s[i]
+        if state == 0:
+            if c == "\0":
+                pass
+            elif c == "<":
+                if in_q:
+                    pass
+                elif at(i + 1) in " \t\n\r\v\f":
+                    out.append(c)
+                else:
+                    lc = "<"
+                    state = 1
+            elif c == ">":
+                if depth:
+                    depth -= 1
+                elif not in_q:
+                    out.append(c)
+            else:
+                out.append(c)
+        elif state == 1:
+            if c == "<":
+                if not in_q and at(i + 1) not in " \t\n\r\v\f":
+                    depth += 1
+            elif c == ">":
+                if depth:
+                    depth -= 1
+                elif in_q:
+                    pass
+                else:
+                    lc = ">"
+                    if not (is_xml and at(i - 1) == "-"):
+                        in_q = ""
+                        state = 0
+                        is_xml = False
+            elif c in "\"'":
+                if i != 0 and (not in_q or c == in_q):
+                    in_q = "" if in_q else c
+            elif c == "!":
+                if at(i - 1) == "<":
+                    state = 3
+                    lc = c
+            elif c == "?":
+                if at(i - 1) == "<":
+                    br = 0
+                    state = 2
+        elif state == 2:
+            if c == "(":
+                if lc not in "\"'" or lc == "":
+                    lc = "("
+                    br += 1
+            elif c == ")":
+                if lc not in "\"'" or lc == "":
+                    lc = ")"
+                    br -= 1
+            elif c == ">":
+                if depth:
+                    depth -= 1
+                elif not in_q and not br and lc != '"' and at(i - 1) == "?":
+                    in_q = ""
+                    state = 0
+            elif c in "\"'":
+                if i >= 1 and at(i - 1) != "\\":
+                    if lc == c:
+                        lc = ""
+                    elif lc != "\\":
+                        lc = c
+                if i != 0 and (not in_q or c == in_q):
+                    in_q = "" if in_q else c
+            elif c in "lL":
+                if i > 4 and at(i - 1) in "mM" and at(i - 2) in "xX" and at(i - 3) == "?" and at(i - 4) == "<":
+                    state = 1
+                    is_xml = True
+        elif state == 3:
+            if c == ">":
+                if depth:
+                    depth -= 1
+                elif not in_q:
+                    in_q = ""
+                    state = 0
+            elif c in "\"'":
+                if i != 0 and at(i - 1) != "\\" and (not in_q or c == in_q):
+                    in_q = "" if in_q else c
+            elif c == "-":
+                if at(i - 1) == "-" and at(i - 2) == "!":
+                    state = 4
+            elif c in "eE":
+                if i > 6 and s[i - 6:i].lower() == "doctyp" and at(i - 7) == "!" and at(i - 8) == "<":
+                    state = 1
+        else:
+            if c == ">" and not in_q and at(i - 1) == "-" and at(i - 2) == "-":
+                in_q = ""
+                state = 0
+        i += 1
+    return "".join(out)
 
 
 def valid_unique_id(unique_id):
@@ -149,8 +275,55 @@ class Handler(BaseHTTPRequestHandler):
             return True
         return False
 
+    def http_layer_endpoint(self):
+        """Answers the HTTP layer's test endpoints; returns True when it did."""
+        parsed = urllib.parse.urlsplit(self.path)
+        if parsed.path == "/__huge":
+            size = int(urllib.parse.parse_qs(parsed.query).get("bytes", ["0"])[0])
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            chunk = b"a" * 65536
+            sent = 0
+            try:
+                while sent < size:
+                    part = chunk[: min(len(chunk), size - sent)]
+                    self.wfile.write(part)
+                    sent += len(part)
+                    with LOCK:
+                        STATE["huge_bytes_sent"] = sent
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client stopped reading, as it should past its limit
+            self.close_connection = True
+            return True
+        if parsed.path == "/__redirect":
+            port = self.server.server_address[1]
+            self.send_text(307, "text/plain", "moved", [("Location", "http://127.0.0.1:%d/__redirected" % port)])
+            return True
+        if parsed.path == "/__hang":
+            with LOCK:
+                STATE["hung"] += 1
+            RELEASE.wait(60)
+            try:
+                self.send_json({"status": "true"})
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (its timeout)
+            return True
+        if parsed.path == "/__release":
+            RELEASE.set()
+            self.send_json({"released": "true"})
+            return True
+        if parsed.path == "/__stats":
+            with LOCK:
+                self.send_json({"hung": STATE["hung"], "huge_bytes_sent": STATE["huge_bytes_sent"]})
+            return True
+        return False
+
     def control(self):
         parsed = urllib.parse.urlsplit(self.path)
+        if self.http_layer_endpoint():
+            return True
         if parsed.path == "/__control":
             query = urllib.parse.parse_qs(parsed.query)
             mode = query.get("mode", [""])[0]
@@ -219,10 +392,11 @@ class Handler(BaseHTTPRequestHandler):
             fields = urllib.parse.parse_qs(body.decode("utf-8"), keep_blank_values=True, errors="strict")
         except (UnicodeDecodeError, ValueError):
             return self.fail("30001", "the form body is not valid")
-        unique_id = fields.get("unique_id", [""])[0]
+        # What the classic endpoint does to its input before it stores it.
+        unique_id = strip_tags(fields.get("unique_id", [""])[0])
         if not valid_unique_id(unique_id) or "token_info" not in fields:
             return self.fail("30001", "unique_id or token_info is missing or not acceptable")
-        token_info = fields["token_info"][0]
+        token_info = strip_tags(fields["token_info"][0])
         path = os.path.join(self.storage, unique_id)
         try:
             temporary = path + ".tmp"

@@ -59,6 +59,8 @@ final class FaultPlanStore: TokenStore {
     let hangs = ArrivalCounter()
     /// One arrival per successful save.
     let savesDone = ArrivalCounter()
+    /// One arrival per successful remove.
+    let removesDone = ArrivalCounter()
 
     init(_ plans: [FaultPlan] = []) {
         state.withLock { $0.plans = plans }
@@ -175,6 +177,7 @@ final class FaultPlanStore: TokenStore {
         }
         state.withLock { _ = $0.corrupted.remove(identifier) }
         try await base.remove(identifier: identifier)
+        removesDone.arrive()
     }
 
     func loadCurrentIdentifier() async throws -> String? {

@@ -33,13 +33,14 @@ struct FaultRig: Sendable {
         FaultRig(store: store, time: time, refresher: refresher)
     }
 
-    /// User "user" with `at-0` / `rt-0`, expiring `expiresIn` seconds from now.
+    /// User "user" with `at-0` / `rt-0`, a one-hour token expiring `expiresIn` seconds from now (so 10 s is inside
+    /// the 60-s lead time).
     func prototype(expiresIn: TimeInterval = 3600) -> UserSessionPrototype {
         UserSessionPrototype(
             userInfo: UserInfo(id: "user"),
             credentials: Credentials(
                 accessToken: "at-0", refreshToken: "rt-0", expiresAt: time.now.addingTimeInterval(expiresIn),
-                lastRefreshedAt: time.now, source: .signIn))
+                lastRefreshedAt: time.now.addingTimeInterval(expiresIn - 3600), source: .signIn))
     }
 
     /// Arms `fault` at the next call to `site`.

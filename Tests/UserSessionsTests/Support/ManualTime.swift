@@ -3,22 +3,76 @@ import Synchronization
 
 @testable import UserSessions
 
-/// A wall clock that moves only when the test says so.
+/// A wall clock that moves only when the test says so. Timers sleeping on it (``clock``) wake up when
+/// ``advance(by:)`` moves it past their deadline, never by real time.
 final class ManualTime: Sendable {
-    private let current: Mutex<Date>
+    private struct Sleeper {
+        let id: UInt64
+        let deadline: Date
+        let continuation: CheckedContinuation<Void, any Error>
+    }
+    private struct State {
+        var now: Date
+        var nextID: UInt64 = 0
+        var sleepers: [Sleeper] = []
+    }
+    private let state: Mutex<State>
+    /// One arrival per sleep that starts waiting (not for one whose deadline had passed already).
+    let sleeps = ArrivalCounter()
 
     init(_ start: Date = Date(timeIntervalSinceReferenceDate: 800_000_000)) {
-        current = Mutex(start)
+        state = Mutex(State(now: start))
     }
 
     /// The current time.
-    var now: Date { current.withLock { $0 } }
+    var now: Date { state.withLock { $0.now } }
 
-    /// Moves the clock forward.
+    /// How many timers are sleeping now.
+    var sleeperCount: Int { state.withLock { $0.sleepers.count } }
+
+    /// Moves the clock forward and wakes the timers whose deadline it reached, earliest first.
     func advance(by seconds: TimeInterval) {
-        current.withLock { $0 = $0.addingTimeInterval(seconds) }
+        let due = state.withLock { state -> [Sleeper] in
+            state.now = state.now.addingTimeInterval(seconds)
+            let now = state.now
+            let due = state.sleepers.filter { $0.deadline <= now }.sorted { $0.deadline < $1.deadline }
+            state.sleepers.removeAll { $0.deadline <= now }
+            return due
+        }
+        for sleeper in due { sleeper.continuation.resume() }
     }
 
-    /// A ``SessionClock`` reading this time.
-    var clock: SessionClock { .custom { [self] in self.now } }
+    /// Suspends until the clock reaches `deadline`; throws `CancellationError` when the task is cancelled.
+    func sleep(until deadline: Date) async throws {
+        let id = state.withLock { state -> UInt64 in
+            state.nextID += 1
+            return state.nextID
+        }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let outcome = state.withLock { state -> Result<Void, any Error>? in
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    if deadline <= state.now { return .success(()) }
+                    state.sleepers.append(Sleeper(id: id, deadline: deadline, continuation: continuation))
+                    return nil
+                }
+                if let outcome {
+                    continuation.resume(with: outcome)
+                } else {
+                    sleeps.arrive()
+                }
+            }
+        } onCancel: {
+            let sleeper = state.withLock { state -> Sleeper? in
+                guard let index = state.sleepers.firstIndex(where: { $0.id == id }) else { return nil }
+                return state.sleepers.remove(at: index)
+            }
+            sleeper?.continuation.resume(throwing: CancellationError())
+        }
+    }
+
+    /// A ``SessionClock`` reading this time, whose timers sleep on it.
+    var clock: SessionClock {
+        .custom(now: { [self] in self.now }, sleepUntil: { [self] deadline in try await self.sleep(until: deadline) })
+    }
 }
