@@ -15,7 +15,7 @@ public struct UserSessionError: Error, Sendable, CustomStringConvertible {
             case remoteStoreRejected, transportFailure, insecureEndpoint
             case noRefresher, refreshFailed, refreshLoop, malformedTokenResponse
             case invalidConfiguration, minimumValidityUnreachable
-            case revocationFailed
+            case revocationFailed, revisionConflict
         }
         private let base: Base
         private init(_ base: Base) { self.base = base }
@@ -71,6 +71,9 @@ public struct UserSessionError: Error, Sendable, CustomStringConvertible {
         /// A revocation endpoint (RFC 7009) refused to revoke a token, or answered with a redirect or a body over
         /// the size limit; ``UserSessionError/failureClass`` says how, as for refreshes.
         public static let revocationFailed = Code(.revocationFailed)
+        /// A conditional save of a ``CoordinatedTokenStore`` found the record at another revision than the one it
+        /// was based on: another process wrote it first. Nothing was written.
+        public static let revisionConflict = Code(.revisionConflict)
 
         public var description: String { base.rawValue }
     }
