@@ -10,7 +10,8 @@ import UserSessions
 /// or the other, not both, or events are logged twice.
 ///
 /// Levels: routine changes (opened, closed, refreshed) at `debug` or `info`; a transient or terminal refresh
-/// failure, an invalidation and a service that overran its stop deadline at `warning`; a misconfigured client, a
+/// failure, an invalidation, a service that overran its stop deadline and a failed revocation at sign-out at
+/// `warning`; a misconfigured client, a
 /// refresh loop, a failed or corrupt store and a service that failed to start at `error`. Metadata keys:
 /// `user_session.identifier`, `user_session.generation`, `user_session.event.sequence`, `user_session.event`,
 /// `user_session.state`, `user_session.failure_class`, `user_session.detail`, and for refreshes
@@ -64,8 +65,11 @@ public struct UserSessionLogObserver: UserSessionObserver {
         metadata[MetadataKey.identifier] = event.session.identifier.map { "\($0)" }
         metadata[MetadataKey.generation] = generation.map { "\($0)" }
         metadata[MetadataKey.detail] = event.detail.map { "\($0)" }
-        if case .refreshFailed(let failureClass) = event.kind {
+        switch event.kind {
+        case .refreshFailed(let failureClass), .revocationFailed(let failureClass):
             metadata[MetadataKey.failureClass] = "\(failureClass)"
+        default:
+            break
         }
         logger.log(level: level, "\(message)", metadata: metadata)
     }
@@ -97,6 +101,7 @@ public struct UserSessionLogObserver: UserSessionObserver {
         case .storeCorrupt: return (.error, "stored session is corrupt; it was kept")
         case .serviceStartFailed: return (.error, "service failed to start")
         case .serviceStopOverran: return (.warning, "service overran its stop deadline; left behind")
+        case .revocationFailed: return (.warning, "revoking the credentials at sign-out failed; signed out locally")
         }
     }
 }

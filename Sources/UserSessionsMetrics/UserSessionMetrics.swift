@@ -17,6 +17,7 @@ import UserSessions
 /// | `user_sessions_refresh_loop_trips_total` | counter | |
 /// | `user_sessions_persistence_failures_total` | counter | |
 /// | `user_sessions_evictions_total` | counter: controllers a registry dropped | |
+/// | `user_sessions_revocation_failures_total` | counter: sign-outs whose revocation failed or overran | `failure_class` |
 /// | `user_sessions_open` | meter: sessions open now | |
 public struct UserSessionMetrics: UserSessionObserver {
     private let refreshesSucceeded: Counter
@@ -28,6 +29,7 @@ public struct UserSessionMetrics: UserSessionObserver {
     private let loopTrips: Counter
     private let persistenceFailures: Counter
     private let evictions: Counter
+    private let revocationFailures: [RefreshFailureClass: Counter]
     private let openSessions: Meter
 
     /// Creates the metrics.
@@ -46,12 +48,17 @@ public struct UserSessionMetrics: UserSessionObserver {
         }
         refreshesSucceeded = counter("refreshes_total", [("outcome", "succeeded")])
         refreshesDiscarded = counter("refreshes_total", [("outcome", "discarded")])
+        let classes: [RefreshFailureClass] = [.terminal, .misconfiguration, .transient, .cancelled]
         var failed: [RefreshFailureClass: Counter] = [:]
-        for failureClass in [RefreshFailureClass.terminal, .misconfiguration, .transient, .cancelled] {
+        var revocationFailures: [RefreshFailureClass: Counter] = [:]
+        for failureClass in classes {
             failed[failureClass] = counter(
                 "refreshes_total", [("outcome", "failed"), ("failure_class", failureClass.rawValue)])
+            revocationFailures[failureClass] = counter(
+                "revocation_failures_total", [("failure_class", failureClass.rawValue)])
         }
         refreshesFailed = failed
+        self.revocationFailures = revocationFailures
         var durations: [UserSessionRefreshReport.Outcome: Timer] = [:]
         for outcome in [UserSessionRefreshReport.Outcome.succeeded, .failed, .discarded] {
             durations[outcome] = Timer(
@@ -75,6 +82,7 @@ public struct UserSessionMetrics: UserSessionObserver {
         switch event.kind {
         case .refreshLoopTripped: loopTrips.increment()
         case .persistenceFailed: persistenceFailures.increment()
+        case .revocationFailed(let failureClass): revocationFailures[failureClass]?.increment()
         default: break
         }
     }

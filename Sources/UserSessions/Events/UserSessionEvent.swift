@@ -72,6 +72,12 @@ public struct UserSessionEvent: Sendable, Hashable, CustomStringConvertible {
         case serviceStartFailed(service: String)
         /// An attached service did not stop within its deadline and was left behind.
         case serviceStopOverran(service: String)
+        /// Signing out could not revoke the credentials at the authorization server (RFC 7009): the server refused
+        /// (``RefreshFailureClass/misconfiguration``, or ``RefreshFailureClass/transient`` for 5xx), did not answer
+        /// within ``UserSessionController/Configuration/revocationTimeout`` (``RefreshFailureClass/transient``), or
+        /// the caller was cancelled (``RefreshFailureClass/cancelled``). The local sign-out happened anyway; the
+        /// credentials may still be valid at the server until they expire. ``UserSessionEvent/detail`` says why.
+        case revocationFailed(RefreshFailureClass)
     }
 
     /// What happened.
@@ -118,6 +124,7 @@ extension UserSessionEvent.Kind: CustomStringConvertible {
         case .storeCorrupt(let identifier): return "storeCorrupt(\(identifier))"
         case .serviceStartFailed(let service): return "serviceStartFailed(\(service))"
         case .serviceStopOverran(let service): return "serviceStopOverran(\(service))"
+        case .revocationFailed(let failureClass): return "revocationFailed(\(failureClass))"
         }
     }
 }

@@ -55,6 +55,17 @@ extension UserSessionController {
         public var dataDirectories: SessionDirectories?
         /// Who watches the controller as it works, for logs and metrics (see ``UserSessionObserver``). Default none.
         public var observers: [any UserSessionObserver] = []
+        /// Whether signing out (``UserSessionController/closeAndClear()``,
+        /// ``UserSessionRegistry/closeAndClear(identifier:)``) first revokes the credentials at the authorization
+        /// server, through ``TokenRefresher/revoke(_:)`` (RFC 7009), so they stop working everywhere. Default `true`;
+        /// it does something only when the refresher can revoke (``TokenRefresher/canRevoke``; for
+        /// ``OAuth2TokenRefresher``, when it has a revocation endpoint). A failed revocation is reported with
+        /// `.revocationFailed` and never stops the local sign-out.
+        public var revokesOnSignOut: Bool
+        /// How long signing out waits for the revocation (reading the stored credentials if needed, then the
+        /// request) before it reports `.revocationFailed(.transient)`, cancels it and removes the credentials
+        /// locally anyway. Timed by ``clock``. Default 5 s.
+        public var revocationTimeout: Duration
 
         /// Creates a configuration.
         public init(
@@ -68,7 +79,9 @@ extension UserSessionController {
             refreshLoopPolicy: RefreshLoopPolicy = RefreshLoopPolicy(),
             clock: SessionClock = .system,
             persistsCurrentIdentifier: Bool = true,
-            dataDirectories: SessionDirectories? = nil
+            dataDirectories: SessionDirectories? = nil,
+            revokesOnSignOut: Bool = true,
+            revocationTimeout: Duration = .seconds(5)
         ) {
             self.serviceStopTimeout = serviceStopTimeout
             self.storeTimeout = storeTimeout
@@ -81,6 +94,8 @@ extension UserSessionController {
             self.clock = clock
             self.persistsCurrentIdentifier = persistsCurrentIdentifier
             self.dataDirectories = dataDirectories
+            self.revokesOnSignOut = revokesOnSignOut
+            self.revocationTimeout = revocationTimeout
         }
 
         /// Checks that this configuration can work.
@@ -107,6 +122,7 @@ extension UserSessionController {
             try Self.require(
                 refreshLoopPolicy.maximumRefreshes >= 1, "refreshLoopPolicy.maximumRefreshes must be at least 1")
             try Self.require(refreshLoopPolicy.window > .zero, "refreshLoopPolicy.window must be positive")
+            try Self.require(revocationTimeout > .zero, "revocationTimeout must be positive")
         }
 
         private static func require(_ condition: Bool, _ message: String) throws(UserSessionError) {

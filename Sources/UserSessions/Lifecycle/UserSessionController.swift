@@ -194,6 +194,10 @@ public actor UserSessionController {
     ///   ``Configuration/storeTimeout``) before the removal; and a write that a store left running past that
     ///   deadline, ignoring cancellation, is undone when it lands (the record is removed again).
     ///
+    /// Before the removal, the credentials are revoked at the server when the refresher can revoke, within
+    /// ``Configuration/revocationTimeout`` (see ``Configuration/revokesOnSignOut``); a failure is reported with
+    /// `.revocationFailed`, never thrown, and the removal goes ahead.
+    ///
     /// Without an opened session it clears the last session this controller knew (closed, invalid or rolled
     /// back), or, if it knew none, the session whose identifier is persisted as current: calling it right after
     /// launch logs the stored user out without restoring first. Idempotent: clearing nothing is not an error.
@@ -206,10 +210,12 @@ public actor UserSessionController {
         guard let ticket = try await enterTurn(.close) else { return }
         defer { leaveTurn(ticket) }
         let knownIdentifier = running?.session.identifier ?? hub.session.identifier
+        let wasOpen = running != nil
         await endRunningSession(state: .closed, event: .closed(.cleared))
         do {
             let persisted = try await store.loadCurrentIdentifier()
             guard let target = knownIdentifier ?? persisted else { return }
+            await revokeBeforeClearing(target, sessionWasOpen: wasOpen)
             try await gate.clear(identifier: target)
             try configuration.dataDirectories?.remove(for: target)
             if persisted == target { try await store.saveCurrentIdentifier(nil) }

@@ -1,6 +1,10 @@
 import Foundation
 
 extension OAuth2TokenRefresher {
+    /// `true` when there is a ``revocationEndpoint``: then ``UserSessionController/closeAndClear()`` revokes the
+    /// credentials it removes (unless ``UserSessionController/Configuration/revokesOnSignOut`` is off).
+    public var canRevoke: Bool { revocationEndpoint != nil }
+
     /// Revokes `credentials` at ``revocationEndpoint`` (RFC 7009), so the authorization server stops honouring them.
     ///
     /// It sends the refresh token with `token_type_hint=refresh_token` (revoking a refresh token revokes its whole

@@ -21,11 +21,24 @@ public protocol TokenRefresher: Sendable {
     ///
     /// - Important: Revoking must not change local state (stores, sessions); callers sign out locally whether or
     ///   not it succeeds. Honour cancellation, and throw a ``UserSessionError`` with a
-    ///   ``UserSessionError/failureClass`` when the server refused.
+    ///   ``UserSessionError/failureClass`` when the server refused. If you implement it, implement ``canRevoke``
+    ///   too: ``UserSessionController/closeAndClear()`` calls this only when ``canRevoke`` is `true`.
     func revoke(_ credentials: Credentials) async throws
+
+    /// Whether ``revoke(_:)`` does anything.
+    ///
+    /// ``UserSessionController/closeAndClear()`` and ``UserSessionRegistry/closeAndClear(identifier:)`` revoke the
+    /// credentials they remove only when this is `true` (and
+    /// ``UserSessionController/Configuration/revokesOnSignOut`` is on), so a refresher that cannot revoke costs a
+    /// sign-out nothing, not even a read of the stored credentials. The default is `false`;
+    /// ``OAuth2TokenRefresher`` returns `true` when it has a revocation endpoint.
+    var canRevoke: Bool { get }
 }
 
 extension TokenRefresher {
     /// Does nothing: a refresher that cannot revoke leaves the credentials valid at the server.
     public func revoke(_ credentials: Credentials) async throws {}
+
+    /// `false`: the default ``revoke(_:)`` does nothing.
+    public var canRevoke: Bool { false }
 }

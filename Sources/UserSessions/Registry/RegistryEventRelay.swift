@@ -96,6 +96,17 @@ final class RegistryEventRelay: Sendable {
         return stream
     }
 
+    /// Hands `event`, which no held controller emitted (the registry's own, such as a failed revocation for a user
+    /// without a controller), to every subscriber. It is not kept for the snapshots of later subscribers.
+    func publish(_ event: UserSessionRegistry.Event) {
+        state.withLock { state in
+            guard !state.finished else { return }
+            for slot in state.slots.values {
+                if case .active(let continuation) = slot { continuation.yield(event) }
+            }
+        }
+    }
+
     /// Waits until every forwarder has handed on its controller's last event (the registry shut every controller
     /// down first, so their streams finish), then finishes every subscription. Later subscriptions finish at once.
     func finish() async {

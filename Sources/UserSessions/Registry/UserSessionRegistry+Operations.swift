@@ -123,6 +123,12 @@ extension UserSessionRegistry {
     ///
     /// Works for users without a controller too: their stored credentials and data directories are removed. If
     /// `identifier` is the current user, there is no current user afterwards (also after a restart).
+    ///
+    /// Like ``UserSessionController/closeAndClear()``, it first revokes the credentials at the authorization server
+    /// when ``UserSessionController/Configuration/revokesOnSignOut`` is on and the refresher can revoke; for a user
+    /// without a controller, the stored credentials are loaded for that (if they can be), and a failure is
+    /// delivered through ``events(bufferSize:)`` and the observers as `.revocationFailed`. Either way the
+    /// credentials are removed.
     public func closeAndClear(identifier: String) async throws {
         let key = ExactIdentifier(identifier)
         try await withTurn(.user(key)) {
@@ -135,6 +141,7 @@ extension UserSessionRegistry {
                 }
                 await removeIfNotOpened(key, controller)
             } else {
+                await revokeStoredCredentials(of: identifier)
                 try await store.remove(identifier: identifier)
                 try configuration.dataDirectories?.remove(for: identifier)
             }

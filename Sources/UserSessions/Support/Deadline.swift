@@ -6,7 +6,14 @@ import Synchronization
 /// cancelled nor awaited further: the caller decides what to do with a task that overran (cancel it, leave it
 /// behind). The caller's own cancellation does not shorten the wait, because the paths that use this (stopping
 /// services, the last write of credentials) must run to the end even when the caller was cancelled.
-func awaitTask(_ task: Task<Void, Never>, timeout: Duration) async -> Bool {
+///
+/// `sleep` waits out the deadline: real time by default; a path timed by the configuration's ``SessionClock``
+/// passes that clock's sleep, so tests drive the deadline with a manual clock. It must throw when its task is
+/// cancelled (the timer is cancelled once the task finished in time).
+func awaitTask(
+    _ task: Task<Void, Never>, timeout: Duration,
+    sleep: @escaping @Sendable (Duration) async throws -> Void = { try await Task.sleep(for: $0) }
+) async -> Bool {
     await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
         let race = DeadlineRace(continuation)
         let waiter = Task {
@@ -15,7 +22,7 @@ func awaitTask(_ task: Task<Void, Never>, timeout: Duration) async -> Bool {
         }
         let timer = Task {
             // A cancelled sleep means the task finished in time and cancelled this timer.
-            guard (try? await Task.sleep(for: timeout)) != nil else { return }
+            guard (try? await sleep(timeout)) != nil else { return }
             race.finish(inTime: false)
         }
         race.attach(waiter: waiter, timer: timer)

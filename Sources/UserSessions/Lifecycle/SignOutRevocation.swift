@@ -1,0 +1,82 @@
+/// Revokes credentials at the authorization server (RFC 7009) before a sign-out removes them locally, within
+/// ``UserSessionController/Configuration/revocationTimeout``.
+///
+/// Shared by ``UserSessionController/closeAndClear()`` and, for a user without a controller,
+/// ``UserSessionRegistry/closeAndClear(identifier:)``. It never throws and never changes local state: whatever
+/// happens, the caller removes the credentials afterwards.
+enum SignOutRevocation {
+    /// Why a revocation did not succeed: the event's failure class and its detail (never a secret).
+    struct Failure: Sendable, Hashable {
+        var failureClass: RefreshFailureClass
+        var detail: String
+    }
+
+    /// Whether a sign-out with `configuration` and `refresher` revokes anything at all.
+    static func isEnabled(_ configuration: UserSessionController.Configuration, _ refresher: (any TokenRefresher)?)
+        -> Bool
+    {
+        configuration.revokesOnSignOut && refresher?.canRevoke == true
+    }
+
+    /// Revokes `credentials`, or, when `nil`, the credentials stored under `identifier` (a record that cannot be
+    /// loaded, or holds none, means nothing to revoke), and returns the failure to report, or `nil`.
+    ///
+    /// The work runs in a task of its own, awaited for at most the configuration's `revocationTimeout` as timed by
+    /// its clock; a revocation that overruns it is cancelled and left behind, reported as transient. Cancelling
+    /// the caller cancels the revocation (reported as cancelled) rather than delaying the sign-out.
+    static func run(
+        refresher: (any TokenRefresher)?,
+        credentials: Credentials?,
+        identifier: String,
+        store: any TokenStore,
+        configuration: UserSessionController.Configuration
+    ) async -> Failure? {
+        guard isEnabled(configuration, refresher), let refresher else { return nil }
+        let work = Task<Failure?, Never> {
+            let target: Credentials?
+            if let credentials {
+                target = credentials
+            } else {
+                target = try? await store.load(identifier: identifier)?.credentials
+            }
+            guard let target else { return nil }
+            do {
+                try await refresher.revoke(target)
+                return nil
+            } catch {
+                return failure(error, secrets: [target.accessToken, target.refreshToken ?? ""])
+            }
+        }
+        let waiter = Task { _ = await work.value }
+        let (clock, timeout) = (configuration.clock, configuration.revocationTimeout)
+        let inTime = await withTaskCancellationHandler {
+            await awaitTask(waiter, timeout: timeout) { duration in
+                try await clock.sleep(until: clock.nowSeconds() + duration.seconds)
+            }
+        } onCancel: {
+            work.cancel()
+        }
+        if inTime { return await work.value }
+        work.cancel()
+        return Failure(
+            failureClass: .transient,
+            detail: "the revocation got no answer within \(timeout); signed out locally without waiting for it")
+    }
+
+    /// The failure class and a description of `error` that cannot carry a secret: `secrets` (the revoked tokens)
+    /// are redacted from it.
+    static func failure(_ error: any Error, secrets: [String]) -> Failure {
+        if let error = error as? UserSessionError {
+            // Package errors never contain secrets; a refresher's own should not either. Only the message is kept
+            // (not the underlying error), with the tokens redacted in case a refresher put them there.
+            let message = OAuth2TokenResponse.sanitize(error.message, secrets: secrets, limit: 300)
+            return Failure(failureClass: error.failureClass ?? .transient, detail: "revocation failed: \(message)")
+        }
+        if error is CancellationError {
+            return Failure(failureClass: .cancelled, detail: "the revocation was cancelled")
+        }
+        // Other errors may print secrets; only their type is described.
+        return Failure(
+            failureClass: .transient, detail: "the refresher's revoke threw \(String(describing: type(of: error)))")
+    }
+}
