@@ -41,7 +41,7 @@ struct SecretsTests {
         .invalidPrototype, .malformedSignInResponse, .invalidIdentifier, .wrongState, .sessionNotOpen,
         .openRolledBack, .shutdown, .serviceStartFailed, .noStoredSession, .credentialsUnusable, .storeCorrupt,
         .storeFailure, .unsupportedFormatVersion, .remoteStoreRejected, .transportFailure, .insecureEndpoint,
-        .noRefresher, .refreshFailed, .refreshLoop, .malformedTokenResponse,
+        .noRefresher, .refreshFailed, .refreshLoop, .malformedTokenResponse, .revocationFailed,
     ]
 
     /// Every way a value becomes text, by name.
@@ -124,7 +124,8 @@ struct SecretsTests {
             .credentialsUpdated(.init(extended: true, addedPermissions: ["a"], removedPermissions: ["b"])),
             .refreshFailed(.terminal), .refreshFailed(.misconfiguration), .refreshFailed(.transient),
             .refreshFailed(.cancelled), .refreshLoopTripped, .persistenceFailed, .storeCorrupt(identifier: "user-1"),
-            .serviceStartFailed(service: "s"), .serviceStopOverran(service: "s"),
+            .serviceStartFailed(service: "s"), .serviceStopOverran(service: "s"), .revocationFailed(.transient),
+            .revocationFailed(.misconfiguration), .revocationFailed(.cancelled),
         ]
         for (index, kind) in kinds.enumerated() {
             Self.expectNoSecrets(in: UserSessionEvent(kind: kind, session: session, sequence: UInt64(index)), "\(kind)")

@@ -95,7 +95,7 @@ struct TokenLifetimeTests {
 
     @Test(arguments: [
         "serviceStopTimeout", "storeTimeout", "eventBufferSize", "refreshLeadTime", "proactiveRefreshWindow",
-        "initialRetryDelay", "maximumRetryDelay", "maximumRefreshes", "window",
+        "initialRetryDelay", "maximumRetryDelay", "maximumRefreshes", "window", "revocationTimeout",
     ])
     func aConfigurationThatCannotWorkIsATypedError(field: String) async throws {
         var configuration = UserSessionController.Configuration()
@@ -108,6 +108,7 @@ struct TokenLifetimeTests {
         case "initialRetryDelay": configuration.initialRetryDelay = .zero
         case "maximumRetryDelay": configuration.maximumRetryDelay = .milliseconds(500)
         case "maximumRefreshes": configuration.refreshLoopPolicy.maximumRefreshes = 0
+        case "revocationTimeout": configuration.revocationTimeout = .zero
         default: configuration.refreshLoopPolicy.window = .zero
         }
         let error = #expect(throws: UserSessionError.self) { try configuration.validate() }
