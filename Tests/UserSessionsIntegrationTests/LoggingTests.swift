@@ -112,6 +112,35 @@ struct LoggingTests {
         #expect(handler.entries.last?.level == .trace)
     }
 
+    @Test func aFailedRevocationAtSignOutIsAWarningWithItsClassAndNoSecret() async throws {
+        let (logger, handler) = Self.capturingLogger()
+        let store = InMemoryTokenStore()
+        let controller = UserSessionController(
+            store: store, refresher: FailingRevoker(), configuration: Fixtures.configuration(), logger: logger)
+        _ = try await controller.open(Fixtures.prototype("erin"))
+        try await controller.closeAndClear()
+        await controller.shutdown()
+        // A user without a controller: the registry reports it itself.
+        let registry = UserSessionRegistry(
+            store: store, refresher: FailingRevoker(error: LeakyError()), configuration: Fixtures.configuration(),
+            logger: logger)
+        try await store.save(.init(userInfo: .init(id: "frank"), credentials: Fixtures.credentials()), identifier: "frank")
+        try await registry.closeAndClear(identifier: "frank")
+        await registry.shutdown()
+
+        let failures = handler.entries.filter {
+            $0.metadata["user_session.event"].map { "\($0)".hasPrefix("revocationFailed") } == true
+        }
+        #expect(failures.map(\.level) == [.warning, .warning])
+        #expect(failures.map { $0.metadata["user_session.identifier"] } == ["erin", "frank"])
+        #expect(failures.map { $0.metadata["user_session.failure_class"] } == ["misconfiguration", "transient"])
+        #expect(try await store.storedIdentifiers().isEmpty)
+        for entry in handler.entries {
+            let line = "\(entry.level) \(entry.message) \(entry.metadata) \(entry.error.map { "\($0)" } ?? "")"
+            for secret in Fixtures.secrets { #expect(!line.contains(secret), "\(line)") }
+        }
+    }
+
     @Test func anEventStreamIsLoggedUntilItFinishes() async throws {
         let (logger, handler) = Self.capturingLogger()
         let controller = UserSessionController(store: InMemoryTokenStore(), configuration: Fixtures.configuration())

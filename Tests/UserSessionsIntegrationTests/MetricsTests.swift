@@ -47,6 +47,33 @@ struct MetricsTests {
         await controller.shutdown()
     }
 
+    @Test func failedRevocationsAtSignOutAreCountedByFailureClass() async throws {
+        let metrics = TestMetrics()
+        let probe = ObservationProbe()
+        let store = InMemoryTokenStore()
+        var configuration = Fixtures.configuration().metrics(UserSessionMetrics(factory: metrics))
+        configuration.observers.append(probe)
+        let controller = UserSessionController(store: store, refresher: FailingRevoker(), configuration: configuration)
+        _ = try await controller.open(Fixtures.prototype("alice"))
+        try await controller.closeAndClear()
+        await controller.shutdown()
+        let registry = UserSessionRegistry(
+            store: store, refresher: FailingRevoker(error: LeakyError()), configuration: configuration)
+        try await store.save(.init(userInfo: .init(id: "bob"), credentials: Fixtures.credentials()), identifier: "bob")
+        try await registry.closeAndClear(identifier: "bob")
+        await registry.shutdown()
+
+        func failures(_ failureClass: String) -> Int64 {
+            metrics.counterTotal(
+                label: "user_sessions_revocation_failures_total", dimensions: [("failure_class", failureClass)])
+        }
+        #expect(failures("misconfiguration") == 1)
+        #expect(failures("transient") == 1)
+        #expect(failures("cancelled") == 0)
+        // The registry's own event leaves the open-sessions gauge alone: opened once, closed once.
+        #expect(try metrics.expectMeter("user_sessions_open").values == [1, 0])
+    }
+
     @Test func everyCallerOfASharedRefreshIsCountedAsAWaiter() async throws {
         let metrics = TestMetrics()
         let probe = ObservationProbe()

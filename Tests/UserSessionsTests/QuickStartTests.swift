@@ -64,7 +64,8 @@ private func quickStart(
     }
     #expect(profile.hasPrefix("profile(at-"))
 
-    // 5. Close (credentials stay stored, so `restore()` works after a restart), or sign out for good.
+    // 5. Close (credentials stay stored, so `restore()` works after a restart), or sign out for good (with a
+    //    `revocationEndpoint`, this also revokes the refresh token at the server, within `revocationTimeout`).
     await controller.close()
     #expect(FileManager.default.fileExists(atPath: storeDirectory.path))
     #expect(try await controller.restore()?.state == .opened)  // the restart path, here in one process

@@ -66,6 +66,19 @@ final class ScriptedRefresher: TokenRefresher {
     }
 }
 
+/// A refresher that can revoke and whose revocation always fails with `error` (by default a misconfiguration
+/// whose message carries the refresh token, which must be redacted before it reaches an event or a log line).
+struct FailingRevoker: TokenRefresher {
+    var error: any Error = UserSessionError(
+        .revocationFailed, "the server refused \(Fixtures.refreshToken)", failureClass: .misconfiguration)
+
+    var canRevoke: Bool { true }
+
+    func refresh(_ credentials: Credentials) async throws -> Credentials { credentials }
+
+    func revoke(_ credentials: Credentials) async throws { throw error }
+}
+
 /// An in-memory store whose writes fail while `failsWrites` is on.
 final class FlakyStore: TokenStore {
     let base = InMemoryTokenStore()
