@@ -124,7 +124,8 @@ struct LoggingTests {
         let registry = UserSessionRegistry(
             store: store, refresher: FailingRevoker(error: LeakyError()), configuration: Fixtures.configuration(),
             logger: logger)
-        try await store.save(.init(userInfo: .init(id: "frank"), credentials: Fixtures.credentials()), identifier: "frank")
+        try await store.save(
+            .init(userInfo: .init(id: "frank"), credentials: Fixtures.credentials()), identifier: "frank")
         try await registry.closeAndClear(identifier: "frank")
         await registry.shutdown()
 

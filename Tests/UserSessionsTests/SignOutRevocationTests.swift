@@ -27,7 +27,10 @@ struct SignOutRevocationTests {
         let credentials = Credentials(
             accessToken: accessToken, refreshToken: refreshable ? refreshToken : nil,
             expiresAt: Date().addingTimeInterval(3600))
-        return (UserSessionPrototype(userInfo: UserInfo(id: identifier), credentials: credentials), refreshToken, accessToken)
+        return (
+            UserSessionPrototype(userInfo: UserInfo(id: identifier), credentials: credentials), refreshToken,
+            accessToken
+        )
     }
 
     /// Shuts `controller` down and waits until `probe` got every event it emitted.
