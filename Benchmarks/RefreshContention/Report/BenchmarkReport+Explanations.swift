@@ -81,7 +81,8 @@ enum Explanations {
         "a fresh UserSessionRegistry over an in-memory store holding U users' sessions (tokens valid for an hour), "
             + "as after a restart; N tasks released together, request i for user i % U",
         "loads: store loads during the storm, counted by a wrapper around the store; restores: .opened events "
-            + "(a..b when repetitions differ). Exactly U of each is the invariant: anything else exits 1",
+            + "(a..b when repetitions differ). Exactly U of each (one per user asked for: min(N, U)) is the invariant; "
+            + "anything else exits 1",
         "wall ms: from releasing the N requests until the last has its token",
         "ns/request: wall / N; floor ns/request: the floor's wall / N (same store, N, U and start gate)",
         "x floor: ns/request / floor ns/request; overhead ns/request: (wall - floor wall) / N: what restoring "

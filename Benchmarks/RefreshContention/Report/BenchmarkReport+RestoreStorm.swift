@@ -5,10 +5,10 @@ struct RestoreStormRow: Encodable {
     var requests: Int
     /// U: stored users they are spread over (request `i` is for user `i % U`).
     var users: Int
-    /// Store loads during the storm; must be `users` in every repetition.
+    /// Store loads during the storm; must be `min(requests, users)`, one per user asked for, in every repetition.
     var loads: Int
     var loadsMin: Int
-    /// Sessions restored during the storm; must be `users` in every repetition.
+    /// Sessions restored during the storm; must be `min(requests, users)` in every repetition.
     var restores: Int
     var restoresMin: Int
     var wallMs: Double
@@ -68,12 +68,13 @@ extension BenchmarkReport {
                 hotPathNsPerCallMin: rounded(hot.min, 1), hotPathNsPerCallMax: rounded(hot.max, 1),
                 failedRequests: samples.map(\.failedRequests).max() ?? 0)
             restoreStorm.append(row)
-            let users = configuration.users
-            let label = "N=\(configuration.requests) U=\(users)"
+            // Request i is for user i % U: every stored user is asked for when N >= U.
+            let users = min(configuration.users, configuration.requests)
+            let label = "N=\(configuration.requests) U=\(configuration.users)"
             if row.loads != users || row.loadsMin != users || row.restores != users || row.restoresMin != users {
                 invariantViolations.append(
                     "restore storm \(label): \(Self.range(row.loadsMin, row.loads)) store loads and "
-                        + "\(Self.range(row.restoresMin, row.restores)) restores for \(users) users")
+                        + "\(Self.range(row.restoresMin, row.restores)) restores for \(users) users asked for")
             }
             if let extra = samples.map(\.loadsWhileOpen).max(), extra > 0 {
                 failures.append("restore storm \(label): \(extra) store loads while every session was open")

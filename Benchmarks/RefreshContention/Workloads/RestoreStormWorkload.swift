@@ -136,10 +136,12 @@ struct RestoreStormWorkload {
             else { return false }
             return token == tokens[user]
         }
-        let controllers = identifiers.compactMap { registry.existingController(for: $0) }
-        guard controllers.count == users else {
+        // Request i is for user i % U, so only the first min(N, U) users were asked for and restored.
+        let asked = min(users, requests)
+        let controllers = identifiers.prefix(asked).compactMap { registry.existingController(for: $0) }
+        guard controllers.count == asked else {
             await registry.shutdown()
-            throw BenchmarkError("the registry holds \(controllers.count) of \(users) restored controllers")
+            throw BenchmarkError("the registry holds \(controllers.count) of \(asked) restored controllers")
         }
         let (hot, hotFailed) = await measure(requests: requests) { request in
             let user = request % users
