@@ -8,7 +8,8 @@ import UserSessions
 /// valid for an hour), releases N tasks together, and has request `i` call `registry.session(for: "user-(i % U)")`
 /// and then `accessToken()` on the controller it got. The store is an ``InMemoryTokenStore`` behind
 /// ``CountingTokenStore``, which counts loads; an observer counts the restores (`.opened` events). Get-or-restore is
-/// single-flight, so the run must make exactly U loads and U restores: anything else breaks the invariant.
+/// single-flight, so the run must make exactly U loads and U restores (one per user asked for: min(N, U)); anything
+/// else breaks the invariant.
 ///
 /// Beside it, in the same shape (N tasks on one start gate, request `i` for user `i % U`, same store):
 /// - the floor: a bare dictionary lookup per request plus one store load per user (requests `0..<U` load their
