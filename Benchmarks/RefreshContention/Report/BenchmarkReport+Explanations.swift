@@ -91,8 +91,8 @@ enum Explanations {
         "hot ns/call: accessToken() of the already-open controllers alone, same N tasks: the hot path at this "
             + "concurrency; compare it with workload A",
         "failed: requests that threw or got another user's token, in any pass; must be 0",
-        "swings: N = 1,000 is a run of a few milliseconds, where one preemption on the shared 2 cores shows; "
-            + "every request wakes a parked task, which costs more than the work itself",
+        "swings: at N = 1,000 and U = 1 a run takes a few milliseconds, where one preemption on the shared 2 cores "
+            + "shows; every request wakes a parked task, which costs more than the work itself",
     ]
 
     /// `lines` as an indented list under a table.

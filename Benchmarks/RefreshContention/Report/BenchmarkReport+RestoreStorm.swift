@@ -86,7 +86,9 @@ extension BenchmarkReport {
     }
 
     /// `a` or `a..b`.
-    static func range(_ low: Int, _ high: Int) -> String { low == high ? "\(high)" : "\(low)..\(high)" }
+    static func range(_ low: Int, _ high: Int) -> String {
+        low == high ? Format.integer(high) : "\(Format.integer(low))..\(Format.integer(high))"
+    }
 
     /// Workload F's table with its explanations, or `nil` when it did not run.
     func restoreStormSection() -> String? {
