@@ -7,6 +7,7 @@ struct BenchmarkOptions {
         case storm
         case fanout
         case sessions
+        case restoreStorm = "restore"
     }
 
     var quick = false
@@ -15,21 +16,28 @@ struct BenchmarkOptions {
     var workloads = Set(Workload.allCases)
     /// Overrides the contention workload's numbers of waiters.
     var waiters: [Int]?
+    /// Override the restore storm's numbers of requests and of stored users.
+    var requests: [Int]?
+    var users: [Int]?
     /// Where the SVG charts go; `nil` (`--no-charts`) writes none.
     var chartsDirectory: String? = ".build/benchmarks"
 
     static let usage = """
-        usage: RefreshContention [--quick] [--json] [--only hot,contention,storm,fanout,sessions] [--waiters N,N,...]
+        usage: RefreshContention [--quick] [--json] [--only hot,contention,storm,fanout,sessions,restore]
+                                 [--waiters N,N,...] [--requests N,N,...] [--users U,U,...]
                                  [--charts DIR | --no-charts]
 
           --quick     a reduced set that finishes within about a minute on two cores
           --json      print one JSON document on standard output (progress goes to standard error)
-          --only      run only the named workloads
+          --only      run only the named workloads (restore: the restore storm after a restart)
           --waiters   the numbers of callers for the contention workload (default 10,100,1000,10000,100000)
+          --requests  the numbers of first requests for the restore storm (default 1000,10000)
+          --users     the numbers of stored users for the restore storm (default 1,1000)
           --charts    write one SVG chart per workload into DIR (default .build/benchmarks)
           --no-charts write no charts
 
-        Exit status: 0 when every coalescing strategy made one refresh per expiry, 1 when one made more,
+        Exit status: 0 when every invariant holds, 1 when one breaks (a coalescing strategy made more than one
+        refresh per expiry, or the restore storm made other than one store load and one restore per user),
         2 when a run failed or did not finish in time. Timings never change the exit status.
         """
 
@@ -56,19 +64,24 @@ struct BenchmarkOptions {
                     selected.insert(workload)
                 }
                 workloads = selected
-            case "--waiters":
-                guard let list = remaining.popFirst() else { throw BenchmarkError("--waiters needs a list of numbers") }
-                var counts: [Int] = []
-                for item in list.split(separator: ",") {
-                    guard let count = Int(item), count > 0 else {
-                        throw BenchmarkError("bad number of waiters '\(item)'")
-                    }
-                    counts.append(count)
-                }
-                waiters = counts
+            case "--waiters": waiters = try Self.counts(remaining.popFirst(), of: "waiters")
+            case "--requests": requests = try Self.counts(remaining.popFirst(), of: "requests")
+            case "--users": users = try Self.counts(remaining.popFirst(), of: "users")
             default:
                 throw BenchmarkError("unknown argument '\(argument)'")
             }
         }
+    }
+
+    /// A comma-separated list of positive numbers, such as `1000,10000`.
+    private static func counts(_ list: String?, of what: String) throws(BenchmarkError) -> [Int] {
+        guard let list else { throw BenchmarkError("--\(what) needs a list of numbers") }
+        var counts: [Int] = []
+        for item in list.split(separator: ",") {
+            guard let count = Int(item), count > 0 else { throw BenchmarkError("bad number of \(what) '\(item)'") }
+            counts.append(count)
+        }
+        guard !counts.isEmpty else { throw BenchmarkError("--\(what) needs a list of numbers") }
+        return counts
     }
 }

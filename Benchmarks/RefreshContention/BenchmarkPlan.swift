@@ -21,6 +21,9 @@ struct BenchmarkPlan: Sendable {
     var fanoutTransitions = 400
     /// Workload E: idle opened sessions held at once.
     var idleSessions = 10_000
+    /// Workload F: first requests released together after a restart, and the stored users they are spread over.
+    var restoreStormRequests = [1_000, 10_000]
+    var restoreStormUsers = [1, 1_000]
     /// The longest a single run may take before it is reported as hung.
     var runLimit: Duration = .seconds(120)
 

@@ -7,6 +7,8 @@ struct RefreshContentionBenchmark {
     func run() async -> Int32 {
         var plan = options.quick ? BenchmarkPlan.quick : BenchmarkPlan.full
         if let waiters = options.waiters { plan.contentionWaiters = waiters }
+        if let requests = options.requests { plan.restoreStormRequests = requests }
+        if let users = options.users { plan.restoreStormUsers = users }
         var report = BenchmarkReport(mode: plan.name, repetitions: plan.repetitions)
         for (strategy, maximum) in plan.contentionMaximumWaiters.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
             report.notes.append(
@@ -45,6 +47,11 @@ struct RefreshContentionBenchmark {
         if options.workloads.contains(.sessions) {
             let progress = ProgressLine(workload: "sessions", total: IdleSessionsWorkload.weight(plan))
             report.add(await IdleSessionsWorkload(plan: plan).run(progress: progress))
+            progress.finish()
+        }
+        if options.workloads.contains(.restoreStorm) {
+            let progress = ProgressLine(workload: "restore", total: RestoreStormWorkload.weight(plan))
+            report.add(await RestoreStormWorkload(plan: plan).run(progress: progress), plan: plan)
             progress.finish()
         }
         report.evaluateTargets()

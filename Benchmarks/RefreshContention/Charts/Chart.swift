@@ -155,7 +155,7 @@ struct Chart {
 
     /// Floors and the default configuration are dashed, so that they stand apart from the strategies.
     private static func isDashed(_ name: String) -> Bool {
-        name.hasPrefix("AsyncStream") || name.contains("(default)")
+        name.hasPrefix("AsyncStream") || name.contains("(default)") || name.hasPrefix("floor")
     }
 
     private func drawWhisker(x: Double, low: Double, high: Double, color: String, on canvas: inout SVGCanvas) {

@@ -85,6 +85,7 @@ extension BenchmarkReport {
                     xLabel: "what is held per user", yLabel: "resident bytes per user", yScale: .linear,
                     body: .bars(bars), highlighted: Self.idleSessionName))
         }
+        if let chart = restoreStormChart(plan: plan, mode: mode) { charts.append(chart) }
         return charts
     }
 

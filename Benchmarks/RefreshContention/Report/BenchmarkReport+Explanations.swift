@@ -12,6 +12,9 @@ enum Explanations {
                 + "the same buffering and consumers, fed in a loop that yields the thread after each event",
             "\(BenchmarkReport.bareCredentialsName): the floor of workload E: each user's tokens and expiry in a plain "
                 + "struct, in a dictionary keyed by user id",
+            "floor (restore storm): the floor of workload F: per request one lookup in a [String: String] dictionary "
+                + "behind a Mutex, plus one load from the same store per user by that user's first request; no "
+                + "request waits for its user's load, so it is less than any correct get-or-restore",
         ]
 
     static let hotPath = [
@@ -72,6 +75,24 @@ enum Explanations {
         "x floor: RSS B/session / floor B/entry",
         "swings: resident memory grows in 4 KiB pages and reuses pages freed by earlier runs, so single runs "
             + "differ by a few hundred bytes per session",
+    ]
+
+    static let restoreStorm = [
+        "a fresh UserSessionRegistry over an in-memory store holding U users' sessions (tokens valid for an hour), "
+            + "as after a restart; N tasks released together, request i for user i % U",
+        "loads: store loads during the storm, counted by a wrapper around the store; restores: .opened events "
+            + "(a..b when repetitions differ). Exactly U of each (one per user asked for: min(N, U)) is the invariant; "
+            + "anything else exits 1",
+        "wall ms: from releasing the N requests until the last has its token",
+        "ns/request: wall / N; floor ns/request: the floor's wall / N (same store, N, U and start gate)",
+        "x floor: ns/request / floor ns/request; overhead ns/request: (wall - floor wall) / N: what restoring "
+            + "through the registry costs per request beyond one lookup and one load per user",
+        "warm ns/request: the same N requests again once every session is open (session(for:) then accessToken())",
+        "hot ns/call: accessToken() of the already-open controllers alone, same N tasks: the hot path at this "
+            + "concurrency; compare it with workload A",
+        "failed: requests that threw or got another user's token, in any pass; must be 0",
+        "swings: at N = 1,000 and U = 1 a run takes a few milliseconds, where one preemption on the shared 2 cores "
+            + "shows; every request wakes a parked task, which costs more than the work itself",
     ]
 
     /// `lines` as an indented list under a table.

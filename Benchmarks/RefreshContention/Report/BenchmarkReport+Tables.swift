@@ -112,11 +112,16 @@ extension BenchmarkReport {
             sections.append(table.render() + "\n" + Explanations.render(Explanations.idleSessions))
         }
 
+        if let section = restoreStormSection() { sections.append(section) }
+
         if !notes.isEmpty {
             sections.append((["Notes"] + notes.map { "  \($0)" }).joined(separator: "\n"))
         }
 
-        var invariants = ["Invariant: one refresh per expiry for coalescing strategies"]
+        var invariants = [
+            "Invariants: one refresh per expiry for coalescing strategies; one store load and one restore per user "
+                + "in the restore storm"
+        ]
         if invariantViolations.isEmpty {
             invariants.append("  holds")
         } else {

@@ -11,13 +11,15 @@ struct BenchmarkReport: Encodable {
     var storm: [StormRow] = []
     var fanout: [FanoutRow] = []
     var idleSessions: [IdleSessionsRow] = []
+    var restoreStorm: [RestoreStormRow] = []
     /// Each strategy and floor, and the real library or idiom it reproduces.
     var strategies = Explanations.strategies
     /// What this mode left out or how to read a figure.
     var notes: [String] = []
     /// The performance targets of issue 5: informational, they never change the exit status.
     var targets: [TargetCheck] = []
-    /// Coalescing strategies that refreshed more than once per expiry: these make the exit status 1.
+    /// Coalescing strategies that refreshed more than once per expiry, and restore storms that loaded or restored
+    /// a user other than once: these make the exit status 1.
     var invariantViolations: [String] = []
     /// Extra refreshes by strategies that do not coalesce (`NaiveActor`): expected, reported only.
     var expectedViolations: [String] = []
