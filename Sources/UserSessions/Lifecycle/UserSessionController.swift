@@ -37,9 +37,6 @@ public actor UserSessionController {
         var services: [any UserSessionService]
     }
 
-    /// The longest accepted session identifier, in UTF-8 bytes.
-    static let maximumIdentifierLength = 1024
-
     /// Creates a controller with no session (state ``UserSession/State/undefined``).
     ///
     /// - Parameters:
@@ -567,11 +564,6 @@ public actor UserSessionController {
             await ServiceRunner.stopInReverse(started, session: session, timeout: timeout, hub: hub)
         }
         await stopping.value
-    }
-
-    /// Why `identifier` is not acceptable, or `nil`.
-    static func identifierProblem(_ identifier: String) -> String? {
-        IdentifierEncoding.problem(with: identifier, maximumLength: maximumIdentifierLength)
     }
 
     static func storeError(_ error: any Error, _ message: String) -> UserSessionError {
