@@ -55,7 +55,8 @@ enum IdentifierEncoding {
                 decoded.append(byte)
                 index += 1
             } else if byte == escaping.escape, index + 2 < bytes.count,
-                let high = escaping.value(ofDigit: bytes[index + 1]), let low = escaping.value(ofDigit: bytes[index + 2])
+                let high = escaping.value(ofDigit: bytes[index + 1]),
+                let low = escaping.value(ofDigit: bytes[index + 2])
             {
                 let value = high << 4 | low
                 // An escaped byte that would have been kept means the name was not made by `name(for:)`.
