@@ -55,6 +55,8 @@ extension UserSessionController {
         public var dataDirectories: SessionDirectories?
         /// Who watches the controller as it works, for logs and metrics (see ``UserSessionObserver``). Default none.
         public var observers: [any UserSessionObserver] = []
+        /// What the service-stop deadline waits on: real time, or a test's manual clock.
+        var deadlineClock: DeadlineClock = .realTime
 
         /// Creates a configuration.
         public init(

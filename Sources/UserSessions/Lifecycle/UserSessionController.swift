@@ -558,10 +558,10 @@ public actor UserSessionController {
     /// this returns within roughly `started.count × serviceStopTimeout`.
     private func stopServices(_ started: [any UserSessionService], session: UserSession) async {
         guard !started.isEmpty else { return }
-        let timeout = configuration.serviceStopTimeout
+        let (timeout, clock) = (configuration.serviceStopTimeout, configuration.deadlineClock)
         let hub = self.hub
         let stopping = Task {
-            await ServiceRunner.stopInReverse(started, session: session, timeout: timeout, hub: hub)
+            await ServiceRunner.stopInReverse(started, session: session, timeout: timeout, clock: clock, hub: hub)
         }
         await stopping.value
     }
