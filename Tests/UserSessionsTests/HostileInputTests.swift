@@ -103,6 +103,8 @@ struct HostileInputTests {
         await Self.expectCode(.invalidIdentifier) { _ = try directories.sessionDirectory(for: identifier) }
         await Self.expectCode(.invalidIdentifier) { try directories.create(for: identifier) }
         await Self.expectCode(.invalidIdentifier) { try directories.remove(for: identifier) }
+        await Self.expectCode(.invalidIdentifier) { try await directories.createDirectories(for: identifier) }
+        await Self.expectCode(.invalidIdentifier) { try await directories.removeDirectories(for: identifier) }
 
         // Refused before any request is made: nothing listens on this port.
         let remote = try RemoteTokenStore(endpoint: try #require(URL(string: "http://127.0.0.1:9/token_cache")))

@@ -208,7 +208,7 @@ public actor UserSessionController {
             let persisted = try await store.loadCurrentIdentifier()
             guard let target = knownIdentifier ?? persisted else { return }
             try await gate.clear(identifier: target)
-            try configuration.dataDirectories?.remove(for: target)
+            try await configuration.dataDirectories?.removeDirectories(for: target)
             if persisted == target { try await store.saveCurrentIdentifier(nil) }
         } catch {
             throw Self.storeError(error, "could not clear the stored session")
@@ -420,7 +420,7 @@ public actor UserSessionController {
         if configuration.persistsCurrentIdentifier {
             try await store.saveCurrentIdentifier(identifier)
         }
-        try configuration.dataDirectories?.create(for: identifier)
+        try await configuration.dataDirectories?.createDirectories(for: identifier)
     }
 
     /// Runs a store step of an opening session in a task of its own, so that a close arriving meanwhile (through
