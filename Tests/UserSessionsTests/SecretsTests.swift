@@ -115,19 +115,68 @@ struct SecretsTests {
         Self.expectNoSecrets(in: Result<Credentials, LeakyError>.success(Self.credentials), "Result")
     }
 
-    @Test func everyEventKindNeverShowsSecrets() {
+    /// Every event kind, each carrying the detail the package writes for it when its cause holds secrets: a store
+    /// error that prints a token, a token endpoint that echoes the refresh token, a service whose error prints one.
+    @Test func everyEventKindNeverShowsSecretsEvenWhenItsCauseHoldsThem() async throws {
         let session = UserSession(identifier: "user-1", state: .opened, userInfo: Self.userInfo)
-        let kinds: [UserSessionEvent.Kind] = [
-            .current, .opened, .closed(.requested), .closed(.cleared), .closed(.replaced), .closed(.rolledBack),
-            .closed(.shutdown), .invalidated(.serviceStartFailed(service: "s")), .invalidated(.credentialsRevoked),
-            .invalidated(.credentialsExpired), .refreshStarted, .credentialsRefreshed,
-            .credentialsUpdated(.init(extended: true, addedPermissions: ["a"], removedPermissions: ["b"])),
-            .refreshFailed(.terminal), .refreshFailed(.misconfiguration), .refreshFailed(.transient),
-            .refreshFailed(.cancelled), .refreshLoopTripped, .persistenceFailed, .storeCorrupt(identifier: "user-1"),
-            .serviceStartFailed(service: "s"), .serviceStopOverran(service: "s"),
+        let leakyStore = LeakyError(token: Self.accessToken)
+        let persistDetails = [
+            CredentialsGate.describePersistFailure(leakyStore),
+            CredentialsGate.describePersistFailure(
+                UserSessionError(.storeFailure, "save failed", underlying: leakyStore)),
         ]
-        for (index, kind) in kinds.enumerated() {
-            Self.expectNoSecrets(in: UserSessionEvent(kind: kind, session: session, sequence: UInt64(index)), "\(kind)")
+        // What a refresh failure's event says: the message of the error parsed from an echoing endpoint.
+        let echo = #"{"error": "invalid_grant", "error_description": "\#(Self.refreshToken) was reused"}"#
+        var refreshDetail = ""
+        do {
+            _ = try OAuth2TokenResponse.credentials(
+                status: 400, body: Data(echo.utf8), previous: Self.credentials, sentAt: Date(),
+                secrets: [Self.accessToken, Self.refreshToken])
+        } catch let error as UserSessionError {
+            refreshDetail = error.message
+        }
+        #expect(refreshDetail.contains("invalid_grant"))
+
+        var events: [UserSessionEvent] = []
+        func add(_ kind: UserSessionEvent.Kind, _ detail: String? = nil) {
+            events.append(
+                UserSessionEvent(kind: kind, session: session, sequence: UInt64(events.count), detail: detail))
+        }
+        for kind: UserSessionEvent.Kind in [
+            .current, .opened, .closed(.requested), .closed(.cleared), .closed(.replaced), .closed(.rolledBack),
+            .closed(.shutdown), .invalidated(.credentialsRevoked), .invalidated(.credentialsExpired), .refreshStarted,
+            .credentialsRefreshed, .credentialsUpdated(.init(extended: true, addedPermissions: ["a"])),
+            .storeCorrupt(identifier: "user-1"), .serviceStopOverran(service: "s"),
+        ] {
+            add(kind)
+        }
+        for detail in persistDetails { add(.persistenceFailed, detail) }
+        for failureClass: RefreshFailureClass in [.terminal, .misconfiguration, .transient, .cancelled] {
+            add(.refreshFailed(failureClass), refreshDetail)
+        }
+        add(.refreshLoopTripped, refreshDetail)
+
+        // A service whose start fails with an error that prints the access token: the real events of that open.
+        var service = RecordingService("s", log: ServiceLog())
+        service.startFailure = leakyStore
+        let controller = UserSessionController(store: InMemoryTokenStore(), services: [service])
+        let probe = EventProbe(controller)
+        await #expect(throws: UserSessionError.self) { try await controller.open(Self.prototype) }
+        await probe.wait(for: .invalidated(.serviceStartFailed(service: "s")))
+        let started = probe.events.filter { $0.kind != .current }
+        #expect(started.contains { $0.kind == .serviceStartFailed(service: "s") })
+        events += started
+        await controller.shutdown()
+
+        // The check bites: the same events, with the raw cause as their detail, are caught.
+        for event in events where event.detail != nil {
+            var raw = event
+            raw.detail = String(describing: leakyStore) + " " + Self.refreshToken
+            #expect(Self.renderings(of: raw).contains { $0.1.contains(Self.accessToken) })
+        }
+        for event in events {
+            Self.expectNoSecrets(in: event, "\(event.kind)")
+            Self.expectNoSecrets(in: event.kind, "kind \(event.kind)")
         }
     }
 
