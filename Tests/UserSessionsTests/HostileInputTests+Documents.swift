@@ -3,17 +3,6 @@ import Testing
 
 @testable import UserSessions
 
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
-
 /// Hostile JSON documents: sign-in responses, token files, remote responses, duplicate members.
 extension HostileInputTests {
     // MARK: - JSON

@@ -6,13 +6,6 @@ import Testing
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
 
 /// Hostile HTTP answers from the remote store's and the token endpoint's servers.
 extension HostileInputTests {

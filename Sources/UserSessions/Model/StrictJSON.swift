@@ -50,4 +50,13 @@ enum StrictJSON {
             throw .refused(error)
         }
     }
+
+    /// Only the scan, of bytes read from a file; see ``check(_:)-(Data)``.
+    static func check(_ bytes: [UInt8]) throws(Failure) {
+        do {
+            try StrictJSONScan.check(bytes)
+        } catch {
+            throw .refused(error)
+        }
+    }
 }
