@@ -65,9 +65,9 @@ public struct AsyncHTTPClientTransport: HTTPTransport, Sendable {
         let client = client
         do {
             // AsyncHTTPClient's deadline covers the response head only; this one covers the body too.
-            return try await GuardedHTTPClient.withDeadline(request.timeout) {
-                try await Self.exchange(request, on: client)
-            }
+            return try await Deadline.run(
+                within: request.timeout, timedOut: { HTTPTransportError(.timedOut, "the deadline passed") }
+            ) { try await Self.exchange(request, on: client) }
         } catch {
             if Task.isCancelled { throw CancellationError() }
             throw Self.translate(error, limit: request.maximumResponseBytes)

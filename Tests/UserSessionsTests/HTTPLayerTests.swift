@@ -126,13 +126,19 @@ struct HTTPLayerTests {
                     HTTPTransportRequest(
                         method: .get, url: url, timeout: .milliseconds(200), maximumResponseBytes: Self.limit))
             }
-            // A transport that ignores the request's timeout is ended by the layer's own deadline.
+            // A transport that ignores the request's timeout is ended by the layer's own deadline, which runs on a
+            // manual clock here: it passes when the test advances the clock, not after real time.
             let ignoring = RecordingTransport { $0.timeout = .seconds(3600) }
-            let failure = await Self.exchangeFailure {
-                _ = try await Self.client(ignoring).send(.get, url, headers: [], timeout: .milliseconds(200))
+            let time = ManualTime()
+            let layer = GuardedHTTPClient(
+                transport: ignoring, endpointName: "the fixture", deadlineClock: time.deadlineClock)
+            let sending = Task {
+                await Self.exchangeFailure { _ = try await layer.send(.get, url, headers: [], timeout: .seconds(20)) }
             }
-            #expect(failure?.kind == .timedOut)
-            #expect(ignoring.requests.first?.timeout == .milliseconds(200))
+            try await withHangGuard("the layer's deadline") { await time.sleeps.wait(for: 1) }
+            time.advance(by: 20)
+            #expect(await sending.value?.kind == .timedOut)
+            #expect(ignoring.requests.first?.timeout == .seconds(20))
             try await cache.get("/__release")
             // Released, the same endpoint answers within the deadline.
             let response = try await Self.client().send(.get, url, headers: [], timeout: .seconds(30))

@@ -53,18 +53,10 @@ struct RefreshLifecycleIntegrationTests {
         in events: AsyncStream<UserSessionEvent>, within limit: Duration,
         where predicate: @escaping @Sendable (UserSessionEvent) -> Bool
     ) async -> UserSessionEvent? {
-        await withTaskGroup(of: UserSessionEvent?.self) { group in
-            group.addTask {
-                for await event in events where predicate(event) { return event }
-                return nil
-            }
-            group.addTask {
-                try? await Task.sleep(for: limit)
-                return nil
-            }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first
+        // `nil` when the deadline passes first (the stream's iteration is cancelled then).
+        try? await Deadline.run(within: limit, timedOut: { CancellationError() }) {
+            for await event in events where predicate(event) { return event }
+            return nil
         }
     }
 }

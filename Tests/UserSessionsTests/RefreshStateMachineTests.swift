@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 
 @testable import UserSessions
@@ -61,16 +62,42 @@ struct RefreshStateMachineTests {
         }
     }
 
-    @Test func waitersAreKeptSortedAndCancelledByBinarySearch() throws {
+    @Test func waitersAreKeptSortedAndCancelledByBinarySearch() async throws {
+        // Real parked callers, so that finding a waiter (a continuation back) and missing one (`nil`) differ.
+        let parked = ParkedCallers()
+        let ids: [UInt64] = [5, 9, 6, 2]
+        var callers: [UInt64: Task<String, any Error>] = [:]
+        for id in ids { callers[id] = parked.park(id) }
+        try await withHangGuard("the parked callers") { await parked.arrivals.wait(for: ids.count) }
+
         var machine = Self.machine(expiresIn: 30)
         _ = machine.decide(.demand, now: Self.start)
-        // No continuations are needed to exercise the bookkeeping: tombstones are ids without continuations.
-        machine.waiters = [5, 6, 9].map { RefreshStateMachine.Waiter(id: $0, continuation: nil) }
-        let tombstone = machine.cancelWaiter(id: 6)
-        let missing = machine.cancelWaiter(id: 7)
-        #expect(tombstone == nil)
-        #expect(missing == nil)
-        #expect(machine.waiters.map(\.id) == [5, 6, 9])
+        // Ids may arrive out of order: 6 and 2 are inserted in place by the binary search.
+        for id in ids { machine.register(waiterID: id, continuation: .token(try #require(parked.continuation(id)))) }
+        #expect(machine.waiters.map(\.id) == [2, 5, 6, 9])
+
+        let foundSix = machine.cancelWaiter(id: 6)
+        let six = try #require(foundSix, "a waiting caller is found")
+        six.resume(throwing: CancellationError())
+        #expect(machine.cancelWaiter(id: 6) == nil, "a tombstone is not found twice")
+        for missing: UInt64 in [1, 3, 7, 10] {
+            #expect(machine.cancelWaiter(id: missing) == nil, "id \(missing) never waited")
+        }
+        let foundNine = machine.cancelWaiter(id: 9)
+        let nine = try #require(foundNine, "the last waiter is found")
+        nine.resume(returning: Self.refreshed(1, expiresAt: Self.start + 3600), token: "token for 9")
+        #expect(machine.waiters.map(\.id) == [2, 5, 6, 9])
+        #expect(machine.waiters.map { $0.continuation == nil } == [false, false, true, true])
+
+        // Each continuation found belonged to its own caller.
+        #expect(try await callers[9]?.value == "token for 9")
+        await #expect(throws: CancellationError.self) { try await callers[6]?.value }
+        for waiter in machine.takeWaiters() {
+            waiter.continuation?.resume(
+                returning: Self.refreshed(1, expiresAt: Self.start + 3600), token: "token for \(waiter.id)")
+        }
+        #expect(try await callers[2]?.value == "token for 2")
+        #expect(try await callers[5]?.value == "token for 5")
     }
 
     @Test func successCommitsPublishesAndClearsTheFlight() {
@@ -320,5 +347,27 @@ struct RefreshStateMachineTests {
         #expect(flush?.stored.credentials?.refreshToken == "rt-1")
         #expect(again == nil)
         #expect(machine.credentials == nil)
+    }
+}
+
+/// Callers parked on unsafe continuations, one per id, whose continuations a test hands to a state machine.
+private final class ParkedCallers: Sendable {
+    private let continuations = Mutex<[UInt64: UnsafeContinuation<String, any Error>]>([:])
+    /// One arrival per caller that has parked.
+    let arrivals = ArrivalCounter()
+
+    /// Starts a caller that waits for its continuation to be resumed and returns what it was resumed with.
+    func park(_ id: UInt64) -> Task<String, any Error> {
+        Task {
+            try await withUnsafeThrowingContinuation { continuation in
+                continuations.withLock { $0[id] = continuation }
+                arrivals.arrive()
+            }
+        }
+    }
+
+    /// The continuation of caller `id`, once it has parked.
+    func continuation(_ id: UInt64) -> UnsafeContinuation<String, any Error>? {
+        continuations.withLock { $0[id] }
     }
 }

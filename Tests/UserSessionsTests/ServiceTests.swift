@@ -121,13 +121,23 @@ struct ServiceTests {
         let services = makeServices(3, log: log) { index, service in
             if index == 1 { service.stopGate = neverOpened }
         }
+        // The stop deadline runs on a manual clock: the overrun is decided by advancing it, not by real time.
+        let time = ManualTime()
+        var configuration = UserSessionController.Configuration(serviceStopTimeout: .seconds(10))
+        configuration.deadlineClock = time.deadlineClock
         let controller = UserSessionController(
-            store: InMemoryTokenStore(), services: services,
-            configuration: .init(serviceStopTimeout: .milliseconds(50)))
+            store: InMemoryTokenStore(), services: services, configuration: configuration)
         let probe = EventProbe(controller)
         _ = try await controller.open(makePrototype("alice"))
 
-        await controller.close()
+        let closing = Task { await controller.close() }
+        // Service 2 stops at once (its deadline's timer is cancelled with it); service 1's stop hangs and its
+        // deadline is then the one timer sleeping on the clock.
+        try await withHangGuard("the stop deadline of service 1") {
+            while !(log.names("stop:").contains("1") && time.sleeperCount == 1) { await Task.yield() }
+        }
+        time.advance(by: 10)
+        await closing.value
 
         #expect(controller.session.state == .closed)
         #expect(log.names("stop:") == ["2", "1", "0"])

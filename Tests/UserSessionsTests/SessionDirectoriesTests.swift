@@ -37,20 +37,24 @@ struct SessionDirectoriesTests {
         try await controller.closeAndClear()  // idempotent
     }
 
-    @Test func identifiersNeverShareOrEscapeTheRoot() throws {
+    @Test func identifiersNeverShareOrEscapeTheRoot() async throws {
         let root = makeRoot()
         defer { try? FileManager.default.removeItem(at: root) }
         let directories = SessionDirectories(root: root)
         let hostile = ["..", ".", "../../etc/passwd", "a/b", "a\\b", "A", "a", String(repeating: "x", count: 10_000)]
         var seen: Set<String> = []
         for identifier in hostile {
-            try directories.create(for: identifier)
+            try await directories.createDirectories(for: identifier)
             let directory = try directories.sessionDirectory(for: identifier).standardizedFileURL
             #expect(directory.deletingLastPathComponent().path == root.standardizedFileURL.path)
             #expect(seen.insert(directory.lastPathComponent).inserted)
         }
         let entries = try FileManager.default.contentsOfDirectory(atPath: root.path)
         #expect(entries.count == hostile.count)
+        for identifier in hostile { try await directories.removeDirectories(for: identifier) }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: root.path).isEmpty)
+        // Removing what is not there is not an error.
+        try await directories.removeDirectories(for: "a")
         #expect(throws: UserSessionError(.invalidIdentifier, "")) { try directories.create(for: "a\u{0}b") }
         #expect(throws: UserSessionError(.invalidIdentifier, "")) { try directories.create(for: "") }
     }

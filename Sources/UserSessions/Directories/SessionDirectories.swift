@@ -4,11 +4,16 @@ import Foundation
 /// Documents and Caches folders.
 ///
 /// Each identifier gets `ROOT/<encoded identifier>/Documents` and `ROOT/<encoded identifier>/Caches`. The encoded
-/// form (the one ``FileTokenStore`` uses) contains only `[a-z0-9_-]`, so a hostile identifier (`..`, `a/b`, NUL, very long strings) can never name a
-/// directory outside its own, and two identifiers never share one. Directories are created with mode `0700`.
+/// form (the one ``FileTokenStore`` uses) contains only `[a-z0-9_-]`, so a hostile identifier (`..`, `a/b`,
+/// NUL, very long strings) can never name a directory outside its own, and two identifiers never share one.
+/// Directories are created with mode `0700`.
 ///
 /// Give it to ``UserSessionController/Configuration/dataDirectories``: the controller creates a session's
 /// directories when it opens and removes them in ``UserSessionController/closeAndClear()``.
+///
+/// ``createDirectories(for:)`` and ``removeDirectories(for:)`` do their file-system work on a dispatch queue, off the
+/// caller's actor and the cooperative thread pool; the controller uses them. ``create(for:)`` and ``remove(for:)``
+/// are their blocking forms, for synchronous code.
 public struct SessionDirectories: Sendable, Hashable {
     /// The directory that holds one directory per session identifier.
     public var root: URL
@@ -35,7 +40,25 @@ public struct SessionDirectories: Sendable, Hashable {
         try sessionDirectory(for: identifier).appendingPathComponent("Caches", isDirectory: true)
     }
 
-    /// Creates both directories of `identifier`'s session (mode `0700`) if they do not exist.
+    /// Creates both directories of `identifier`'s session (mode `0700`) if they do not exist, on a dispatch queue.
+    ///
+    /// - Throws: ``UserSessionError/Code/invalidIdentifier``, or ``UserSessionError/Code/storeFailure`` when the
+    ///   file system refuses.
+    public func createDirectories(for identifier: String) async throws {
+        try await BlockingIO.run { [self] in try create(for: identifier) }
+    }
+
+    /// Removes `identifier`'s session directory and everything in it, on a dispatch queue. Removing nothing is not
+    /// an error.
+    ///
+    /// - Throws: ``UserSessionError/Code/invalidIdentifier``, or ``UserSessionError/Code/storeFailure`` when the
+    ///   file system refuses.
+    public func removeDirectories(for identifier: String) async throws {
+        try await BlockingIO.run { [self] in try remove(for: identifier) }
+    }
+
+    /// Creates both directories of `identifier`'s session (mode `0700`) if they do not exist, blocking the calling
+    /// thread; from async code use ``createDirectories(for:)``.
     ///
     /// - Throws: ``UserSessionError/Code/invalidIdentifier``, or ``UserSessionError/Code/storeFailure`` when the
     ///   file system refuses.
@@ -55,7 +78,11 @@ public struct SessionDirectories: Sendable, Hashable {
         }
     }
 
-    /// Removes `identifier`'s session directory and everything in it. Removing nothing is not an error.
+    /// Removes `identifier`'s session directory and everything in it, blocking the calling thread; from async code
+    /// use ``removeDirectories(for:)``. Removing nothing is not an error.
+    ///
+    /// - Throws: ``UserSessionError/Code/invalidIdentifier``, or ``UserSessionError/Code/storeFailure`` when the
+    ///   file system refuses.
     public func remove(for identifier: String) throws {
         let directory = try sessionDirectory(for: identifier)
         guard FileManager.default.fileExists(atPath: directory.path) else { return }

@@ -42,10 +42,11 @@ enum ServiceRunner {
         _ started: [any UserSessionService],
         session: UserSession,
         timeout: Duration,
+        clock: DeadlineClock = .realTime,
         hub: EventHub
     ) async {
         for service in started.reversed() {
-            let stoppedInTime = await stop(service, session: session, timeout: timeout)
+            let stoppedInTime = await stop(service, session: session, timeout: timeout, clock: clock)
             if !stoppedInTime {
                 hub.emit(
                     .serviceStopOverran(service: service.name),
@@ -58,9 +59,11 @@ enum ServiceRunner {
     ///
     /// Neither a `TaskGroup` nor awaiting `Task.value` can abandon a child that ignores cancellation, so the stop runs
     /// in an unstructured task and a one-shot continuation is resumed by whichever finishes first.
-    static func stop(_ service: any UserSessionService, session: UserSession, timeout: Duration) async -> Bool {
+    static func stop(
+        _ service: any UserSessionService, session: UserSession, timeout: Duration, clock: DeadlineClock = .realTime
+    ) async -> Bool {
         let stopping = Task { await service.stop(session: session) }
-        guard await awaitTask(stopping, timeout: timeout) else {
+        guard await Deadline.wait(for: stopping, timeout: timeout, clock: clock) else {
             stopping.cancel()
             return false
         }

@@ -47,12 +47,12 @@ enum SignOutRevocation {
                 return failure(error, secrets: [target.accessToken, target.refreshToken ?? ""])
             }
         }
-        let waiter = Task { _ = await work.value }
         let (clock, timeout) = (configuration.clock, configuration.revocationTimeout)
+        let deadlineClock = DeadlineClock { duration in
+            try await clock.sleep(until: clock.nowSeconds() + duration.seconds)
+        }
         let inTime = await withTaskCancellationHandler {
-            await awaitTask(waiter, timeout: timeout) { duration in
-                try await clock.sleep(until: clock.nowSeconds() + duration.seconds)
-            }
+            await Deadline.wait(for: work, timeout: timeout, clock: deadlineClock)
         } onCancel: {
             work.cancel()
         }

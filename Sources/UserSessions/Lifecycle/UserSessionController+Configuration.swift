@@ -66,6 +66,8 @@ extension UserSessionController {
         /// request) before it reports `.revocationFailed(.transient)`, cancels it and removes the credentials
         /// locally anyway. Timed by ``clock``. Default 5 s.
         public var revocationTimeout: Duration
+        /// What the service-stop deadline waits on: real time, or a test's manual clock.
+        var deadlineClock: DeadlineClock = .realTime
 
         /// Creates a configuration.
         public init(

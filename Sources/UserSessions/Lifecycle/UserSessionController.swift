@@ -25,20 +25,17 @@ public actor UserSessionController {
     /// The ordering of lifecycle calls; parked calls are continuations resumed on the actor.
     var lifecycle = LifecycleStateMachine<CheckedContinuation<Void, Never>>()
     /// The opened session, its generation and the services that started for it.
-    private var running: RunningSession?
+    var running: RunningSession?
     /// Cancels what the running open is waiting for (its service start or its restore refresh), if anything.
-    private var cancelOpeningWork: (@Sendable () -> Void)?
+    var cancelOpeningWork: (@Sendable () -> Void)?
     /// Why ``configuration`` cannot work, if it cannot; opens and restores throw it.
     nonisolated let configurationError: UserSessionError?
 
-    private struct RunningSession {
+    struct RunningSession {
         var session: UserSession
         var generation: UInt64
         var services: [any UserSessionService]
     }
-
-    /// The longest accepted session identifier, in UTF-8 bytes.
-    static let maximumIdentifierLength = 1024
 
     /// Creates a controller with no session (state ``UserSession/State/undefined``).
     ///
@@ -217,81 +214,10 @@ public actor UserSessionController {
             guard let target = knownIdentifier ?? persisted else { return }
             await revokeBeforeClearing(target, sessionWasOpen: wasOpen)
             try await gate.clear(identifier: target)
-            try configuration.dataDirectories?.remove(for: target)
+            try await configuration.dataDirectories?.removeDirectories(for: target)
             if persisted == target { try await store.saveCurrentIdentifier(nil) }
         } catch {
             throw Self.storeError(error, "could not clear the stored session")
-        }
-    }
-
-    // MARK: - Restore
-
-    /// Restores the session whose identifier the last open persisted, or returns `nil` when none is persisted.
-    ///
-    /// Works like ``restore(identifier:)`` with the persisted identifier.
-    ///
-    /// - Throws: What ``restore(identifier:)`` throws; a persisted identifier with nothing stored under it throws
-    ///   ``UserSessionError/Code/noStoredSession``; a persisted identifier that no open could have stored (empty,
-    ///   over-long, containing NUL: the store returned damaged data) throws ``UserSessionError/Code/storeCorrupt``.
-    public func restore() async throws -> UserSession? {
-        if let configurationError { throw configurationError }
-        guard let ticket = try await enterTurn(.open) else { return nil }
-        defer { leaveTurn(ticket) }
-        guard running == nil else { throw Self.wrongStateError }
-        let identifier: String?
-        do {
-            identifier = try await store.loadCurrentIdentifier()
-        } catch {
-            throw Self.storeError(error, "could not read the current identifier")
-        }
-        guard let identifier else { return nil }
-        // No open persists such an identifier: the store returned damaged data. Never hand it on to `load`.
-        if Self.identifierProblem(identifier) != nil {
-            throw UserSessionError(.storeCorrupt, "the persisted current identifier is unusable")
-        }
-        return try await restoreInTurn(identifier: identifier)
-    }
-
-    /// Restores the session stored under `identifier` and returns it (never `nil`).
-    ///
-    /// Stored credentials must be usable: valid, or expired but refreshable, in which case they are refreshed
-    /// first through the single-flight gate. Then the identifier is persisted as current, the services start as in
-    /// ``open(_:)`` and `.opened` is emitted. If anything fails before that, nothing is opened.
-    ///
-    /// - Throws: ``UserSessionError`` with code
-    ///   - ``UserSessionError/Code/invalidIdentifier`` for an empty, over-long or NUL-containing identifier;
-    ///   - ``UserSessionError/Code/wrongState`` while a session is opened (close it first, or use ``open(_:)``);
-    ///   - ``UserSessionError/Code/shutdown`` after ``shutdown()``;
-    ///   - ``UserSessionError/Code/noStoredSession`` when nothing is stored under `identifier`;
-    ///   - ``UserSessionError/Code/storeCorrupt`` when the stored data is unreadable (event `.storeCorrupt`; the
-    ///     data is kept), or another store error;
-    ///   - ``UserSessionError/Code/credentialsUnusable`` when the credentials are expired and not refreshable;
-    ///   - the refresh error when refreshing fails (a terminal failure ends the session
-    ///     ``UserSession/State/invalid`` with `.invalidated(.credentialsRevoked)`);
-    ///   - ``UserSessionError/Code/serviceStartFailed`` and ``UserSessionError/Code/openRolledBack`` as ``open(_:)``.
-    public func restore(identifier: String) async throws -> UserSession? {
-        if let problem = Self.identifierProblem(identifier) {
-            throw UserSessionError(.invalidIdentifier, "the identifier \(problem)")
-        }
-        if let configurationError { throw configurationError }
-        guard let ticket = try await enterTurn(.open) else { return nil }
-        defer { leaveTurn(ticket) }
-        guard running == nil else { throw Self.wrongStateError }
-        return try await restoreInTurn(identifier: identifier)
-    }
-
-    /// Whether stored data would let ``restore()`` open a session: a current identifier is persisted and its
-    /// stored credentials are usable (valid, or refreshable), or it has none.
-    ///
-    /// Reads the store only: no side effects, no events; store errors answer `false`. It does not consider whether
-    /// a session is open now.
-    public nonisolated var canRestore: Bool {
-        get async {
-            guard let identifier = try? await store.loadCurrentIdentifier(),
-                let stored = try? await store.load(identifier: identifier)
-            else { return false }
-            guard let credentials = stored.credentials else { return true }
-            return !credentials.isExpired(at: configuration.clock.now()) || credentials.isRefreshable
         }
     }
 
@@ -331,7 +257,7 @@ public actor UserSessionController {
 
     /// Takes a ticket and waits for the turn. Runs synchronously up to the wait, so the ticket order is the call
     /// order. Returns `nil` when the call needs no turn.
-    private func enterTurn(_ call: LifecycleStateMachine<CheckedContinuation<Void, Never>>.Call)
+    func enterTurn(_ call: LifecycleStateMachine<CheckedContinuation<Void, Never>>.Call)
         async throws(UserSessionError) -> LifecycleStateMachine<CheckedContinuation<Void, Never>>.Ticket?
     {
         let entry = lifecycle.enter(call)
@@ -356,201 +282,12 @@ public actor UserSessionController {
         }
     }
 
-    private func leaveTurn(_ ticket: LifecycleStateMachine<CheckedContinuation<Void, Never>>.Ticket) {
+    func leaveTurn(_ ticket: LifecycleStateMachine<CheckedContinuation<Void, Never>>.Ticket) {
         lifecycle.leave(ticket)?.resume()
     }
 
-    /// The part of restore that runs in the caller's turn, once no session is opened.
-    private func restoreInTurn(identifier: String) async throws -> UserSession {
-        let stored: StoredSession?
-        do {
-            stored = try await store.load(identifier: identifier)
-        } catch {
-            let failure = Self.storeError(error, "could not read the stored session")
-            if failure.code == .storeCorrupt { hub.emit(.storeCorrupt(identifier: identifier)) }
-            throw failure
-        }
-        guard let stored else {
-            throw UserSessionError(.noStoredSession, "nothing is stored under the identifier")
-        }
-        let now = configuration.clock.now()
-        var needsRefresh = false
-        if let credentials = stored.credentials, credentials.isExpired(at: now) {
-            guard credentials.isRefreshable else {
-                throw UserSessionError(.credentialsUnusable, "the stored credentials expired and cannot be refreshed")
-            }
-            needsRefresh = true
-        }
-
-        let services = self.services
-        lifecycle.beginOpening()
-        generation += 1
-        let generation = generation
-        let session = UserSession(identifier: identifier, state: .opened, userInfo: stored.userInfo, openedAt: now)
-        lifecycle.openingActivated(generation: generation)
-        gate.activate(
-            identifier: identifier, userInfo: stored.userInfo, credentials: stored.credentials, generation: generation,
-            restoring: true)
-
-        if needsRefresh {
-            // In a task of its own so that a close arriving now (or the caller's cancellation) stops the wait at
-            // once; the shared refresh itself keeps running and commits its result.
-            let gate = self.gate
-            let refreshing = Task { try await gate.ensureUsable() }
-            cancelOpeningWork = { refreshing.cancel() }
-            let result = await withTaskCancellationHandler {
-                await refreshing.result
-            } onCancel: {
-                refreshing.cancel()
-            }
-            cancelOpeningWork = nil
-            // A refresh that outlives a failed or cancelled restore still writes its rotated credentials to this
-            // user's record (the gate keeps it as an orphan), so the next restore sends the new refresh token.
-            if case .failure(let error) = result { throw await unwindOpening(session, failure: error) }
-        }
-        let (store, configuration) = (self.store, self.configuration)
-        do {
-            try await runOpeningStep {
-                try await Self.persistCurrentIdentifierAndCreateDirectories(
-                    identifier, store: store, configuration: configuration)
-            }
-        } catch {
-            throw await unwindOpening(
-                session, failure: Self.storeError(error, "could not persist the current identifier"))
-        }
-        return try await startServicesAndCommit(session, services: services, generation: generation)
-    }
-
-    /// The last steps of persisting an opening session: its identifier for ``restore()`` (unless
-    /// ``Configuration/persistsCurrentIdentifier`` is off) and its data directories (if configured).
-    private static func persistCurrentIdentifierAndCreateDirectories(
-        _ identifier: String, store: any TokenStore, configuration: Configuration
-    ) async throws {
-        if configuration.persistsCurrentIdentifier {
-            try await store.saveCurrentIdentifier(identifier)
-        }
-        try configuration.dataDirectories?.create(for: identifier)
-    }
-
-    /// Runs a store step of an opening session in a task of its own, so that a close arriving meanwhile (through
-    /// `cancelOpeningWork`) or the caller's cancellation cancels it: a store that never answers but honours
-    /// cancellation cannot keep the open, and the close queued behind it, waiting forever. A store that ignores
-    /// cancellation is still awaited, so that its write never lands after a later `closeAndClear()` removed it.
-    private func runOpeningStep(_ step: @escaping @Sendable () async throws -> Void) async throws {
-        let task = Task { try await step() }
-        cancelOpeningWork = { task.cancel() }
-        defer { cancelOpeningWork = nil }
-        try await withTaskCancellationHandler {
-            try await task.value
-        } onCancel: {
-            task.cancel()
-        }
-    }
-
-    /// Starts `services` for `session` and commits the open, or unwinds it. Runs in the open's turn, after
-    /// ``LifecycleStateMachine/beginOpening()`` and the gate's activation.
-    private func startServicesAndCommit(
-        _ session: UserSession,
-        services: [any UserSessionService],
-        generation: UInt64
-    ) async throws -> UserSession {
-        let outcome: ServiceStartOutcome
-        if lifecycle.openingVerdict != .proceed || services.isEmpty {
-            outcome = .started([])
-        } else {
-            // An unstructured task, so that a close arriving through the turnstile can cancel it; the caller's
-            // cancellation is forwarded to it as well.
-            let starting = Task { await ServiceRunner.start(services, session: session) }
-            cancelOpeningWork = { starting.cancel() }
-            outcome = await withTaskCancellationHandler {
-                await starting.value
-            } onCancel: {
-                starting.cancel()
-            }
-            cancelOpeningWork = nil
-        }
-
-        let started: [any UserSessionService]
-        switch outcome {
-        case .started(let all): started = all
-        case .failed(_, _, let partial): started = partial
-        }
-
-        switch lifecycle.openingVerdict {
-        case .rollBack:
-            await gate.deactivate()
-            await stopServices(started, session: session)
-            throw rolledBack(session)
-
-        case .invalidate(let reason):
-            await stopServices(started, session: session)
-            await gate.deactivate()
-            lifecycle.endActivity()
-            var invalid = session
-            invalid.state = .invalid
-            hub.emit(.invalidated(reason), session: invalid)
-            throw UserSessionError(
-                .refreshFailed, "the credentials were revoked while the session was opening", failureClass: .terminal)
-
-        case .proceed:
-            if case .failed(let service, let error, _) = outcome {
-                await stopServices(started, session: session)
-                await gate.deactivate()
-                lifecycle.endActivity()
-                let name = service.name
-                var invalid = session
-                invalid.state = .invalid
-                let cause = "cause: \(String(describing: type(of: error)))"
-                hub.emit(.serviceStartFailed(service: name), session: invalid, detail: cause)
-                hub.emit(.invalidated(.serviceStartFailed(service: name)), session: invalid)
-                let verb = error is CancellationError ? "was cancelled while starting" : "failed to start"
-                throw UserSessionError(
-                    .serviceStartFailed, "service \"\(name)\" \(verb)", serviceName: name, underlying: error)
-            }
-            running = RunningSession(session: session, generation: generation, services: started)
-            lifecycle.opened(generation: generation)
-            hub.emit(.opened, session: session)
-            return session
-        }
-    }
-
-    /// Unwinds an open or restore whose step before the services failed with `failure`: deactivates the gate and
-    /// returns the error to throw, as decided by what arrived meanwhile. A close rolls it back; a terminal refresh
-    /// failure of its credentials (reported by the gate, which cancelled the step) ends it
-    /// ``UserSession/State/invalid`` and the refresh failure is thrown, not the cancelled step's error.
-    private func unwindOpening(_ session: UserSession, failure: any Error) async -> any Error {
-        let terminal = gate.state.withLock { $0.terminalError }
-        await gate.deactivate()
-        switch lifecycle.openingVerdict {
-        case .rollBack:
-            return rolledBack(session)
-        case .invalidate(let reason):
-            lifecycle.endActivity()
-            var invalid = session
-            invalid.state = .invalid
-            hub.emit(.invalidated(reason), session: invalid)
-            return terminal
-                ?? UserSessionError(
-                    .refreshFailed, "the credentials were revoked while the session was opening",
-                    failureClass: .terminal)
-        case .proceed:
-            lifecycle.endActivity()
-            return failure
-        }
-    }
-
-    /// Ends a rolled-back open (gate deactivated and services stopped already) and returns the error to throw.
-    private func rolledBack(_ session: UserSession) -> UserSessionError {
-        lifecycle.endActivity()
-        var closed = session
-        closed.state = .closed
-        hub.emit(.closed(.rolledBack), session: closed)
-        return UserSessionError(
-            .openRolledBack, "a close arrived while the session was opening; the open was rolled back")
-    }
-
     /// Ends the opened session, if any: credentials first, then services in reverse order, then the event.
-    private func endRunningSession(state: UserSession.State, event: UserSessionEvent.Kind) async {
+    func endRunningSession(state: UserSession.State, event: UserSessionEvent.Kind) async {
         guard let running else { return }
         lifecycle.beginEnding()
         await gate.deactivate()
@@ -565,19 +302,14 @@ public actor UserSessionController {
     /// Stops `started` (in start order) in reverse order, shielded from the caller's cancellation: the stops run in
     /// an unstructured task, which cancelling the awaiting task does not cancel. Each stop has its deadline, so
     /// this returns within roughly `started.count × serviceStopTimeout`.
-    private func stopServices(_ started: [any UserSessionService], session: UserSession) async {
+    func stopServices(_ started: [any UserSessionService], session: UserSession) async {
         guard !started.isEmpty else { return }
-        let timeout = configuration.serviceStopTimeout
+        let (timeout, clock) = (configuration.serviceStopTimeout, configuration.deadlineClock)
         let hub = self.hub
         let stopping = Task {
-            await ServiceRunner.stopInReverse(started, session: session, timeout: timeout, hub: hub)
+            await ServiceRunner.stopInReverse(started, session: session, timeout: timeout, clock: clock, hub: hub)
         }
         await stopping.value
-    }
-
-    /// Why `identifier` is not acceptable, or `nil`.
-    static func identifierProblem(_ identifier: String) -> String? {
-        IdentifierEncoding.problem(with: identifier, maximumLength: maximumIdentifierLength)
     }
 
     static func storeError(_ error: any Error, _ message: String) -> UserSessionError {

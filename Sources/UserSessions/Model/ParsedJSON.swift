@@ -4,8 +4,8 @@ import Foundation
 ///
 /// Built on `JSONDecoder`, which rejects documents nested more than a few hundred levels deep with an error (no stack
 /// overflow), rejects numbers that do not fit a `Double`, and keeps booleans apart from numbers (`true` is never `1`).
-/// `JSONDecoder` silently keeps one of duplicate members: callers run ``StrictJSONScan`` first, which refuses them
-/// (and nesting deeper than 128 levels).
+/// `JSONDecoder` silently keeps one of duplicate members: parse untrusted documents with ``StrictJSON/parse(_:)``,
+/// which runs ``StrictJSONScan`` first to refuse them (and nesting deeper than 128 levels).
 enum ParsedJSON: Sendable, Hashable {
     case null
     case bool(Bool)

@@ -24,15 +24,12 @@ struct SignInResponseParser {
     ]
 
     func parse(_ data: Data) throws -> UserSessionPrototype {
-        do {
-            try StrictJSONScan.check(data)
-        } catch {
-            throw Self.refused(error)
-        }
         let document: ParsedJSON
         do {
-            document = try ParsedJSON(parsing: data)
-        } catch {
+            document = try StrictJSON.parse(data)
+        } catch .refused(let failure) {
+            throw Self.refused(failure)
+        } catch .unreadable(let error) {
             throw UserSessionError(
                 .malformedSignInResponse,
                 "the sign-in response is not valid JSON, or is nested too deeply",

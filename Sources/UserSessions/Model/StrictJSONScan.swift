@@ -9,7 +9,8 @@ import Darwin
 #endif
 
 /// A byte-level pass over untrusted JSON, run before Foundation decodes it, that rejects what Foundation would accept
-/// silently. Every parser of untrusted JSON in the package calls it first and maps a ``Failure`` to its own error.
+/// silently. Every parser of untrusted JSON in the package reaches it through ``StrictJSON``, the one entry point
+/// that scans and then decodes.
 ///
 /// - Duplicate members: two members of one object whose names are equal once their escapes are decoded, compared
 ///   with `String` equality — the equality the decoders' dictionaries use, so `"id"` and `"\u0069d"`, and

@@ -59,10 +59,12 @@ enum OAuth2TokenResponse {
     /// Why the strict scan refuses `body`, or `nil` when it accepts it.
     private static func refusal(of body: Data) -> StrictJSONScan.Failure? {
         do {
-            try StrictJSONScan.check(body)
+            try StrictJSON.check(body)
             return nil
+        } catch .refused(let failure) {
+            return failure
         } catch {
-            return error
+            return nil
         }
     }
 
@@ -74,10 +76,10 @@ enum OAuth2TokenResponse {
         }
     }
 
-    /// The RFC 6749 §5.2 error, if the body is one (call it only for bodies ``StrictJSONScan`` accepted). The description is shortened, stripped of control characters,
+    /// The RFC 6749 §5.2 error, if the body is one (bodies the strict scan refuses have none). The description is shortened, stripped of control characters,
     /// and never repeats one of `secrets` (a server may echo what it was sent).
     static func parseError(_ body: Data, secrets: [String]) -> OAuthError? {
-        guard let object = try? JSONSerialization.jsonObject(with: body) as? [String: Any],
+        guard let object = try? StrictJSON.foundationObject(body),
             let code = object["error"] as? String, !code.isEmpty
         else { return nil }
         return OAuthError(
@@ -115,10 +117,15 @@ enum OAuth2TokenResponse {
     static func parseSuccess(
         _ body: Data, previous: Credentials?, sentAt: Date, source: Credentials.Source
     ) throws -> Credentials {
-        if let refusal = refusal(of: body) { throw malformed("is \(refusal)") }
-        guard let parsed = try? JSONSerialization.jsonObject(with: body),
-            let object = parsed as? [String: Any]
-        else { throw malformed("is not a JSON object") }
+        let parsed: [String: Any]?
+        do {
+            parsed = try StrictJSON.foundationObject(body)
+        } catch .refused(let refusal) {
+            throw malformed("is \(refusal)")
+        } catch {
+            throw malformed("is not a JSON object")
+        }
+        guard let object = parsed else { throw malformed("is not a JSON object") }
         guard let accessToken = object["access_token"] as? String, !accessToken.isEmpty else {
             throw malformed("has no access_token string")
         }

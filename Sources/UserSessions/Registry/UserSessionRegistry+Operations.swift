@@ -143,7 +143,7 @@ extension UserSessionRegistry {
             } else {
                 await revokeStoredCredentials(of: identifier)
                 try await store.remove(identifier: identifier)
-                try configuration.dataDirectories?.remove(for: identifier)
+                try await configuration.dataDirectories?.removeDirectories(for: identifier)
             }
             // Checked and reset in one critical section, so a `switchUser` in between is never undone.
             let wasCurrent = state.withLock { state -> Bool in

@@ -35,15 +35,12 @@ enum RemoteTokenCacheProtocol {
     ///   `"true"` or `"false"` (an HTML error page, for example), or has duplicate members or nesting deeper than
     ///   128 levels (``StrictJSONScan``).
     static func parseResponse(_ data: Data) throws -> Response {
-        do {
-            try StrictJSONScan.check(data)
-        } catch {
-            throw UserSessionError(.transportFailure, "the token cache answered with a body that is \(error)")
-        }
         let document: ParsedJSON
         do {
-            document = try ParsedJSON(parsing: data)
-        } catch {
+            document = try StrictJSON.parse(data)
+        } catch .refused(let failure) {
+            throw UserSessionError(.transportFailure, "the token cache answered with a body that is \(failure)")
+        } catch .unreadable(let error) {
             throw UserSessionError(
                 .transportFailure,
                 "the token cache answered with a body that is not JSON",
@@ -181,15 +178,12 @@ enum RemoteTokenCacheProtocol {
             return date
         }
         do {
-            try StrictJSONScan.check(tokenInfo)
-        } catch {
-            throw UserSessionError(.storeCorrupt, "the token cache holds token information that is \(error)")
-        }
-        do {
-            return try decoder.decode(type, from: Data(tokenInfo.utf8))
-        } catch let error as UserSessionError {
+            return try StrictJSON.decode(type, from: Data(tokenInfo.utf8), using: decoder)
+        } catch .refused(let failure) {
+            throw UserSessionError(.storeCorrupt, "the token cache holds token information that is \(failure)")
+        } catch .unreadable(let error as UserSessionError) {
             throw error
-        } catch {
+        } catch .unreadable(let error) {
             throw UserSessionError(
                 .storeCorrupt,
                 "the token cache holds token information that cannot be read",

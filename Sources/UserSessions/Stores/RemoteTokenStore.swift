@@ -57,8 +57,11 @@ public final class RemoteTokenStore: TokenStore {
 
     /// Creates a store talking to `endpoint`. No request is made here.
     ///
-    /// - Parameter transport: The transport requests go through; `nil` (the default) creates a
-    ///   ``URLSessionHTTPTransport`` for this store.
+    /// - Parameters:
+    ///   - endpoint: The token-cache endpoint: `https`, or `http` to a loopback host.
+    ///   - configuration: The settings.
+    ///   - transport: The transport requests go through; `nil` (the default) creates a
+    ///     ``URLSessionHTTPTransport`` for this store.
     /// - Throws: ``UserSessionError/Code/insecureEndpoint`` when `endpoint` is not `https`, unless it is `http` to a
     ///   loopback host (`localhost`, `127.0.0.0/8`, `::1`); ``UserSessionError/Code/invalidIdentifier`` when
     ///   ``Configuration/currentIdentifierKey`` is not usable.

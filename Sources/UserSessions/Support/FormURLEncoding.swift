@@ -13,21 +13,10 @@ enum FormURLEncoding {
 
     /// Percent-encodes everything but unreserved characters.
     static func percentEncode(_ string: String) -> String {
-        var encoded: [UInt8] = []
-        encoded.reserveCapacity(string.utf8.count)
-        for byte in string.utf8 {
-            if isUnreserved(byte) {
-                encoded.append(byte)
-            } else {
-                encoded.append(UInt8(ascii: "%"))
-                encoded.append(hexDigit(byte >> 4))
-                encoded.append(hexDigit(byte & 0x0F))
-            }
-        }
-        return String(decoding: encoded, as: UTF8.self)
+        percentEncoding.encode(string)
     }
 
-    private static func isUnreserved(_ byte: UInt8) -> Bool {
+    private static let percentEncoding = HexEscaping(escape: UInt8(ascii: "%"), uppercase: true) { byte in
         switch byte {
         case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
             UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
@@ -36,9 +25,5 @@ enum FormURLEncoding {
         default:
             false
         }
-    }
-
-    private static func hexDigit(_ nibble: UInt8) -> UInt8 {
-        nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "A") + nibble - 10
     }
 }

@@ -277,31 +277,19 @@ struct HangGuardTripped: Error, CustomStringConvertible {
 ///
 /// Not a timing assertion: the bound is generous (10 s for work that takes microseconds) and exists so that a hang
 /// fails the test instead of hanging the suite. `body` runs in an unstructured task, because a task group would
-/// wait for a child that ignores cancellation; a hung body is abandoned (cancelled, and left behind).
+/// wait for a child that ignores cancellation; a hung body is abandoned (cancelled, and left behind). The wait is
+/// the package's own `Deadline.wait(for:timeout:clock:)`, in real time.
 func withHangGuard<T: Sendable>(
     _ what: String, seconds: Int = 10, sourceLocation: SourceLocation = #_sourceLocation,
     _ body: @escaping @Sendable () async throws -> T
 ) async throws -> T {
     let work = Task { try await body() }
-    let outcome: Result<T, any Error> = await withCheckedContinuation { continuation in
-        let once = Mutex<CheckedContinuation<Result<T, any Error>, Never>?>(continuation)
-        let finish: @Sendable (Result<T, any Error>) -> Void = { result in
-            once.withLock { $0.take() }?.resume(returning: result)
-        }
-        let timer = Task {
-            // A deadline, not an ordering device: it only fires if `body` hangs.
-            try? await Task.sleep(for: .seconds(seconds))
-            if !Task.isCancelled { finish(.failure(HangGuardTripped(what: what))) }
-        }
-        Task {
-            let result = await work.result
-            timer.cancel()
-            finish(result)
-        }
-    }
-    if case .failure(let error as HangGuardTripped) = outcome {
+    // A deadline, not an ordering device: it only passes if `body` hangs.
+    guard await Deadline.wait(for: work, timeout: .seconds(seconds)) else {
         work.cancel()
-        Issue.record("\(error)", sourceLocation: sourceLocation)
+        let tripped = HangGuardTripped(what: what)
+        Issue.record("\(tripped)", sourceLocation: sourceLocation)
+        throw tripped
     }
-    return try outcome.get()
+    return try await work.value
 }

@@ -71,6 +71,12 @@ final class ManualTime: Sendable {
         }
     }
 
+    /// A ``DeadlineClock`` on this time: a deadline of `d` passes once ``advance(by:)`` has moved the clock `d`
+    /// past the moment the deadline started waiting.
+    var deadlineClock: DeadlineClock {
+        DeadlineClock { [self] duration in try await self.sleep(until: self.now.addingTimeInterval(duration.seconds)) }
+    }
+
     /// A ``SessionClock`` reading this time, whose timers sleep on it.
     var clock: SessionClock {
         .custom(now: { [self] in self.now }, sleepUntil: { [self] deadline in try await self.sleep(until: deadline) })

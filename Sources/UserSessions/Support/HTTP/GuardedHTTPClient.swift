@@ -22,11 +22,14 @@ package struct GuardedHTTPClient: Sendable {
     let transport: any HTTPTransport
     /// What the endpoint is called in messages, such as "the token endpoint".
     let endpointName: String
+    /// What the layer's own deadline waits on: real time, or a test's manual clock.
+    let deadlineClock: DeadlineClock
 
     /// A client over `transport`, or over a new ``URLSessionHTTPTransport`` when it is `nil`.
-    init(transport: (any HTTPTransport)?, endpointName: String) {
+    init(transport: (any HTTPTransport)?, endpointName: String, deadlineClock: DeadlineClock = .realTime) {
         self.transport = transport ?? URLSessionHTTPTransport()
         self.endpointName = endpointName
+        self.deadlineClock = deadlineClock
     }
 
     /// Sends one request and returns a response whose status is not 3xx and whose body is within the limit.
@@ -45,7 +48,10 @@ package struct GuardedHTTPClient: Sendable {
         let transport = transport
         let response: HTTPTransportResponse
         do {
-            response = try await Self.withDeadline(timeout) { try await transport.send(request) }
+            response = try await Deadline.run(
+                within: timeout, clock: deadlineClock,
+                timedOut: { HTTPTransportError(.timedOut, "the deadline passed") }
+            ) { try await transport.send(request) }
         } catch {
             throw failure(error)
         }
@@ -76,27 +82,6 @@ package struct GuardedHTTPClient: Sendable {
         }
         let what = (error as? URLError).map { "URLError \($0.code.rawValue)" } ?? String(describing: type(of: error))
         return HTTPExchangeFailure(.failed, "the request to \(endpointName) failed (\(what))", underlying: error)
-    }
-
-    /// Runs `operation`, cancelling it once `timeout` has passed. Shared with the package's other transports.
-    ///
-    /// - Throws: what `operation` throws, or ``HTTPTransportError/Code/timedOut`` when the deadline came first (after
-    ///   `operation` has returned from its cancellation).
-    package static func withDeadline<Value: Sendable>(
-        _ timeout: Duration, _ operation: @escaping @Sendable () async throws -> Value
-    ) async throws -> Value {
-        try await withThrowingTaskGroup(of: Value?.self) { group in
-            group.addTask { try await operation() }
-            group.addTask {
-                try await Task.sleep(for: timeout)
-                return nil
-            }
-            defer { group.cancelAll() }
-            guard case .some(.some(let value)) = try await group.next() else {
-                throw HTTPTransportError(.timedOut, "the deadline passed")
-            }
-            return value
-        }
     }
 }
 

@@ -70,10 +70,7 @@ extension URLSessionHTTPTransport {
                     try await withCheckedThrowingContinuation { continuation in
                         delegate.register(task, continuation, limit: max(0, request.maximumResponseBytes))
                         // The deadline covers the whole exchange; URLSession's own timeout is only an idle timeout.
-                        let timer = Task {
-                            guard (try? await Task.sleep(for: request.timeout)) != nil else { return }
-                            delegate.end(task, because: .timedOut)
-                        }
+                        let timer = Deadline.timer(after: request.timeout) { delegate.end(task, because: .timedOut) }
                         delegate.attach(timer, to: task)
                         task.resume()
                     }

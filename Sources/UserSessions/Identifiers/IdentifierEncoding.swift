@@ -9,8 +9,8 @@
 /// told apart by their prefix (`u-` for encoded, `h-` for hashed). Whoever stores data under a hashed name must also
 /// store the full identifier, to detect the (astronomically unlikely, but not impossible) collision.
 enum IdentifierEncoding {
-    /// Identifiers longer than this many UTF-8 bytes are rejected: 64 KiB.
-    static let maximumIdentifierLength = 64 * 1024
+    /// Identifiers longer than this many UTF-8 bytes are rejected: ``IdentifierRules/maximumStoredLength``.
+    static let maximumIdentifierLength = IdentifierRules.maximumStoredLength
     /// Encoded forms longer than this are replaced by a hash, keeping names well under the usual 255-byte limit.
     static let maximumEncodedLength = 200
 
@@ -22,24 +22,12 @@ enum IdentifierEncoding {
         var isHashed: Bool
     }
 
-    /// Why `identifier` is not usable, or `nil`: it is empty, longer than `maximumLength` UTF-8 bytes, or contains
-    /// NUL. The one check behind ``validate(_:)`` and the controller's stricter limit for sessions it opens.
-    static func problem(with identifier: String, maximumLength: Int = maximumIdentifierLength) -> String? {
-        let utf8 = identifier.utf8
-        if utf8.isEmpty { return "is empty" }
-        if utf8.count > maximumLength { return "is \(utf8.count) bytes long; the limit is \(maximumLength)" }
-        if utf8.contains(0) { return "contains NUL" }
-        return nil
-    }
-
-    /// Checks that `identifier` is usable as a key.
+    /// Checks that `identifier` is usable as a key (``IdentifierRules/validateForStore(_:)``).
     ///
     /// - Throws: ``UserSessionError/Code/invalidIdentifier`` when it is empty, contains NUL, or is longer than
     ///   ``maximumIdentifierLength`` UTF-8 bytes.
     static func validate(_ identifier: String) throws {
-        if let problem = problem(with: identifier) {
-            throw UserSessionError(.invalidIdentifier, "the session identifier \(problem)")
-        }
+        try IdentifierRules.validateForStore(identifier)
     }
 
     /// Validates `identifier` and returns its safe name.
@@ -47,17 +35,8 @@ enum IdentifierEncoding {
         try validate(identifier)
         var encoded: [UInt8] = Array("u-".utf8)
         encoded.reserveCapacity(min(identifier.utf8.count * 3, maximumEncodedLength) + 2)
-        for byte in identifier.utf8 {
-            if isKept(byte) {
-                encoded.append(byte)
-            } else {
-                encoded.append(UInt8(ascii: "_"))
-                encoded.append(hexDigit(byte >> 4))
-                encoded.append(hexDigit(byte & 0x0F))
-            }
-            if encoded.count - 2 > maximumEncodedLength {
-                return Name(value: "h-" + StableHash128(identifier).hexDigits, isHashed: true)
-            }
+        guard escaping.append(identifier.utf8, to: &encoded, limit: maximumEncodedLength + 2) else {
+            return Name(value: "h-" + StableHash128(identifier).hexDigits, isHashed: true)
         }
         return Name(value: String(decoding: encoded, as: UTF8.self), isHashed: false)
     }
@@ -75,8 +54,9 @@ enum IdentifierEncoding {
             if isKept(byte) {
                 decoded.append(byte)
                 index += 1
-            } else if byte == UInt8(ascii: "_"), index + 2 < bytes.count, let high = hexValue(bytes[index + 1]),
-                let low = hexValue(bytes[index + 2])
+            } else if byte == escaping.escape, index + 2 < bytes.count,
+                let high = escaping.value(ofDigit: bytes[index + 1]),
+                let low = escaping.value(ofDigit: bytes[index + 2])
             {
                 let value = high << 4 | low
                 // An escaped byte that would have been kept means the name was not made by `name(for:)`.
@@ -98,47 +78,5 @@ enum IdentifierEncoding {
             || byte == UInt8(ascii: "-")
     }
 
-    private static func hexDigit(_ nibble: UInt8) -> UInt8 {
-        nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") + nibble - 10
-    }
-
-    private static func hexValue(_ digit: UInt8) -> UInt8? {
-        switch digit {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): digit - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): digit - UInt8(ascii: "a") + 10
-        default: nil
-        }
-    }
-}
-
-/// FNV-1a with 128-bit state: stable across processes, platforms and releases (unlike `Hasher`), and small.
-///
-/// Not cryptographic. It only shortens long identifiers into file names; the full identifier is stored alongside,
-/// so a collision is detected rather than trusted.
-struct StableHash128: Sendable, Hashable {
-    private(set) var high: UInt64 = 0x6c62_272e_07bb_0142
-    private(set) var low: UInt64 = 0x62b8_2175_6295_c58d
-
-    /// Hashes the UTF-8 bytes of `string`.
-    init(_ string: String) {
-        for byte in string.utf8 { combine(byte) }
-    }
-
-    private mutating func combine(_ byte: UInt8) {
-        low ^= UInt64(byte)
-        // Multiply the 128-bit state by the FNV prime 2^88 + 0x13b, modulo 2^128.
-        let (productHigh, productLow) = low.multipliedFullWidth(by: 0x13b)
-        let newHigh = high &* 0x13b &+ productHigh &+ (low << 24)
-        high = newHigh
-        low = productLow
-    }
-
-    /// The 32 lowercase hex digits of the hash, most significant first.
-    var hexDigits: String {
-        func padded(_ value: UInt64) -> String {
-            let digits = String(value, radix: 16)
-            return String(repeating: "0", count: 16 - digits.count) + digits
-        }
-        return padded(high) + padded(low)
-    }
+    private static let escaping = HexEscaping(escape: UInt8(ascii: "_"), uppercase: false, keeps: isKept)
 }
