@@ -72,6 +72,9 @@ public actor UserSessionController {
         gate.setTerminalFailureHandler { [weak self] generation in
             await self?.invalidate(generation: generation, reason: .credentialsRevoked)
         }
+        gate.setStoreRemovedHandler { [weak self] generation in
+            await self?.closeClearedElsewhere(generation: generation)
+        }
     }
 
     /// The current session. Reading it never suspends.
@@ -321,6 +324,17 @@ public actor UserSessionController {
         await endRunningSession(state: .invalid, event: .invalidated(reason))
     }
 
+    /// Closes the opened session of `generation` with `.closed(.clearedElsewhere)`: its record in a coordinated
+    /// store was removed by another process. Ignored when that session is not the opened one (an opening session
+    /// finds the record gone when it next reads it).
+    func closeClearedElsewhere(generation: UInt64) async {
+        guard running?.generation == generation else { return }
+        guard let ticket = try? await enterTurn(.close) else { return }
+        defer { leaveTurn(ticket) }
+        guard let running, running.generation == generation else { return }
+        await endRunningSession(state: .closed, event: .closed(.clearedElsewhere))
+    }
+
     // MARK: - Internals
 
     /// Takes a ticket and waits for the turn. Runs synchronously up to the wait, so the ticket order is the call
@@ -357,8 +371,14 @@ public actor UserSessionController {
     /// The part of restore that runs in the caller's turn, once no session is opened.
     private func restoreInTurn(identifier: String) async throws -> UserSession {
         let stored: StoredSession?
+        var revision: UInt64?
         do {
-            stored = try await store.load(identifier: identifier)
+            if let coordinated = store as? any CoordinatedTokenStore {
+                let revised = try await coordinated.loadRevised(identifier: identifier)
+                (stored, revision) = (revised?.session, revised?.revision)
+            } else {
+                stored = try await store.load(identifier: identifier)
+            }
         } catch {
             let failure = Self.storeError(error, "could not read the stored session")
             if failure.code == .storeCorrupt { hub.emit(.storeCorrupt(identifier: identifier)) }
@@ -384,7 +404,7 @@ public actor UserSessionController {
         lifecycle.openingActivated(generation: generation)
         gate.activate(
             identifier: identifier, userInfo: stored.userInfo, credentials: stored.credentials, generation: generation,
-            restoring: true)
+            restoring: true, revision: revision)
 
         if needsRefresh {
             // In a task of its own so that a close arriving now (or the caller's cancellation) stops the wait at
