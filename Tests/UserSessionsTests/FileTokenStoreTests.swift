@@ -269,7 +269,7 @@ struct FileTokenStoreTests {
     }
 
     @Test(arguments: [
-        #"{"format": "swift-user-sessions.token", "version": 2, "identifier": "victim", "session": {"new": true}}"#,
+        #"{"format": "swift-user-sessions.token", "version": 3, "identifier": "victim", "session": {"new": true}}"#,
         #"{"format": "swift-user-sessions.token", "version": 1, "identifier": "victim", "session": "#
             + #"{"user_info": {"id": "u", "attributes": {}}, "credentials": {"version": 2, "access_token": "a"}}}"#,
     ])

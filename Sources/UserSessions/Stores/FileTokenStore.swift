@@ -37,8 +37,8 @@ import Synchronization
 public final class FileTokenStore: TokenStore {
     /// The directory holding the files.
     public let directory: URL
-    private let path: String
-    private let queue = DispatchQueue(label: "UserSessions.FileTokenStore", attributes: .concurrent)
+    let path: String
+    let queue = DispatchQueue(label: "UserSessions.FileTokenStore", attributes: .concurrent)
     /// Whether the first call has swept stale temporary files yet.
     private let hasSwept = Atomic(false)
 
@@ -105,22 +105,7 @@ public final class FileTokenStore: TokenStore {
     ///   ``load(identifier:)`` reads (nothing is written).
     public func save(_ session: StoredSession, identifier: String) async throws {
         let name = try IdentifierEncoding.name(for: identifier)
-        let envelope = TokenFileEnvelope(
-            format: Self.tokenFileFormat,
-            version: Self.fileFormatVersion,
-            identifier: identifier,
-            session: session
-        )
-        let bytes = try TokenFileCoding.encode(envelope)
-        // Never write a file that load would refuse to read.
-        guard bytes.count <= Self.maximumFileSize else {
-            throw UserSessionError(
-                .storeFailure,
-                "\(Self.label(for: identifier)) would be \(bytes.count) bytes; files over \(Self.maximumFileSize) bytes "
-                    + "are not read, so none is written"
-            )
-        }
-        try await run { try self.saveNow(bytes, identifier: identifier, name: name) }
+        try await run { _ = try self.saveNow(session, identifier: identifier, name: name, expectedRevision: nil) }
     }
 
     /// Deletes the file for `identifier`, whatever its content. Removing nothing is not an error.
@@ -186,6 +171,81 @@ public final class FileTokenStore: TokenStore {
     // MARK: - Blocking implementations (run on `queue`)
 
     private func loadNow(identifier: String, name: IdentifierEncoding.Name) throws -> StoredSession? {
+        try loadRevisedNow(identifier: identifier, name: name)?.session
+    }
+
+    /// Writes `session` under the identifier's write lock with the next revision and returns it. With
+    /// `expectedRevision` (`.some(nil)`: nothing may be stored), the write happens only when the record's revision
+    /// is that one; otherwise it throws ``UserSessionError/Code/revisionConflict``.
+    func saveNow(
+        _ session: StoredSession, identifier: String, name: IdentifierEncoding.Name, expectedRevision: UInt64??
+    ) throws -> UInt64 {
+        let file = Self.label(for: identifier)
+        if name.isHashed, let owner = try? hashedFileOwner(name) {
+            guard ExactIdentifier.areEqual(owner, identifier) else {
+                throw UserSessionError(.storeFailure, "\(file) shares its hashed file name with another identifier")
+            }
+        }
+        return try withWriteLock(name: name, file: file) { lock in
+            let current = try self.currentRevision(identifier: identifier, name: name, file: file)
+            if let expected = expectedRevision, expected != current {
+                throw UserSessionError(
+                    .revisionConflict,
+                    "\(file) has revision \(current.map(String.init) ?? "none"), not \(expected.map(String.init) ?? "none")")
+            }
+            let revision = max(current ?? 0, FileLocks.readMark(lock)) + 1
+            let envelope = TokenFileEnvelope(
+                format: Self.tokenFileFormat, version: Self.fileFormatVersion, identifier: identifier,
+                revision: revision, session: session)
+            let bytes = try TokenFileCoding.encode(envelope)
+            // Never write a file that load would refuse to read.
+            guard bytes.count <= Self.maximumFileSize else {
+                throw UserSessionError(
+                    .storeFailure,
+                    "\(file) would be \(bytes.count) bytes; files over \(Self.maximumFileSize) bytes are not read, so "
+                        + "none is written")
+            }
+            try self.mapErrors(file: file) {
+                try PrivateFiles.writeAtomically(bytes, to: name.value + ".json", in: self.path)
+            }
+            return revision
+        }
+    }
+
+    /// The revision of the identifier's record, `nil` when there is none. A record that cannot be read (corrupt,
+    /// foreign) counts as revision 0, so that a write may replace it.
+    private func currentRevision(identifier: String, name: IdentifierEncoding.Name, file: String) throws -> UInt64? {
+        do {
+            return try loadRevisedNow(identifier: identifier, name: name)?.revision
+        } catch let error as UserSessionError
+            where error.code == .storeCorrupt || error.code == .unsupportedFormatVersion
+        {
+            return 0
+        }
+    }
+
+    private func removeNow(identifier: String, name: IdentifierEncoding.Name) throws {
+        // Never delete the file of another identifier that happens to share a hashed name.
+        if name.isHashed, let owner = try? hashedFileOwner(name), !ExactIdentifier.areEqual(owner, identifier) {
+            return
+        }
+        let file = Self.label(for: identifier)
+        guard PrivateFiles.exists(path + "/" + name.value + ".json") else { return }
+        try withWriteLock(name: name, file: file) { lock in
+            // The revision of the removed record stays as the lock file's high-water mark, so that a record
+            // written later starts above every revision a process may still hold.
+            let current = (try? self.loadRevisedNow(identifier: identifier, name: name)?.revision) ?? nil
+            if let current, current > FileLocks.readMark(lock) {
+                try self.mapErrors(file: file) { try FileLocks.writeMark(current, to: lock, path: file) }
+            }
+            try self.mapErrors(file: file) {
+                try PrivateFiles.removeFile(name.value + ".json", in: self.path)
+            }
+        }
+    }
+
+    /// The record of `identifier` with its revision (version-1 files, which have none, are revision 1).
+    func loadRevisedNow(identifier: String, name: IdentifierEncoding.Name) throws -> RevisedSession? {
         let file = Self.label(for: identifier)
         guard let bytes = try readFile(name.value + ".json", file: file) else { return nil }
         let envelope = try TokenFileCoding.decode(bytes, format: Self.tokenFileFormat, file: file)
@@ -198,30 +258,7 @@ public final class FileTokenStore: TokenStore {
         guard let session = envelope.session else {
             throw UserSessionError(.storeCorrupt, "\(file) has no session")
         }
-        return session
-    }
-
-    private func saveNow(_ bytes: [UInt8], identifier: String, name: IdentifierEncoding.Name) throws {
-        let file = Self.label(for: identifier)
-        if name.isHashed, let owner = try? hashedFileOwner(name) {
-            guard ExactIdentifier.areEqual(owner, identifier) else {
-                throw UserSessionError(.storeFailure, "\(file) shares its hashed file name with another identifier")
-            }
-        }
-        try mapErrors(file: file) {
-            try PrivateFiles.makeDirectory(path)
-            try PrivateFiles.writeAtomically(bytes, to: name.value + ".json", in: path)
-        }
-    }
-
-    private func removeNow(identifier: String, name: IdentifierEncoding.Name) throws {
-        // Never delete the file of another identifier that happens to share a hashed name.
-        if name.isHashed, let owner = try? hashedFileOwner(name), !ExactIdentifier.areEqual(owner, identifier) {
-            return
-        }
-        try mapErrors(file: Self.label(for: identifier)) {
-            try PrivateFiles.removeFile(name.value + ".json", in: path)
-        }
+        return RevisedSession(session: session, revision: max(1, envelope.revision ?? 1))
     }
 
     private func loadCurrentIdentifierNow() throws -> String? {
@@ -266,7 +303,7 @@ public final class FileTokenStore: TokenStore {
 
     /// Runs blocking file work on the store's queue, off the cooperative thread pool.
     @discardableResult
-    private func run<Value: Sendable>(_ work: @escaping @Sendable () throws -> Value) async throws -> Value {
+    func run<Value: Sendable>(_ work: @escaping @Sendable () throws -> Value) async throws -> Value {
         try await withCheckedThrowingContinuation { continuation in
             queue.async {
                 self.sweepOnce()
@@ -283,7 +320,7 @@ public final class FileTokenStore: TokenStore {
 
     /// Turns system errors into ``UserSessionError``.
     @discardableResult
-    private func mapErrors<Value>(file: String, _ body: () throws -> Value) throws -> Value {
+    func mapErrors<Value>(file: String, _ body: () throws -> Value) throws -> Value {
         do {
             return try body()
         } catch let error as UserSessionError {
@@ -298,7 +335,7 @@ public final class FileTokenStore: TokenStore {
     }
 
     /// How files are named in messages: the identifier, shortened (identifiers are not secrets, but may be huge).
-    private static func label(for identifier: String) -> String {
+    static func label(for identifier: String) -> String {
         let shown = identifier.count > 64 ? identifier.prefix(64) + "…" : Substring(identifier)
         return "the token file for \"\(shown)\""
     }
