@@ -8,7 +8,8 @@ import Musl
 import Darwin
 #endif
 
-/// Advisory `flock` locks on private lock files, for ``FileTokenStore``'s refresh lease and write lock.
+/// Advisory `flock` locks, for ``FileTokenStore``'s refresh lease (a lock file per identifier) and write lock (the
+/// directory).
 ///
 /// `flock` locks belong to an open file description: two descriptors conflict even within one process, and the
 /// kernel releases a lock when its descriptor is closed, which includes the death of the process. Lock files are
@@ -52,22 +53,23 @@ enum FileLocks {
         _ = closeDescriptor(descriptor)
     }
 
-    /// The revision high-water mark kept in a write-lock file (0 when empty or unreadable).
-    static func readMark(_ descriptor: Int32) -> UInt64 {
-        var buffer = [UInt8](repeating: 0, count: 32)
-        let count = buffer.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, $0.count, 0) }
-        guard count > 0 else { return 0 }
-        return UInt64(String(decoding: buffer[0..<count], as: UTF8.self).trimmingCharacters(in: .whitespaces)) ?? 0
+    /// Opens `directory` and waits for its exclusive lock (for short critical sections only); close the returned
+    /// descriptor to release it.
+    static func lockDirectory(_ directory: String) throws -> Int32 {
+        let descriptor = openDirectory(directory)
+        guard descriptor >= 0 else { throw SystemCallError(call: "open", path: directory, errno: errno) }
+        do {
+            try lock(descriptor, path: directory)
+        } catch {
+            _ = closeDescriptor(descriptor)
+            throw error
+        }
+        return descriptor
     }
+}
 
-    /// Replaces the high-water mark in a write-lock file and makes it durable.
-    static func writeMark(_ mark: UInt64, to descriptor: Int32, path: String) throws {
-        let bytes = Array(String(mark).utf8)
-        guard ftruncate(descriptor, 0) == 0 else { throw SystemCallError(call: "ftruncate", path: path, errno: errno) }
-        let written = bytes.withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, 0) }
-        guard written == bytes.count else { throw SystemCallError(call: "pwrite", path: path, errno: errno) }
-        guard fsync(descriptor) == 0 else { throw SystemCallError(call: "fsync", path: path, errno: errno) }
-    }
+private func openDirectory(_ path: String) -> Int32 {
+    open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
 }
 
 private func openLockFile(_ path: String) -> Int32 {

@@ -8,14 +8,14 @@ import Foundation
 ///   time at all; there is no deadline to wait out. A waiter polls for it every few milliseconds (1 ms, doubling
 ///   to 25 ms), sleeping in between, so waiting blocks no thread; cancelling the waiting task ends the wait.
 /// - Revisions: every write of a record stores its revision in the file (format version 2; a version-1 file
-///   reads as revision 1). Writes of one identifier, plain or conditional, run under a second `flock`, on
-///   `<name>.lock`, held only for the read-compare-write; that file also keeps the revision of a removed record,
-///   so a record written later starts above it.
+///   reads as revision 1). A revision is one more than the previous one and at least the wall-clock time in
+///   milliseconds, so a record written after a removal starts above the removed one's. Writes and removals, plain
+///   or conditional, run under an exclusive `flock` on the directory itself, held only for one read-compare-write.
 /// - Changes: file stores do not notify. ``changes()`` returns a stream that ends at once; processes learn of
 ///   each other's rotations when they next refresh, under the lease, by reading the record first.
 ///
-/// Lock files are never deleted (deleting one while another process waits on it would let two holders in); they
-/// are empty or hold a number, and listings ignore them. Locks work between processes on one machine only, not
+/// Lease files are created by the first refresh of an identifier and never deleted (deleting one while another
+/// process waits on it would let two holders in); they are empty, and listings ignore them. Locks work between processes on one machine only, not
 /// over network file systems that do not support `flock`.
 extension FileTokenStore: CoordinatedTokenStore {
     /// The stored session of `identifier` with its revision, or `nil`.
@@ -74,24 +74,22 @@ extension FileTokenStore: CoordinatedTokenStore {
         AsyncStream { $0.finish() }
     }
 
-    /// Runs `body` holding the write lock of `name` (blocking, on the store's queue; held only for one
-    /// read-compare-write).
-    func withWriteLock<Value>(name: IdentifierEncoding.Name, file: String, _ body: (Int32) throws -> Value) throws
-        -> Value
-    {
-        let lockPath = path + "/" + name.value + ".lock"
+    /// Runs `body` holding the store's write lock: an exclusive `flock` on the directory itself (blocking, on the
+    /// store's queue; held for one read-compare-write). A missing directory is created first.
+    func withWriteLock<Value>(file: String, _ body: () throws -> Value) throws -> Value {
         let descriptor = try mapErrors(file: file) {
             try PrivateFiles.makeDirectory(path)
-            let descriptor = try FileLocks.open(lockPath)
-            do {
-                try FileLocks.lock(descriptor, path: lockPath)
-            } catch {
-                FileLocks.close(descriptor)
-                throw error
-            }
-            return descriptor
+            return try FileLocks.lockDirectory(path)
         }
         defer { FileLocks.close(descriptor) }
-        return try body(descriptor)
+        return try body()
+    }
+
+    /// The revision of a write that follows `current`: one more, and at least the wall clock in milliseconds since
+    /// 2001, so that a record written after a removal starts above the removed one's revision (unless the clock
+    /// went back by more than the time in between).
+    static func nextRevision(after current: UInt64) -> UInt64 {
+        let milliseconds = UInt64(max(0, Date().timeIntervalSinceReferenceDate * 1000))
+        return max(current + 1, milliseconds)
     }
 }

@@ -186,14 +186,14 @@ public final class FileTokenStore: TokenStore {
                 throw UserSessionError(.storeFailure, "\(file) shares its hashed file name with another identifier")
             }
         }
-        return try withWriteLock(name: name, file: file) { lock in
+        return try withWriteLock(file: file) {
             let current = try self.currentRevision(identifier: identifier, name: name, file: file)
             if let expected = expectedRevision, expected != current {
                 throw UserSessionError(
                     .revisionConflict,
                     "\(file) has revision \(current.map(String.init) ?? "none"), not \(expected.map(String.init) ?? "none")")
             }
-            let revision = max(current ?? 0, FileLocks.readMark(lock)) + 1
+            let revision = Self.nextRevision(after: current ?? 0)
             let envelope = TokenFileEnvelope(
                 format: Self.tokenFileFormat, version: Self.fileFormatVersion, identifier: identifier,
                 revision: revision, session: session)
@@ -217,9 +217,8 @@ public final class FileTokenStore: TokenStore {
     private func currentRevision(identifier: String, name: IdentifierEncoding.Name, file: String) throws -> UInt64? {
         do {
             return try loadRevisedNow(identifier: identifier, name: name)?.revision
-        } catch let error as UserSessionError
-            where error.code == .storeCorrupt || error.code == .unsupportedFormatVersion
-        {
+        } catch {
+            // Corrupt, newer, foreign or unreadable (a symbolic link): a write replaces it, as a plain save always did.
             return 0
         }
     }
@@ -230,14 +229,9 @@ public final class FileTokenStore: TokenStore {
             return
         }
         let file = Self.label(for: identifier)
+        // Removing nothing creates nothing (not even the directory the lock needs).
         guard PrivateFiles.exists(path + "/" + name.value + ".json") else { return }
-        try withWriteLock(name: name, file: file) { lock in
-            // The revision of the removed record stays as the lock file's high-water mark, so that a record
-            // written later starts above every revision a process may still hold.
-            let current = (try? self.loadRevisedNow(identifier: identifier, name: name)?.revision) ?? nil
-            if let current, current > FileLocks.readMark(lock) {
-                try self.mapErrors(file: file) { try FileLocks.writeMark(current, to: lock, path: file) }
-            }
+        _ = try withWriteLock(file: file) {
             try self.mapErrors(file: file) {
                 try PrivateFiles.removeFile(name.value + ".json", in: self.path)
             }
