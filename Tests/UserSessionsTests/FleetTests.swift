@@ -1,0 +1,91 @@
+import Foundation
+import Testing
+import UserSessions
+import UserSessionsTestSupport
+
+/// Several real processes (the `FleetNode` executable) sharing one user through one ``FileTokenStore`` directory,
+/// against the OAuth fixture server with refresh-token rotation and reuse detection on.
+///
+/// Determinism: tokens live 1 s, and once the fixture has answered `expiries` refreshes it issues tokens that live
+/// an hour. Every node runs until it holds that long-lived token. So the fixture can count no more than `expiries`
+/// refreshes unless two processes presented the same refresh token (which it would also count as a reuse
+/// detection), and no fewer unless a node stopped early; and every node must end on the same token.
+@Suite struct FleetTests {
+    static let expiries = 5
+
+    @Test func twoProcessesSharingAFileStoreRefreshOncePerExpiry() async throws {
+        let executable = try #require(
+            CrashWriterProcess.locateExecutable(named: "FleetNode"),
+            "FleetNode was not built next to the test bundle; build the whole package (swift build)")
+        let directory = FileManager.default.temporaryDirectory.appending(
+            path: "user-sessions-fleet-\(UUID().uuidString)", directoryHint: .isDirectory)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        try await OAuthFixtureServer.with { server in
+            try await server.configure(["expires_in": 1, "final_after": Self.expiries, "final_expires_in": 3600])
+            let family = try await server.issue()
+            let store = FileTokenStore(directory: directory)
+            try await store.save(
+                StoredSession(
+                    userInfo: UserInfo(id: "fleet-user"),
+                    credentials: Credentials(
+                        accessToken: family.accessToken, refreshToken: family.refreshToken,
+                        expiresAt: Date().addingTimeInterval(1))),
+                identifier: "fleet-user")
+            let arguments = [
+                "--store", "file:" + directory.path(percentEncoded: false), "--identifier", "fleet-user",
+                "--token-endpoint", server.tokenEndpoint.absoluteString, "--tasks", "100",
+                "--until-lifetime-over", "600", "--time-limit", "120",
+            ]
+            async let first = NodeProcess.run(executable, arguments + ["--name", "a"])
+            async let second = NodeProcess.run(executable, arguments + ["--name", "b"])
+            let nodes = try await [first, second]
+            let stats = try await server.stats()
+            for node in nodes {
+                #expect(node.status == 0, "\(node.summary)")
+                #expect(node.summary["errors"] as? Int == 0, "\(node.summary)")
+                #expect(node.summary["settled"] as? Bool == true, "\(node.summary)")
+            }
+            #expect(stats.refreshes == Self.expiries)
+            #expect(stats.reuseDetected == 0)
+            #expect(stats.invalidGrant == 0)
+            let hashes = Set(nodes.map { $0.summary["final_token_hash"] as? String ?? "?" })
+            #expect(hashes.count == 1, "every process ends on the same token: \(hashes)")
+            let refreshes = nodes.map { $0.summary["refreshes"] as? Int ?? -1 }.reduce(0, +)
+            #expect(refreshes == Self.expiries, "refreshes made by the nodes")
+            let adopted = nodes.map { $0.summary["adopted"] as? Int ?? 0 }.reduce(0, +)
+            print("fleet (file store, 2 processes × 100 tasks): \(stats.refreshes) refreshes for \(Self.expiries) expiries, "
+                + "\(stats.reuseDetected) reuse detections, \(adopted) adoptions from the store")
+        }
+    }
+}
+
+/// A finished `FleetNode` process: its exit status and its JSON summary line.
+struct NodeProcess: Sendable {
+    var status: Int32
+    var summaryLine: String
+
+    var summary: [String: Any] {
+        (try? JSONSerialization.jsonObject(with: Data(summaryLine.utf8))) as? [String: Any] ?? [:]
+    }
+
+    static func run(_ executable: URL, _ arguments: [String]) async throws -> NodeProcess {
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardInput = FileHandle.nullDevice
+        let status: Int32 = try await withCheckedThrowingContinuation { continuation in
+            process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
+            do {
+                try process.run()
+            } catch {
+                process.terminationHandler = nil
+                continuation.resume(throwing: error)
+            }
+        }
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        let line = String(decoding: data, as: UTF8.self).split(separator: "\n").last.map(String.init) ?? ""
+        return NodeProcess(status: status, summaryLine: line)
+    }
+}
