@@ -25,7 +25,9 @@ struct Options {
     init(_ arguments: [String]) throws {
         var iterator = arguments.makeIterator()
         while let flag = iterator.next() {
-            guard let value = iterator.next() else { throw StoreSelection.Unknown(description: "\(flag) wants a value") }
+            guard let value = iterator.next() else {
+                throw StoreSelection.Unknown(description: "\(flag) wants a value")
+            }
             switch flag {
             case "--store": store = value
             case "--identifier": identifier = value

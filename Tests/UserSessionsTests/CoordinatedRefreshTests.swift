@@ -26,7 +26,8 @@ import Testing
                 refresher: refresher, store: store, events: hub,
                 configuration: UserSessionController.Configuration(clock: time.clock))
             events = hub.subscribe(bufferSize: 10_000)
-            revision = store.writeElsewhere(Self.session(Self.credentials("0", expiresAt: time.now + expiresIn)), identifier: "user")
+            revision = store.writeElsewhere(
+                Self.session(Self.credentials("0", expiresAt: time.now + expiresIn)), identifier: "user")
             gate.setStoreRemovedHandler { [removals] _ in removals.arrive() }
             gate.activate(
                 identifier: "user", userInfo: UserInfo(id: "user"),
@@ -236,7 +237,9 @@ import Testing
     }
 
     @Test func theRetryIsMadeOnlyOnceAndItsFailureInvalidates() async throws {
-        let harness = RefreshHarness(steps: [ScriptedRefresher.failure(.terminal), ScriptedRefresher.failure(.terminal)])
+        let harness = RefreshHarness(steps: [
+            ScriptedRefresher.failure(.terminal), ScriptedRefresher.failure(.terminal),
+        ])
         try await harness.store.save(Self.stored("9", expiresAt: harness.time.now - 1), identifier: "user")
         harness.activate(expiresIn: -1)
         await #expect(throws: UserSessionError(.refreshFailed, "")) { try await harness.gate.accessToken() }

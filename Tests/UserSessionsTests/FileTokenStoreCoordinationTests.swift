@@ -10,7 +10,8 @@ import Testing
         StoredSession(
             userInfo: UserInfo(id: "u"),
             credentials: Credentials(
-                accessToken: token, refreshToken: "rt-" + token, expiresAt: Date(timeIntervalSinceReferenceDate: 900_000_000)))
+                accessToken: token, refreshToken: "rt-" + token,
+                expiresAt: Date(timeIntervalSinceReferenceDate: 900_000_000)))
     }
 
     static func scratch() throws -> URL {
@@ -45,7 +46,9 @@ import Testing
             }
             #expect(error?.code == .revisionConflict)
         }
-        #expect(try await store.loadRevised(identifier: "u") == RevisedSession(session: Self.session("b"), revision: second))
+        #expect(
+            try await store.loadRevised(identifier: "u") == RevisedSession(session: Self.session("b"), revision: second)
+        )
         let empty = await #expect(throws: UserSessionError.self) {
             try await store.save(Self.session("c"), identifier: "nobody", expectedRevision: 3)
         }

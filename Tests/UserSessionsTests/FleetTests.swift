@@ -53,8 +53,9 @@ import UserSessionsTestSupport
             let refreshes = nodes.map { $0.summary["refreshes"] as? Int ?? -1 }.reduce(0, +)
             #expect(refreshes == Self.expiries, "refreshes made by the nodes")
             let adopted = nodes.map { $0.summary["adopted"] as? Int ?? 0 }.reduce(0, +)
-            print("fleet (file store, 2 processes × 100 tasks): \(stats.refreshes) refreshes for \(Self.expiries) expiries, "
-                + "\(stats.reuseDetected) reuse detections, \(adopted) adoptions from the store")
+            print(
+                "fleet (file store, 2 processes × 100 tasks): \(stats.refreshes) refreshes for \(Self.expiries) expiries, "
+                    + "\(stats.reuseDetected) reuse detections, \(adopted) adoptions from the store")
         }
     }
 }

@@ -123,9 +123,11 @@ extension CredentialsGate {
     func reloadFromStore(generation: UInt64) async -> Bool {
         guard let coordinatedStore else { return false }
         let ticket = await acquirePersistSlot()
-        guard let (identifier, held) = state.withLock({ machine -> (String, Credentials?)? in
-            machine.active && machine.generation == generation ? (machine.identifier, machine.credentials) : nil
-        }) else {
+        guard
+            let (identifier, held) = state.withLock({ machine -> (String, Credentials?)? in
+                machine.active && machine.generation == generation ? (machine.identifier, machine.credentials) : nil
+            })
+        else {
             releasePersistSlot(ticket)
             return false
         }

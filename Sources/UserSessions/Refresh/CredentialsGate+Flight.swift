@@ -34,7 +34,8 @@ extension CredentialsGate {
             // once with it when it is expired too.
             if !stored.credentials.isExpired(at: clock.now()) {
                 let ticket = await acquirePersistSlot()
-                let adoption = adoptHoldingSlot(RevisedSession(session: stored.session, revision: 0), generation: job.generation)
+                let adoption = adoptHoldingSlot(
+                    RevisedSession(session: stored.session, revision: 0), generation: job.generation)
                 releasePersistSlot(ticket)
                 if case .none = adoption {
                     await finish(job, outcome: outcome, startedAt: startedAt)
@@ -82,7 +83,9 @@ extension CredentialsGate {
         let identifier = state.withLock { $0.identifier }
         guard let stored = try? await store.load(identifier: identifier), let credentials = stored.credentials,
             credentials.refreshToken != nil, credentials.refreshToken != job.credentials.refreshToken,
-            state.withLock({ $0.isCurrent(flightID: job.flightID) && ExactIdentifier.areEqual($0.identifier, identifier) })
+            state.withLock({
+                $0.isCurrent(flightID: job.flightID) && ExactIdentifier.areEqual($0.identifier, identifier)
+            })
         else { return nil }
         return (stored, credentials)
     }

@@ -56,7 +56,9 @@ extension FileTokenStore: CoordinatedTokenStore {
         }
         do {
             var pause: UInt64 = 1_000_000
-            while try await !run({ try self.mapErrors(file: file) { try FileLocks.tryLock(descriptor, path: lockPath) } }) {
+            while try await !run({
+                try self.mapErrors(file: file) { try FileLocks.tryLock(descriptor, path: lockPath) }
+            }) {
                 try await Task.sleep(nanoseconds: pause)
                 pause = min(pause * 2, 25_000_000)
             }

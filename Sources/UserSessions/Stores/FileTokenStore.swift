@@ -191,7 +191,8 @@ public final class FileTokenStore: TokenStore {
             if let expected = expectedRevision, expected != current {
                 throw UserSessionError(
                     .revisionConflict,
-                    "\(file) has revision \(current.map(String.init) ?? "none"), not \(expected.map(String.init) ?? "none")")
+                    "\(file) has revision \(current.map(String.init) ?? "none"), not \(expected.map(String.init) ?? "none")"
+                )
             }
             let revision = Self.nextRevision(after: current ?? 0)
             let envelope = TokenFileEnvelope(
