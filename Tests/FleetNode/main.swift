@@ -21,10 +21,16 @@ struct Options {
     var untilLifetimeOver = 600.0
     var timeLimit = 120.0
     var name = "node"
+    /// Only take the refresh lease of `identifier`, say "holding" on standard output, and wait to be killed.
+    var holdLease = false
 
     init(_ arguments: [String]) throws {
         var iterator = arguments.makeIterator()
         while let flag = iterator.next() {
+            if flag == "--hold-lease" {
+                holdLease = true
+                continue
+            }
             guard let value = iterator.next() else {
                 throw StoreSelection.Unknown(description: "\(flag) wants a value")
             }
@@ -68,8 +74,21 @@ struct Tally {
     var done = false
 }
 
+/// Holds the lease until the process is killed (for the test that SIGKILLs a lease holder).
+func holdLease(_ options: Options, store: any TokenStore) async throws -> Int32 {
+    guard let store = store as? any CoordinatedTokenStore else {
+        throw StoreSelection.Unknown(description: "the store does not coordinate")
+    }
+    try await store.withRefreshLease(identifier: options.identifier) {
+        FileHandle.standardOutput.write(Data("holding\n".utf8))
+        while true { try await Task.sleep(for: .seconds(3600)) }
+    }
+    return 0
+}
+
 func run(_ options: Options) async throws -> Int32 {
     let store = try StoreSelection.store(for: options.store)
+    if options.holdLease { return try await holdLease(options, store: store) }
     guard let endpoint = URL(string: options.tokenEndpoint) else {
         throw StoreSelection.Unknown(description: "bad --token-endpoint")
     }

@@ -1,7 +1,8 @@
 import Foundation
 import Testing
-import UserSessions
 import UserSessionsTestSupport
+
+@testable import UserSessions
 
 /// Several real processes (the `FleetNode` executable) sharing one user through one ``FileTokenStore`` directory,
 /// against the OAuth fixture server with refresh-token rotation and reuse detection on.
@@ -88,5 +89,45 @@ struct NodeProcess: Sendable {
         let data = output.fileHandleForReading.readDataToEndOfFile()
         let line = String(decoding: data, as: UTF8.self).split(separator: "\n").last.map(String.init) ?? ""
         return NodeProcess(status: status, summaryLine: line)
+    }
+}
+
+/// The file store's lease when its holder dies: the kernel releases a `flock` with the process, so the others take
+/// the lease at once, with no deadline to wait out.
+@Suite struct FileLeaseHolderDeathTests {
+    @Test func aLeaseHolderKilledWithSIGKILLReleasesTheLeaseAtOnce() async throws {
+        let executable = try #require(CrashWriterProcess.locateExecutable(named: "FleetNode"))
+        let directory = FileManager.default.temporaryDirectory.appending(
+            path: "user-sessions-lease-\(UUID().uuidString)", directoryHint: .isDirectory)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = [
+            "--hold-lease", "--store", "file:" + directory.path(percentEncoded: false), "--identifier", "u",
+        ]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardInput = FileHandle.nullDevice
+        let exited = AsyncGate()
+        process.terminationHandler = { _ in exited.open() }
+        try process.run()
+        var said = Data()
+        while !said.contains(UInt8(ascii: "\n")) {
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            said.append(chunk)
+        }
+        #expect(String(decoding: said, as: UTF8.self) == "holding\n")
+        // While the other process holds it, the lease is taken.
+        let leasePath = directory.appending(path: try IdentifierEncoding.name(for: "u").value + ".lease")
+            .path(percentEncoded: false)
+        let probe = try FileLocks.open(leasePath)
+        defer { FileLocks.close(probe) }
+        #expect(try FileLocks.tryLock(probe, path: leasePath) == false)
+        kill(process.processIdentifier, SIGKILL)
+        await exited.wait()
+        #expect(process.terminationReason == .uncaughtSignal)
+        // The kernel released it with the process: free now, without waiting for any deadline.
+        #expect(try FileLocks.tryLock(probe, path: leasePath))
     }
 }
