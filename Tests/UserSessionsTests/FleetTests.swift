@@ -15,13 +15,45 @@ import UserSessionsTestSupport
     static let expiries = 5
 
     @Test func twoProcessesSharingAFileStoreRefreshOncePerExpiry() async throws {
+        let (stats, nodes) = try await Self.runFleet(storeKind: "file")
+        for node in nodes {
+            #expect(node.status == 0, "\(node.summary)")
+            #expect(node.summary["errors"] as? Int == 0, "\(node.summary)")
+            #expect(node.summary["settled"] as? Bool == true, "\(node.summary)")
+        }
+        #expect(stats.refreshes == Self.expiries)
+        #expect(stats.reuseDetected == 0)
+        #expect(stats.invalidGrant == 0)
+        let hashes = Set(nodes.map { $0.summary["final_token_hash"] as? String ?? "?" })
+        #expect(hashes.count == 1, "every process ends on the same token: \(hashes)")
+        let refreshes = nodes.map { $0.summary["refreshes"] as? Int ?? -1 }.reduce(0, +)
+        #expect(refreshes == Self.expiries, "refreshes made by the nodes")
+        let adopted = nodes.map { $0.summary["adopted"] as? Int ?? 0 }.reduce(0, +)
+        print(
+            "fleet (file store, 2 processes × 100 tasks): \(stats.refreshes) refreshes for \(Self.expiries) expiries, "
+                + "\(stats.reuseDetected) reuse detections, \(adopted) adoptions from the store")
+    }
+
+    /// The control, behind `USER_SESSIONS_FLEET_CONTROL=1` (its outcome depends on timing, so it asserts nothing
+    /// but prints what happened): the same fleet over the same files without coordination.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment["USER_SESSIONS_FLEET_CONTROL"] == "1"))
+    func theSameFleetWithoutCoordination() async throws {
+        let (stats, nodes) = try await Self.runFleet(storeKind: "uncoordinated-file", timeLimit: 20)
+        print(
+            "fleet control (uncoordinated): \(stats.refreshes) refreshes, \(stats.reuseDetected) reuse detections, "
+                + "\(stats.invalidGrant) invalid_grant, nodes: \(nodes.map(\.summaryLine))")
+    }
+
+    static func runFleet(storeKind: String, timeLimit: Int = 120) async throws -> (
+        OAuthFixtureServer.Stats, [NodeProcess]
+    ) {
         let executable = try #require(
             CrashWriterProcess.locateExecutable(named: "FleetNode"),
             "FleetNode was not built next to the test bundle; build the whole package (swift build)")
         let directory = FileManager.default.temporaryDirectory.appending(
             path: "user-sessions-fleet-\(UUID().uuidString)", directoryHint: .isDirectory)
         defer { try? FileManager.default.removeItem(at: directory) }
-        try await OAuthFixtureServer.with { server in
+        return try await OAuthFixtureServer.with { server in
             try await server.configure(["expires_in": 1, "final_after": Self.expiries, "final_expires_in": 3600])
             let family = try await server.issue()
             let store = FileTokenStore(directory: directory)
@@ -33,30 +65,14 @@ import UserSessionsTestSupport
                         expiresAt: Date().addingTimeInterval(1))),
                 identifier: "fleet-user")
             let arguments = [
-                "--store", "file:" + directory.path(percentEncoded: false), "--identifier", "fleet-user",
+                "--store", storeKind + ":" + directory.path(percentEncoded: false), "--identifier", "fleet-user",
                 "--token-endpoint", server.tokenEndpoint.absoluteString, "--tasks", "100",
-                "--until-lifetime-over", "600", "--time-limit", "120",
+                "--until-lifetime-over", "600", "--time-limit", String(timeLimit),
             ]
             async let first = NodeProcess.run(executable, arguments + ["--name", "a"])
             async let second = NodeProcess.run(executable, arguments + ["--name", "b"])
             let nodes = try await [first, second]
-            let stats = try await server.stats()
-            for node in nodes {
-                #expect(node.status == 0, "\(node.summary)")
-                #expect(node.summary["errors"] as? Int == 0, "\(node.summary)")
-                #expect(node.summary["settled"] as? Bool == true, "\(node.summary)")
-            }
-            #expect(stats.refreshes == Self.expiries)
-            #expect(stats.reuseDetected == 0)
-            #expect(stats.invalidGrant == 0)
-            let hashes = Set(nodes.map { $0.summary["final_token_hash"] as? String ?? "?" })
-            #expect(hashes.count == 1, "every process ends on the same token: \(hashes)")
-            let refreshes = nodes.map { $0.summary["refreshes"] as? Int ?? -1 }.reduce(0, +)
-            #expect(refreshes == Self.expiries, "refreshes made by the nodes")
-            let adopted = nodes.map { $0.summary["adopted"] as? Int ?? 0 }.reduce(0, +)
-            print(
-                "fleet (file store, 2 processes × 100 tasks): \(stats.refreshes) refreshes for \(Self.expiries) expiries, "
-                    + "\(stats.reuseDetected) reuse detections, \(adopted) adoptions from the store")
+            return (try await server.stats(), nodes)
         }
     }
 }
