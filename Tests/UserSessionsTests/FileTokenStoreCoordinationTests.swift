@@ -134,6 +134,22 @@ import Testing
         try await holder.value
     }
 
+    @Test func openingASessionReplacesACorruptRecordAndHoldsItsRevision() async throws {
+        let directory = try Self.scratch()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let store = FileTokenStore(directory: directory)
+        let file = directory.appending(path: try IdentifierEncoding.name(for: "u").value + ".json")
+        try Data("{\"form".utf8).write(to: file)
+        let controller = UserSessionController(store: store)
+        _ = try await controller.open(
+            UserSessionPrototype(
+                identifier: "u", userInfo: UserInfo(id: "u"), credentials: Self.session("a").credentials))
+        let record = try #require(try await store.loadRevised(identifier: "u"))
+        #expect(record.session.credentials?.accessToken == "a")
+        #expect(controller.gate.state.withLock { $0.heldRevision } == record.revision)
+        await controller.close()
+    }
+
     @Test func fileStoresDoNotNotify() async throws {
         let store = FileTokenStore(directory: try Self.scratch())
         defer { try? FileManager.default.removeItem(at: store.directory) }

@@ -52,7 +52,8 @@ extension CredentialsGate {
                     state.withLock { $0.noteWritten(target, revision: record.revision) }
                     return .written
                 }
-                guard record.session.credentials?.refreshToken == target.baseRefreshToken else {
+                let newer = record.revision > (target.baseRevision ?? 0)
+                guard !newer || record.session.credentials?.refreshToken == target.baseRefreshToken else {
                     return .superseded(record)
                 }
                 expected = record.revision
@@ -67,7 +68,16 @@ extension CredentialsGate {
     static func overwrite(_ stored: StoredSession, identifier: String, store: any CoordinatedTokenStore) async throws
         -> UInt64
     {
-        var expected = try await store.loadRevised(identifier: identifier)?.revision
+        var expected: UInt64?
+        do {
+            expected = try await store.loadRevised(identifier: identifier)?.revision
+        } catch let error as UserSessionError
+            where error.code == .storeCorrupt || error.code == .unsupportedFormatVersion
+        {
+            // Unreadable data is replaced, as a plain save always did; its revision is read back.
+            try await store.save(stored, identifier: identifier)
+            return try await store.loadRevised(identifier: identifier)?.revision ?? 0
+        }
         for attempt in 1...conditionalWriteAttempts {
             do {
                 return try await store.save(stored, identifier: identifier, expectedRevision: expected)

@@ -174,6 +174,14 @@ extension CredentialsGate {
             // A coordinated store holds a newer record (or none): it stands; these credentials are not published.
             let adoption = adoptHoldingSlot(record, generation: job.generation)
             releasePersistSlot(ticket)
+            if case .none = adoption {
+                // Only a store whose revisions went backwards gets here: the flight's waiters must not hang.
+                return await fail(
+                    job,
+                    UserSessionError(
+                        .revisionConflict, "the token store's record changed during the refresh",
+                        failureClass: .transient))
+            }
             await finishAdoption(adoption, generation: job.generation)
             return nil
         }

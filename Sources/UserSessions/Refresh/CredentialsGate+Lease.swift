@@ -51,8 +51,14 @@ extension CredentialsGate {
             let ticket = await acquirePersistSlot()
             let adoption = adoptHoldingSlot(record, generation: job.generation)
             releasePersistSlot(ticket)
-            await finishAdoption(adoption, generation: job.generation)
-            return
+            if case .none = adoption {
+                // The session changed while this flight read the record: the flight is stale, or (its session
+                // still active) refreshes after all, so its waiters never hang.
+                guard state.withLock({ $0.isCurrent(flightID: job.flightID) }) else { return }
+            } else {
+                await finishAdoption(adoption, generation: job.generation)
+                return
+            }
         }
         await finish(job, outcome: await callRefresher(job.credentials), startedAt: startedAt)
     }
