@@ -63,11 +63,22 @@ extension FileTokenStore: CoordinatedTokenStore {
                 pause = min(pause * 2, 25_000_000)
             }
         } catch {
-            FileLocks.close(descriptor)
+            await release(descriptor)
             throw error
         }
-        defer { FileLocks.close(descriptor) }
-        return try await body()
+        let outcome: Swift.Result<Result, any Error>
+        do {
+            outcome = .success(try await body())
+        } catch {
+            outcome = .failure(error)
+        }
+        await release(descriptor)
+        return try outcome.get()
+    }
+
+    /// Closes a lease descriptor (which releases its lock) on the store's queue.
+    private func release(_ descriptor: Int32) async {
+        _ = try? await run { FileLocks.close(descriptor) }
     }
 
     /// File stores do not notify: a stream that ends at once. Processes sharing the directory adopt each other's

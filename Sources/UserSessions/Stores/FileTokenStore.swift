@@ -10,7 +10,8 @@ import Synchronization
 ///   trusted. The current identifier lives in `current-identifier.json`. Identifiers that are empty, contain NUL
 ///   or are longer than 64 KiB are rejected with ``UserSessionError/Code/invalidIdentifier``.
 /// - Format: versioned JSON,
-///   `{"format": "swift-user-sessions.token", "version": 1, "identifier": "…", "session": {…}}` with sorted keys.
+///   `{"format": "swift-user-sessions.token", "version": 2, "identifier": "…", "revision": 7, "session": {…}}`
+///   with sorted keys. `revision` grows with every write (version-1 files have none and read as revision 1).
 ///   Dates are numbers of seconds since 2001-01-01T00:00:00Z, written so that they read back exactly.
 /// - Atomicity: a save writes a uniquely named temporary file (`.tmp-…`, created with `O_EXCL`, mode `0600`),
 ///   `fsync`s it, renames it over the target and `fsync`s the directory. After a crash a reader sees the old or
@@ -31,9 +32,14 @@ import Synchronization
 ///   ``UserSessionError/Code/storeCorrupt`` and is left untouched for inspection; only ``save(_:identifier:)`` and
 ///   ``remove(identifier:)`` replace or delete it.
 ///
+/// The store is a ``CoordinatedTokenStore`` (an advisory `flock` lease per identifier, revisions, conditional
+/// writes): processes sharing the directory refresh once per expiry between them; see
+/// `FileTokenStore+Coordination.swift` and the article "Implementing a TokenStore".
+///
 /// The blocking file system calls run on a private dispatch queue, never on the caller's thread. A call that has
 /// started runs to completion even when the calling task is cancelled; none of them waits on anything but the
-/// file system.
+/// file system and, for a write, the directory's write lock (held by another writer for one write). Waiting for
+/// the refresh lease sleeps between attempts and ends when the waiting task is cancelled.
 public final class FileTokenStore: TokenStore {
     /// The directory holding the files.
     public let directory: URL
