@@ -193,6 +193,9 @@ import Testing
         #expect(controller.session.state == .closed)
         #expect(store.record("user") == nil, "nothing is written back")
         #expect("\(UserSessionEvent.Kind.closed(.clearedElsewhere))" == "closed(clearedElsewhere)")
+        let adopted = UserSessionEvent.CredentialsChange(extended: true, adoptedFromStore: true)
+        #expect(
+            "\(UserSessionEvent.Kind.credentialsUpdated(adopted))" == "credentialsUpdated(adoptedFromStore, extended)")
     }
 
     @Test func aRestoredSessionHoldsTheRevisionItWasReadAt() async throws {
