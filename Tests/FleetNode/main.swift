@@ -8,7 +8,6 @@
 // Usage: FleetNode --store file:DIR --identifier ID --token-endpoint URL [--client-id ID] [--client-secret S]
 //                  [--tasks 100] [--until-lifetime-over 600] [--time-limit 120] [--name NODE]
 import Foundation
-import Synchronization
 import UserSessions
 
 struct Options {
@@ -61,9 +60,22 @@ func shortHash(_ token: String) -> String {
     return String(String(hash, radix: 16).suffix(12))
 }
 
-/// What the tasks saw, shared between them.
-final class Tallies: Sendable {
-    let state = Mutex(Tally())
+/// What the tasks saw, shared between them (an actor, so ThreadSanitizer sees its synchronization).
+actor Tallies {
+    var tally = Tally()
+
+    var done: Bool { tally.done }
+
+    func saw(_ token: String, lifetime: Double, threshold: Double) {
+        tally.tokens.insert(token)
+        tally.lastToken = token
+        if lifetime > threshold { tally.done = true }
+    }
+
+    func failed(_ error: any Error) {
+        tally.errors += 1
+        tally.lastError = "\(error)"
+    }
 }
 
 struct Tally {
@@ -121,20 +133,13 @@ func run(_ options: Options) async throws -> Int32 {
     await withTaskGroup(of: Void.self) { group in
         for _ in 0..<options.tasks {
             group.addTask {
-                while ContinuousClock.now < deadline, !tallies.state.withLock({ $0.done }) {
+                while ContinuousClock.now < deadline, await !tallies.done {
                     do {
                         let token = try await controller.accessToken()
                         let lifetime = controller.credentials?.expiresAt?.timeIntervalSinceNow ?? 0
-                        tallies.state.withLock { tally in
-                            tally.tokens.insert(token)
-                            tally.lastToken = token
-                            if lifetime > threshold { tally.done = true }
-                        }
+                        await tallies.saw(token, lifetime: lifetime, threshold: threshold)
                     } catch {
-                        tallies.state.withLock {
-                            $0.errors += 1
-                            $0.lastError = "\(error)"
-                        }
+                        await tallies.failed(error)
                     }
                     try? await Task.sleep(for: .milliseconds(2))
                 }
@@ -145,7 +150,7 @@ func run(_ options: Options) async throws -> Int32 {
     await controller.close()
     await controller.shutdown()
     let (refreshed, adopted) = await counting.value
-    let result = tallies.state.withLock { $0 }
+    let result = await tallies.tally
     let summary: [String: Any] = [
         "node": options.name,
         "tokens_seen": result.tokens.count,
