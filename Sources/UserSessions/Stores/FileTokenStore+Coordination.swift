@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// ``FileTokenStore`` as a ``CoordinatedTokenStore``: processes on one machine sharing a directory (several
 /// workers, an app and its extension) refresh each identifier's credentials once per expiry between them.
@@ -9,7 +10,7 @@ import Foundation
 ///   to 25 ms), sleeping in between, so waiting blocks no thread; cancelling the waiting task ends the wait.
 /// - Revisions: every write of a record stores its revision in the file (format version 2; a version-1 file
 ///   reads as revision 1). A revision is one more than the previous one and at least the wall-clock time in
-///   milliseconds, so a record written after a removal starts above the removed one's. Writes and removals, plain
+///   microseconds, so a record written after a removal starts above the removed one's. Writes and removals, plain
 ///   or conditional, run under an exclusive `flock` on the directory itself, held only for one read-compare-write.
 /// - Changes: file stores do not notify. ``changes()`` returns a stream that ends at once; processes learn of
 ///   each other's rotations when they next refresh, under the lease, by reading the record first.
@@ -98,11 +99,22 @@ extension FileTokenStore: CoordinatedTokenStore {
         return try body()
     }
 
-    /// The revision of a write that follows `current`: one more, and at least the wall clock in milliseconds since
-    /// 2001, so that a record written after a removal starts above the removed one's revision (unless the clock
-    /// went back by more than the time in between).
+    /// The revision of a write that follows `current`: one more, at least the wall clock in microseconds since
+    /// 2001 (so that a record written after a removal, by any process, starts above the removed one's revision
+    /// unless the clock went back by more than the time in between), and above every revision this process issued
+    /// before.
     static func nextRevision(after current: UInt64) -> UInt64 {
-        let milliseconds = UInt64(max(0, Date().timeIntervalSinceReferenceDate * 1000))
-        return max(current + 1, milliseconds)
+        let microseconds = UInt64(max(0, Date().timeIntervalSinceReferenceDate * 1_000_000))
+        let candidate = max(current + 1, microseconds)
+        while true {
+            let last = lastIssuedRevision.load(ordering: .relaxed)
+            let next = max(candidate, last + 1)
+            if lastIssuedRevision.compareExchange(expected: last, desired: next, ordering: .relaxed).exchanged {
+                return next
+            }
+        }
     }
 }
+
+/// The last revision a ``FileTokenStore`` of this process issued (see ``FileTokenStore/nextRevision(after:)``).
+private let lastIssuedRevision = Atomic<UInt64>(0)
