@@ -105,6 +105,12 @@ let package = Package(
             dependencies: ["UserSessions"],
             path: "Tests/CrashWriter"
         ),
+        // One process of a fleet sharing a user through a token store, for the multi-process tests (FleetTests).
+        .executableTarget(
+            name: "FleetNode",
+            dependencies: ["UserSessions"],
+            path: "Tests/FleetNode"
+        ),
         // The python fixture servers' launchers and the transport suite every HTTPTransport must pass; used by both
         // test targets and by the benchmark's transport workload.
         .target(

@@ -234,7 +234,7 @@ enum CrashWriterProcess {
     static let executableName = "FileStoreCrashWriter"
 
     /// The writer built by SwiftPM next to the test bundle (whatever the scratch path), else in `.build/debug`.
-    static func locateExecutable() -> URL? {
+    static func locateExecutable(named executableName: String = executableName) -> URL? {
         var candidates: [URL] = []
         for start in [Bundle.main.executableURL, CommandLine.arguments.first.map { URL(fileURLWithPath: $0) }] {
             // Linux: <scratch>/<triple>/debug/<package>PackageTests.xctest; macOS: a bundle a few levels deeper.

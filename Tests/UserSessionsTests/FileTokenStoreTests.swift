@@ -95,7 +95,8 @@ struct FileTokenStoreTests {
         let data = try Data(contentsOf: try tokenFileURL(store, "Some.User"))
         let object = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
         #expect(object["format"] as? String == "swift-user-sessions.token")
-        #expect(object["version"] as? Int == 1)
+        #expect(object["version"] as? Int == 2)
+        #expect((object["revision"] as? NSNumber)?.uint64Value ?? 0 >= 1)
         #expect(object["identifier"] as? String == "Some.User")
         #expect(object["session"] is [String: Any])
         #expect(try tokenFileURL(store, "Some.User").lastPathComponent == "u-_53ome_2e_55ser.json")
@@ -269,7 +270,7 @@ struct FileTokenStoreTests {
     }
 
     @Test(arguments: [
-        #"{"format": "swift-user-sessions.token", "version": 2, "identifier": "victim", "session": {"new": true}}"#,
+        #"{"format": "swift-user-sessions.token", "version": 3, "identifier": "victim", "session": {"new": true}}"#,
         #"{"format": "swift-user-sessions.token", "version": 1, "identifier": "victim", "session": "#
             + #"{"user_info": {"id": "u", "attributes": {}}, "credentials": {"version": 2, "access_token": "a"}}}"#,
     ])

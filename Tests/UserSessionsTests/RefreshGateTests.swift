@@ -224,6 +224,8 @@ struct RefreshGateTests {
         harness.activate(expiresIn: -1)
         try await harness.gate.ensureUsable()
         #expect(harness.gate.currentCredentials()?.accessToken == "at-1")
+        // Nothing stored, so the invalid_grant fallback finds no rotated token to adopt.
+        try await harness.store.remove(identifier: "user")
         harness.activate(expiresIn: -1, generation: 2)
         await #expect(throws: UserSessionError(.refreshFailed, "")) { try await harness.gate.ensureUsable() }
         #expect(harness.terminalCalls.count == 0)

@@ -15,6 +15,9 @@ public struct UserSessionEvent: Sendable, Hashable, CustomStringConvertible {
         case rolledBack
         /// The controller was shut down.
         case shutdown
+        /// The session's stored record was removed by another process or store instance sharing a
+        /// ``CoordinatedTokenStore`` (for example by `closeAndClear()` there). Nothing was written back.
+        case clearedElsewhere
     }
 
     /// Why a session became invalid.
@@ -35,12 +38,19 @@ public struct UserSessionEvent: Sendable, Hashable, CustomStringConvertible {
         public var addedPermissions: Set<String>
         /// Permissions no longer granted.
         public var removedPermissions: Set<String>
+        /// The credentials were adopted from the token store, where another process (or another store instance)
+        /// had put them, for example after it refreshed them: this controller did not call its refresher.
+        public var adoptedFromStore: Bool
 
         /// Creates a change description.
-        public init(extended: Bool, addedPermissions: Set<String> = [], removedPermissions: Set<String> = []) {
+        public init(
+            extended: Bool, addedPermissions: Set<String> = [], removedPermissions: Set<String> = [],
+            adoptedFromStore: Bool = false
+        ) {
             self.extended = extended
             self.addedPermissions = addedPermissions
             self.removedPermissions = removedPermissions
+            self.adoptedFromStore = adoptedFromStore
         }
     }
 
@@ -58,7 +68,8 @@ public struct UserSessionEvent: Sendable, Hashable, CustomStringConvertible {
         case refreshStarted
         /// A refresh succeeded and the new credentials are in use.
         case credentialsRefreshed
-        /// Credentials were replaced through ``UserSessionController/updateCredentials(_:)``.
+        /// Credentials were replaced through ``UserSessionController/updateCredentials(_:)``, or adopted from the
+        /// token store (``CredentialsChange/adoptedFromStore``) after another process rotated them.
         case credentialsUpdated(CredentialsChange)
         /// A refresh failed.
         case refreshFailed(RefreshFailureClass)
@@ -114,6 +125,7 @@ extension UserSessionEvent.Kind: CustomStringConvertible {
         case .credentialsRefreshed: return "credentialsRefreshed"
         case .credentialsUpdated(let change):
             var parts: [String] = []
+            if change.adoptedFromStore { parts.append("adoptedFromStore") }
             if change.extended { parts.append("extended") }
             if !change.addedPermissions.isEmpty { parts.append("added: \(change.addedPermissions.sorted())") }
             if !change.removedPermissions.isEmpty { parts.append("removed: \(change.removedPermissions.sorted())") }

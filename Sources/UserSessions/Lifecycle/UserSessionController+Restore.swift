@@ -73,8 +73,14 @@ extension UserSessionController {
     /// The part of restore that runs in the caller's turn, once no session is opened.
     func restoreInTurn(identifier: String) async throws -> UserSession {
         let stored: StoredSession?
+        var revision: UInt64?
         do {
-            stored = try await store.load(identifier: identifier)
+            if let coordinated = store as? any CoordinatedTokenStore {
+                let revised = try await coordinated.loadRevised(identifier: identifier)
+                (stored, revision) = (revised?.session, revised?.revision)
+            } else {
+                stored = try await store.load(identifier: identifier)
+            }
         } catch {
             let failure = Self.storeError(error, "could not read the stored session")
             if failure.code == .storeCorrupt { hub.emit(.storeCorrupt(identifier: identifier)) }
@@ -100,7 +106,7 @@ extension UserSessionController {
         lifecycle.openingActivated(generation: generation)
         gate.activate(
             identifier: identifier, userInfo: stored.userInfo, credentials: stored.credentials, generation: generation,
-            restoring: true)
+            restoring: true, revision: revision)
 
         if needsRefresh {
             // In a task of its own so that a close arriving now (or the caller's cancellation) stops the wait at

@@ -69,6 +69,9 @@ public actor UserSessionController {
         gate.setTerminalFailureHandler { [weak self] generation in
             await self?.invalidate(generation: generation, reason: .credentialsRevoked)
         }
+        gate.setStoreRemovedHandler { [weak self] generation in
+            await self?.closeClearedElsewhere(generation: generation)
+        }
     }
 
     /// The current session. Reading it never suspends.
@@ -251,6 +254,17 @@ public actor UserSessionController {
         defer { leaveTurn(ticket) }
         guard let running, running.generation == generation else { return }
         await endRunningSession(state: .invalid, event: .invalidated(reason))
+    }
+
+    /// Closes the opened session of `generation` with `.closed(.clearedElsewhere)`: its record in a coordinated
+    /// store was removed by another process. Ignored when that session is not the opened one (an opening session
+    /// finds the record gone when it next reads it).
+    func closeClearedElsewhere(generation: UInt64) async {
+        guard running?.generation == generation else { return }
+        guard let ticket = try? await enterTurn(.close) else { return }
+        defer { leaveTurn(ticket) }
+        guard let running, running.generation == generation else { return }
+        await endRunningSession(state: .closed, event: .closed(.clearedElsewhere))
     }
 
     // MARK: - Internals

@@ -21,23 +21,73 @@ extension CredentialsGate {
         }
         guard started else { return }
         let startedAt = ContinuousClock.now
-        let outcome: Result<Credentials, UserSessionError>
-        if let refresher {
-            do {
-                outcome = .success(try await refresher.refresh(job.credentials))
-            } catch {
-                outcome = .failure(Self.classify(error))
+        if let coordinatedStore {
+            await runLeasedFlight(job, store: coordinatedStore, startedAt: startedAt)
+            return
+        }
+        var outcome = await callRefresher(job.credentials)
+        if case .failure(let error) = outcome, error.failureClass == .terminal,
+            let stored = await storedReplacement(for: job)
+        {
+            // The fallback for stores without coordination: another process already rotated the refresh token we
+            // sent (a server with a reuse grace period answered `invalid_grant`). Adopt what it stored, refreshing
+            // once with it when it is expired too.
+            if !stored.credentials.isExpired(at: clock.now()) {
+                let ticket = await acquirePersistSlot()
+                let adoption = adoptHoldingSlot(
+                    RevisedSession(session: stored.session, revision: 0), generation: job.generation)
+                releasePersistSlot(ticket)
+                if case .none = adoption {
+                    await finish(job, outcome: outcome, startedAt: startedAt)
+                } else {
+                    await finishAdoption(adoption, generation: job.generation)
+                }
+                return
             }
-        } else {
-            outcome = .failure(
+            outcome = await callRefresher(stored.credentials)
+        }
+        await finish(job, outcome: outcome, startedAt: startedAt)
+    }
+
+    /// Calls the refresher (or fails without one).
+    func callRefresher(_ credentials: Credentials) async -> Result<Credentials, UserSessionError> {
+        guard let refresher else {
+            return .failure(
                 UserSessionError(.noRefresher, "no refresher is configured", failureClass: .misconfiguration))
         }
+        do {
+            return .success(try await refresher.refresh(credentials))
+        } catch {
+            return .failure(Self.classify(error))
+        }
+    }
+
+    /// Commits or fails the flight with what the refresher returned, and reports it.
+    func finish(
+        _ job: RefreshStateMachine.RefreshJob, outcome: Result<Credentials, UserSessionError>,
+        startedAt: ContinuousClock.Instant
+    ) async {
         let waiters: Int?
         switch outcome {
         case .success(let credentials): waiters = await commit(job, credentials)
         case .failure(let error): waiters = await fail(job, error)
         }
         reportFlight(job, outcome: outcome, waiters: waiters, duration: ContinuousClock.now - startedAt)
+    }
+
+    /// For a store without coordination, after `invalid_grant`: the stored session when it holds credentials
+    /// with another refresh token than the one `job` sent (and the flight is still the session's), else `nil`.
+    private func storedReplacement(for job: RefreshStateMachine.RefreshJob) async
+        -> (session: StoredSession, credentials: Credentials)?
+    {
+        let identifier = state.withLock { $0.identifier }
+        guard let stored = try? await store.load(identifier: identifier), let credentials = stored.credentials,
+            credentials.refreshToken != nil, credentials.refreshToken != job.credentials.refreshToken,
+            state.withLock({
+                $0.isCurrent(flightID: job.flightID) && ExactIdentifier.areEqual($0.identifier, identifier)
+            })
+        else { return nil }
+        return (stored, credentials)
     }
 
     /// Tells the observers how a flight ended (`waiters` is `nil` for a stale flight).
@@ -119,7 +169,23 @@ extension CredentialsGate {
             releasePersistSlot(ticket)
             return nil
         }
-        let persistError = await write(target, ticket: ticket)
+        let written = await writeOutcome(target, ticket: ticket)
+        if case .superseded(let record) = written {
+            // A coordinated store holds a newer record (or none): it stands; these credentials are not published.
+            let adoption = adoptHoldingSlot(record, generation: job.generation)
+            releasePersistSlot(ticket)
+            if case .none = adoption {
+                // Only a store whose revisions went backwards gets here: the flight's waiters must not hang.
+                return await fail(
+                    job,
+                    UserSessionError(
+                        .revisionConflict, "the token store's record changed during the refresh",
+                        failureClass: .transient))
+            }
+            await finishAdoption(adoption, generation: job.generation)
+            return nil
+        }
+        let persistError = written.error
         let now = configuration.clock.nowSeconds()
         let jitter = Double.random(in: 0...1)
         let action = state.withLock {

@@ -30,12 +30,29 @@ extension CredentialsGate {
     /// If `deactivate()` took the slot away while the store overran its deadline, the write has landed out of
     /// order: it is repaired here, by removing the record again when a clear came since, or by writing the
     /// active session's newer credentials again.
+    ///
+    /// With a ``CoordinatedTokenStore`` the write is conditional on the revision the session holds; see
+    /// ``writeOutcome(_:ticket:overwrite:)``, which also says when the store held something newer.
     func write(_ target: RefreshStateMachine.PersistTarget, ticket: UInt64) async -> (any Error)? {
-        var failure: (any Error)?
+        await writeOutcome(target, ticket: ticket).error
+    }
+
+    /// Like ``write(_:ticket:)``, telling a write that was superseded by a newer record in a coordinated store
+    /// (which is left as it is) from one that was written or failed. With `overwrite`, a coordinated write
+    /// replaces whatever is stored (used for credentials the caller hands over explicitly).
+    func writeOutcome(_ target: RefreshStateMachine.PersistTarget, ticket: UInt64, overwrite: Bool = false) async
+        -> WriteOutcome
+    {
+        var outcome: WriteOutcome
         do {
-            try await store.save(target.stored, identifier: target.identifier)
+            if let coordinated = coordinatedStore, overwrite || target.baseRevision != nil {
+                outcome = try await conditionalWrite(target, store: coordinated, overwrite: overwrite)
+            } else {
+                try await store.save(target.stored, identifier: target.identifier)
+                outcome = .written
+            }
         } catch {
-            failure = error
+            outcome = .failed(error)
         }
         let now = clock.nowSeconds()
         switch state.withLock({ $0.finishWrite(ticket: ticket, target: target, now: now) }) {
@@ -43,7 +60,7 @@ extension CredentialsGate {
         case .remove(let identifier): runInBackground { await self.removeAgain(identifier) }
         case .rewrite(let job): startPersistRetry(job)
         }
-        return failure
+        return outcome
     }
 
     /// Removes `identifier`'s record once more, after a write left behind by a close landed after the clear.
@@ -66,7 +83,12 @@ extension CredentialsGate {
     /// The opening session's first write, in the slot reserved by ``reserveOpeningWrite()``; releases the slot.
     func writeOpening(_ stored: StoredSession, identifier: String, ticket: UInt64) async throws {
         defer { releasePersistSlot(ticket) }
-        try await store.save(stored, identifier: identifier)
+        guard let coordinatedStore else {
+            try await store.save(stored, identifier: identifier)
+            return
+        }
+        let revision = try await Self.overwrite(stored, identifier: identifier, store: coordinatedStore)
+        state.withLock { $0.noteOpeningRevision(revision, identifier: identifier) }
     }
 
     /// `closeAndClear()`'s removal of `identifier`'s record (its session is already deactivated), fenced against
@@ -98,7 +120,7 @@ extension CredentialsGate {
             releasePersistSlot(ticket)
             throw RefreshStateMachine.notOpenError
         }
-        if let error = await write(target, ticket: ticket) {
+        if let error = await writeOutcome(target, ticket: ticket, overwrite: true).error {
             releasePersistSlot(ticket)
             throw error
         }
@@ -124,7 +146,16 @@ extension CredentialsGate {
             releasePersistSlot(ticket)
             return
         }
-        let persistError = await write(target, ticket: ticket)
+        let outcome = await writeOutcome(target, ticket: ticket)
+        if case .superseded(let record) = outcome {
+            // Another process wrote a newer record (or removed it) since: that one stands.
+            let adoption = adoptHoldingSlot(record, generation: job.generation)
+            state.withLock { $0.persistRetryScheduled = false }
+            releasePersistSlot(ticket)
+            await finishAdoption(adoption, generation: job.generation)
+            return
+        }
+        let persistError = outcome.error
         let now = clock.nowSeconds()
         let jitter = Double.random(in: 0...1)
         state.withLock {

@@ -30,6 +30,14 @@ final class CredentialsGate: Sendable {
     let retryTimer = Mutex<Task<Void, Never>?>(nil)
     let refresher: (any TokenRefresher)?
     let store: any TokenStore
+    /// `store`, when it coordinates refreshes across processes: refreshes then run under its lease, writes are
+    /// conditional on the revision held, and its changes are adopted while a session is active.
+    let coordinatedStore: (any CoordinatedTokenStore)?
+    /// The task consuming the coordinated store's changes for the active session.
+    let changeSubscription = Mutex<Task<Void, Never>?>(nil)
+    /// What the gate calls when the active session's record was removed elsewhere; the controller then closes that
+    /// session (`.closed(.clearedElsewhere)`).
+    let storeRemovedHandler = Mutex<(@Sendable (UInt64) async -> Void)?>(nil)
     let events: EventHub
     let configuration: UserSessionController.Configuration
     let clock: SessionClock
@@ -42,6 +50,7 @@ final class CredentialsGate: Sendable {
     ) {
         self.refresher = refresher
         self.store = store
+        self.coordinatedStore = store as? any CoordinatedTokenStore
         self.events = events
         self.configuration = configuration
         self.clock = configuration.clock
@@ -60,20 +69,31 @@ final class CredentialsGate: Sendable {
         terminalFailureHandler.withLock { $0 }
     }
 
+    /// Sets what the gate calls when a coordinated store says the active session's record was removed elsewhere.
+    func setStoreRemovedHandler(_ handler: @escaping @Sendable (UInt64) async -> Void) {
+        storeRemovedHandler.withLock { $0 = handler }
+    }
+
     /// Starts serving `credentials` for a newly opened session of `generation`. A refresh still running for an
     /// earlier generation is not served to it; when `restoring` from the stored record that such a refresh of the
     /// same identifier sent, the new session adopts that refresh instead of sending the token a second time.
+    ///
+    /// `revision` is the revision of the coordinated store's record the credentials were read from (a restore);
+    /// with a coordinated store the session also follows the store's changes until ``deactivate()``.
     func activate(
-        identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64, restoring: Bool = false
+        identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64, restoring: Bool = false,
+        revision: UInt64? = nil
     ) {
         disarmRetryTimer()
+        stopWatchingStore()
         events.setGeneration(generation)
         let leftovers = state.withLock {
             $0.activate(
                 identifier: identifier, userInfo: userInfo, credentials: credentials, generation: generation,
-                adoptingOrphans: restoring)
+                adoptingOrphans: restoring, revision: revision)
         }
         Self.resume(leftovers, with: .failure(RefreshStateMachine.notOpenError))
+        startWatchingStore(identifier: identifier, generation: generation)
     }
 
     /// Stops serving: waiters fail with ``UserSessionError/Code/sessionNotOpen``, a refresh still in flight has
@@ -92,6 +112,7 @@ final class CredentialsGate: Sendable {
     /// it changed is repaired (``RefreshStateMachine/finishWrite(ticket:target:now:)``).
     func deactivate() async {
         let waiters = eventOrder.withLock { _ in state.withLock { $0.deactivate() } }
+        stopWatchingStore()
         disarmRetryTimer()
         Self.resume(waiters, with: .failure(RefreshStateMachine.notOpenError))
         let timeout = configuration.storeTimeout

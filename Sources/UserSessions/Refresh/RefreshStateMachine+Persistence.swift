@@ -13,13 +13,18 @@ extension RefreshStateMachine {
         let generation: UInt64
         /// ``clearEpoch`` when the target was taken: a clear since then makes a late landing of it undone.
         let epoch: UInt64
+        /// For a ``CoordinatedTokenStore``: the revision the write is conditional on (`nil`: a plain save).
+        var baseRevision: UInt64? = nil
+        /// The refresh token of the record at ``baseRevision``, as far as the session knows.
+        var baseRefreshToken: String? = nil
     }
 
     /// A target for the active session's record.
     func target(_ credentials: Credentials, version: UInt64) -> PersistTarget {
         PersistTarget(
             identifier: identifier, stored: StoredSession(userInfo: userInfo, credentials: credentials),
-            version: version, generation: generation, epoch: clearEpoch)
+            version: version, generation: generation, epoch: clearEpoch, baseRevision: heldRevision,
+            baseRefreshToken: storedRefreshToken)
     }
 
     /// After `deactivate()`, once the persistence slot is held: the one last write of credentials that could not

@@ -149,6 +149,15 @@ struct RefreshStateMachine {
     /// Refreshes still running for sessions that ended while keeping their stored record (see ``Orphan``).
     var orphans: [UInt64: Orphan] = [:]
 
+    // MARK: Coordination (a ``CoordinatedTokenStore``)
+
+    /// The revision of the stored record the active session's credentials were read from or last written as;
+    /// `nil` when unknown (a store without coordination).
+    var heldRevision: UInt64?
+    /// The refresh token of the stored record at ``heldRevision``, as far as this session knows: a conflicting
+    /// write finding it still stored may write over that record, since it holds nothing newer.
+    var storedRefreshToken: String?
+
     init(policy: Policy) {
         self.policy = policy
         leadTime = policy.leadTime
@@ -182,9 +191,11 @@ struct RefreshStateMachine {
     /// restore from the stored record) one that sent the same refresh token becomes the new session's flight.
     mutating func activate(
         identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64,
-        adoptingOrphans: Bool = false
+        adoptingOrphans: Bool = false, revision: UInt64? = nil
     ) -> [Waiter] {
         let leftovers = takeWaiters()
+        heldRevision = revision
+        storedRefreshToken = credentials?.refreshToken
         self.generation = generation
         self.identifier = identifier
         self.userInfo = userInfo

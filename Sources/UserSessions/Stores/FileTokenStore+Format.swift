@@ -6,17 +6,21 @@ extension FileTokenStore {
     /// The `format` member of the current-identifier file.
     static let currentIdentifierFileFormat = "swift-user-sessions.current-identifier"
     /// The version this release writes; files with a newer version are rejected with
-    /// ``UserSessionError/Code/unsupportedFormatVersion``.
-    static let fileFormatVersion = 1
+    /// ``UserSessionError/Code/unsupportedFormatVersion``. Version 2 added the record's `revision`; a version-1
+    /// file (which has none) reads as revision 1.
+    static let fileFormatVersion = 2
     /// Files larger than this are not read (they cannot be ours): 8 MiB.
     static let maximumFileSize = 8 * 1024 * 1024
 }
 
-/// The on-disk form, version 1:
+/// The on-disk form, version 2:
 ///
 /// ```json
-/// {"format": "swift-user-sessions.token", "version": 1, "identifier": "…", "session": {…}}
+/// {"format": "swift-user-sessions.token", "version": 2, "identifier": "…", "revision": 7, "session": {…}}
 /// ```
+///
+/// `revision` grows with every write of the identifier's record (see ``CoordinatedTokenStore``); version-1 files
+/// have none and read as revision 1.
 ///
 /// `session` is ``StoredSession``'s `Codable` form. Dates are JSON numbers of seconds since
 /// 2001-01-01T00:00:00Z (Foundation's reference date), written in the shortest form that reads back to the same
@@ -26,6 +30,7 @@ struct TokenFileEnvelope: Codable {
     var format: String
     var version: Int
     var identifier: String
+    var revision: UInt64? = nil
     var session: StoredSession?
 }
 

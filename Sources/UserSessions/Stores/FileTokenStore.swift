@@ -10,7 +10,8 @@ import Synchronization
 ///   trusted. The current identifier lives in `current-identifier.json`. Identifiers that are empty, contain NUL
 ///   or are longer than 64 KiB are rejected with ``UserSessionError/Code/invalidIdentifier``.
 /// - Format: versioned JSON,
-///   `{"format": "swift-user-sessions.token", "version": 1, "identifier": "…", "session": {…}}` with sorted keys.
+///   `{"format": "swift-user-sessions.token", "version": 2, "identifier": "…", "revision": 7, "session": {…}}`
+///   with sorted keys. `revision` grows with every write (version-1 files have none and read as revision 1).
 ///   Dates are numbers of seconds since 2001-01-01T00:00:00Z, written so that they read back exactly.
 /// - Atomicity: a save writes a uniquely named temporary file (`.tmp-…`, created with `O_EXCL`, mode `0600`),
 ///   `fsync`s it, renames it over the target and `fsync`s the directory. After a crash a reader sees the old or
@@ -31,14 +32,19 @@ import Synchronization
 ///   ``UserSessionError/Code/storeCorrupt`` and is left untouched for inspection; only ``save(_:identifier:)`` and
 ///   ``remove(identifier:)`` replace or delete it.
 ///
+/// The store is a ``CoordinatedTokenStore`` (an advisory `flock` lease per identifier, revisions, conditional
+/// writes): processes sharing the directory refresh once per expiry between them; see
+/// `FileTokenStore+Coordination.swift` and the article "Implementing a TokenStore".
+///
 /// The blocking file system calls run on a private dispatch queue, never on the caller's thread. A call that has
 /// started runs to completion even when the calling task is cancelled; none of them waits on anything but the
-/// file system.
+/// file system and, for a write, the directory's write lock (held by another writer for one write). Waiting for
+/// the refresh lease sleeps between attempts and ends when the waiting task is cancelled.
 public final class FileTokenStore: TokenStore {
     /// The directory holding the files.
     public let directory: URL
-    private let path: String
-    private let queue = DispatchQueue(label: "UserSessions.FileTokenStore", attributes: .concurrent)
+    let path: String
+    let queue = DispatchQueue(label: "UserSessions.FileTokenStore", attributes: .concurrent)
     /// Whether the first call has swept stale temporary files yet.
     private let hasSwept = Atomic(false)
 
@@ -105,22 +111,7 @@ public final class FileTokenStore: TokenStore {
     ///   ``load(identifier:)`` reads (nothing is written).
     public func save(_ session: StoredSession, identifier: String) async throws {
         let name = try IdentifierEncoding.name(for: identifier)
-        let envelope = TokenFileEnvelope(
-            format: Self.tokenFileFormat,
-            version: Self.fileFormatVersion,
-            identifier: identifier,
-            session: session
-        )
-        let bytes = try TokenFileCoding.encode(envelope)
-        // Never write a file that load would refuse to read.
-        guard bytes.count <= Self.maximumFileSize else {
-            throw UserSessionError(
-                .storeFailure,
-                "\(Self.label(for: identifier)) would be \(bytes.count) bytes; files over \(Self.maximumFileSize) bytes "
-                    + "are not read, so none is written"
-            )
-        }
-        try await run { try self.saveNow(bytes, identifier: identifier, name: name) }
+        try await run { _ = try self.saveNow(session, identifier: identifier, name: name, expectedRevision: nil) }
     }
 
     /// Deletes the file for `identifier`, whatever its content. Removing nothing is not an error.
@@ -186,6 +177,76 @@ public final class FileTokenStore: TokenStore {
     // MARK: - Blocking implementations (run on `queue`)
 
     private func loadNow(identifier: String, name: IdentifierEncoding.Name) throws -> StoredSession? {
+        try loadRevisedNow(identifier: identifier, name: name)?.session
+    }
+
+    /// Writes `session` under the identifier's write lock with the next revision and returns it. With
+    /// `expectedRevision` (`.some(nil)`: nothing may be stored), the write happens only when the record's revision
+    /// is that one; otherwise it throws ``UserSessionError/Code/revisionConflict``.
+    func saveNow(
+        _ session: StoredSession, identifier: String, name: IdentifierEncoding.Name, expectedRevision: UInt64??
+    ) throws -> UInt64 {
+        let file = Self.label(for: identifier)
+        if name.isHashed, let owner = try? hashedFileOwner(name) {
+            guard ExactIdentifier.areEqual(owner, identifier) else {
+                throw UserSessionError(.storeFailure, "\(file) shares its hashed file name with another identifier")
+            }
+        }
+        return try withWriteLock(file: file) {
+            let current = try self.currentRevision(identifier: identifier, name: name, file: file)
+            if let expected = expectedRevision, expected != current {
+                throw UserSessionError(
+                    .revisionConflict,
+                    "\(file) has revision \(current.map(String.init) ?? "none"), not \(expected.map(String.init) ?? "none")"
+                )
+            }
+            let revision = Self.nextRevision(after: current ?? 0)
+            let envelope = TokenFileEnvelope(
+                format: Self.tokenFileFormat, version: Self.fileFormatVersion, identifier: identifier,
+                revision: revision, session: session)
+            let bytes = try TokenFileCoding.encode(envelope)
+            // Never write a file that load would refuse to read.
+            guard bytes.count <= Self.maximumFileSize else {
+                throw UserSessionError(
+                    .storeFailure,
+                    "\(file) would be \(bytes.count) bytes; files over \(Self.maximumFileSize) bytes are not read, so "
+                        + "none is written")
+            }
+            try self.mapErrors(file: file) {
+                try PrivateFiles.writeAtomically(bytes, to: name.value + ".json", in: self.path)
+            }
+            return revision
+        }
+    }
+
+    /// The revision of the identifier's record, `nil` when there is none. A record that cannot be read (corrupt,
+    /// foreign) counts as revision 0, so that a write may replace it.
+    private func currentRevision(identifier: String, name: IdentifierEncoding.Name, file: String) throws -> UInt64? {
+        do {
+            return try loadRevisedNow(identifier: identifier, name: name)?.revision
+        } catch {
+            // Corrupt, newer, foreign or unreadable (a symbolic link): a write replaces it, as a plain save always did.
+            return 0
+        }
+    }
+
+    private func removeNow(identifier: String, name: IdentifierEncoding.Name) throws {
+        // Never delete the file of another identifier that happens to share a hashed name.
+        if name.isHashed, let owner = try? hashedFileOwner(name), !ExactIdentifier.areEqual(owner, identifier) {
+            return
+        }
+        let file = Self.label(for: identifier)
+        // Removing nothing creates nothing (not even the directory the lock needs).
+        guard PrivateFiles.exists(path + "/" + name.value + ".json") else { return }
+        _ = try withWriteLock(file: file) {
+            try self.mapErrors(file: file) {
+                try PrivateFiles.removeFile(name.value + ".json", in: self.path)
+            }
+        }
+    }
+
+    /// The record of `identifier` with its revision (version-1 files, which have none, are revision 1).
+    func loadRevisedNow(identifier: String, name: IdentifierEncoding.Name) throws -> RevisedSession? {
         let file = Self.label(for: identifier)
         guard let bytes = try readFile(name.value + ".json", file: file) else { return nil }
         let envelope = try TokenFileCoding.decode(bytes, format: Self.tokenFileFormat, file: file)
@@ -198,30 +259,7 @@ public final class FileTokenStore: TokenStore {
         guard let session = envelope.session else {
             throw UserSessionError(.storeCorrupt, "\(file) has no session")
         }
-        return session
-    }
-
-    private func saveNow(_ bytes: [UInt8], identifier: String, name: IdentifierEncoding.Name) throws {
-        let file = Self.label(for: identifier)
-        if name.isHashed, let owner = try? hashedFileOwner(name) {
-            guard ExactIdentifier.areEqual(owner, identifier) else {
-                throw UserSessionError(.storeFailure, "\(file) shares its hashed file name with another identifier")
-            }
-        }
-        try mapErrors(file: file) {
-            try PrivateFiles.makeDirectory(path)
-            try PrivateFiles.writeAtomically(bytes, to: name.value + ".json", in: path)
-        }
-    }
-
-    private func removeNow(identifier: String, name: IdentifierEncoding.Name) throws {
-        // Never delete the file of another identifier that happens to share a hashed name.
-        if name.isHashed, let owner = try? hashedFileOwner(name), !ExactIdentifier.areEqual(owner, identifier) {
-            return
-        }
-        try mapErrors(file: Self.label(for: identifier)) {
-            try PrivateFiles.removeFile(name.value + ".json", in: path)
-        }
+        return RevisedSession(session: session, revision: max(1, envelope.revision ?? 1))
     }
 
     private func loadCurrentIdentifierNow() throws -> String? {
@@ -266,7 +304,7 @@ public final class FileTokenStore: TokenStore {
 
     /// Runs blocking file work on the store's queue, off the cooperative thread pool.
     @discardableResult
-    private func run<Value: Sendable>(_ work: @escaping @Sendable () throws -> Value) async throws -> Value {
+    func run<Value: Sendable>(_ work: @escaping @Sendable () throws -> Value) async throws -> Value {
         try await withCheckedThrowingContinuation { continuation in
             queue.async {
                 self.sweepOnce()
@@ -283,7 +321,7 @@ public final class FileTokenStore: TokenStore {
 
     /// Turns system errors into ``UserSessionError``.
     @discardableResult
-    private func mapErrors<Value>(file: String, _ body: () throws -> Value) throws -> Value {
+    func mapErrors<Value>(file: String, _ body: () throws -> Value) throws -> Value {
         do {
             return try body()
         } catch let error as UserSessionError {
@@ -298,7 +336,7 @@ public final class FileTokenStore: TokenStore {
     }
 
     /// How files are named in messages: the identifier, shortened (identifiers are not secrets, but may be huge).
-    private static func label(for identifier: String) -> String {
+    static func label(for identifier: String) -> String {
         let shown = identifier.count > 64 ? identifier.prefix(64) + "…" : Substring(identifier)
         return "the token file for \"\(shown)\""
     }

@@ -125,6 +125,12 @@ enum PrivateFiles {
         try synchronizeDirectory(directory)
     }
 
+    /// Whether something exists at `path` (a symbolic link is not followed).
+    static func exists(_ path: String) -> Bool {
+        var status = stat()
+        return lstat(path, &status) == 0
+    }
+
     /// Removes `directory/name`; returns `false` when it did not exist.
     @discardableResult
     static func removeFile(_ name: String, in directory: String) throws -> Bool {

@@ -12,7 +12,10 @@ POST /admin/issue    JSON {"refresh_token", "access_token"}: a new token family.
 POST /admin/revoke   revokes every family.
 POST /admin/mode     JSON {"mode": "normal|error500|garbage|invalid_client|slow|redirect|status|
                      redirect_other_host|nested|huge|sized|truncated", "delay": seconds, "expires_in": n,
-                     "status": n, "redirect_status": n, "bytes": n, "omit_refresh_token": bool}
+                     "status": n, "redirect_status": n, "bytes": n, "omit_refresh_token": bool,
+                     "final_after": n, "final_expires_in": n}
+                     final_after: once n refreshes succeeded, later answers use final_expires_in as their lifetime
+                     (so that processes sharing a user settle on one long-lived token after exactly n expiries).
                      redirect: redirect_status (307 unless set) to http://127.0.0.1:<port>/elsewhere;
                      redirect_other_host: redirect_status to http://localhost:<port>/elsewhere (another host name
                      for this server);
@@ -53,6 +56,8 @@ class State:
         self.bytes = 1024
         self.expires_in = args.expires_in
         self.omit_refresh_token = False
+        self.final_after = None
+        self.final_expires_in = 3600
         self.families = {}  # family id -> revoked flag
         self.tokens = {}  # refresh token -> {"family": id, "used": bool}
         self.access_tokens = {}  # access token -> {"family": id, "revoked": bool}
@@ -194,6 +199,10 @@ class Handler(BaseHTTPRequestHandler):
                 self.state.omit_refresh_token = bool(settings.get("omit_refresh_token", self.state.omit_refresh_token))
                 if "expires_in" in settings:
                     self.state.expires_in = settings["expires_in"]
+                if "final_after" in settings:
+                    self.state.final_after = settings["final_after"]
+                if "final_expires_in" in settings:
+                    self.state.final_expires_in = settings["final_expires_in"]
             self.reply(200, {"mode": self.state.mode})
         else:
             self.reply(404, {"error": "not_found"})
@@ -345,8 +354,11 @@ class Handler(BaseHTTPRequestHandler):
             record["used"] = True
             refresh_token, access_token = state.issue(family)
             state.stats["refreshes"] += 1
+            expires_in = state.expires_in
+            if state.final_after is not None and state.stats["refreshes"] >= state.final_after:
+                expires_in = state.final_expires_in
             response = {"access_token": access_token, "token_type": "Bearer", "refresh_token": refresh_token,
-                        "expires_in": state.expires_in}
+                        "expires_in": expires_in}
             if state.omit_refresh_token:
                 del response["refresh_token"]
             if self.form.get("scope"):

@@ -1,0 +1,46 @@
+import Foundation
+import UserSessions
+
+/// The token store a node uses, chosen with `--store KIND:ARGUMENT`.
+///
+/// With default traits: `file:DIRECTORY` (a ``FileTokenStore``) and `uncoordinated-file:DIRECTORY` (the same files
+/// seen through a plain ``TokenStore``, without the lease: the control that shows what coordination prevents).
+/// Other kinds (such as `postgres:URL` behind the PostgreSQL trait) are added here, next to them.
+enum StoreSelection {
+    struct Unknown: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// The store that `argument` names.
+    static func store(for argument: String) throws -> any TokenStore {
+        guard let colon = argument.firstIndex(of: ":") else {
+            throw Unknown(description: "--store wants KIND:ARGUMENT, such as file:/tmp/tokens")
+        }
+        let kind = argument[..<colon]
+        let rest = String(argument[argument.index(after: colon)...])
+        switch kind {
+        case "file":
+            guard !rest.isEmpty else { throw Unknown(description: "--store file: wants a directory") }
+            return FileTokenStore(directory: URL(fileURLWithPath: rest, isDirectory: true))
+        case "uncoordinated-file":
+            guard !rest.isEmpty else { throw Unknown(description: "--store uncoordinated-file: wants a directory") }
+            return Uncoordinated(base: FileTokenStore(directory: URL(fileURLWithPath: rest, isDirectory: true)))
+        default:
+            throw Unknown(description: "unknown store kind \"\(kind)\"; this build knows: file, uncoordinated-file")
+        }
+    }
+}
+
+/// A store seen only as a plain ``TokenStore``: the controller does not coordinate through it.
+struct Uncoordinated: TokenStore {
+    let base: any TokenStore
+
+    func load(identifier: String) async throws -> StoredSession? { try await base.load(identifier: identifier) }
+    func save(_ session: StoredSession, identifier: String) async throws {
+        try await base.save(session, identifier: identifier)
+    }
+    func remove(identifier: String) async throws { try await base.remove(identifier: identifier) }
+    func loadCurrentIdentifier() async throws -> String? { try await base.loadCurrentIdentifier() }
+    func saveCurrentIdentifier(_ identifier: String?) async throws { try await base.saveCurrentIdentifier(identifier) }
+    func storedIdentifiers() async throws -> [String] { try await base.storedIdentifiers() }
+}

@@ -1,0 +1,174 @@
+// FleetNode: one process of a fleet that shares a user through a token store.
+//
+// Restores one user from the store, then runs TASKS tasks that ask the controller for an access token in a loop,
+// until a task gets a token that lives longer than SECONDS (the test's token endpoint issues one after the last
+// expiry it plays), or until the time limit. Prints one JSON line with what it saw; tokens are never printed, only
+// a short hash of the last one.
+//
+// Usage: FleetNode --store file:DIR --identifier ID --token-endpoint URL [--client-id ID] [--client-secret S]
+//                  [--tasks 100] [--until-lifetime-over 600] [--time-limit 120] [--name NODE]
+import Foundation
+import UserSessions
+
+struct Options {
+    var store = ""
+    var identifier = ""
+    var tokenEndpoint = ""
+    var clientID = "client"
+    var clientSecret = "client-secret"
+    var tasks = 100
+    var untilLifetimeOver = 600.0
+    var timeLimit = 120.0
+    var name = "node"
+    /// Only take the refresh lease of `identifier`, say "holding" on standard output, and wait to be killed.
+    var holdLease = false
+
+    init(_ arguments: [String]) throws {
+        var iterator = arguments.makeIterator()
+        while let flag = iterator.next() {
+            if flag == "--hold-lease" {
+                holdLease = true
+                continue
+            }
+            guard let value = iterator.next() else {
+                throw StoreSelection.Unknown(description: "\(flag) wants a value")
+            }
+            switch flag {
+            case "--store": store = value
+            case "--identifier": identifier = value
+            case "--token-endpoint": tokenEndpoint = value
+            case "--client-id": clientID = value
+            case "--client-secret": clientSecret = value
+            case "--tasks": tasks = Int(value) ?? tasks
+            case "--until-lifetime-over": untilLifetimeOver = Double(value) ?? untilLifetimeOver
+            case "--time-limit": timeLimit = Double(value) ?? timeLimit
+            case "--name": name = value
+            default: throw StoreSelection.Unknown(description: "unknown option \(flag)")
+            }
+        }
+    }
+}
+
+/// A short, stable hash of a token for output (FNV-1a, 64 bits, first 12 hex digits): equal tokens give equal
+/// hashes, and the token cannot be read back from it.
+func shortHash(_ token: String) -> String {
+    var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+    for byte in token.utf8 {
+        hash ^= UInt64(byte)
+        hash = hash &* 0x100_0000_01b3
+    }
+    return String(String(hash, radix: 16).suffix(12))
+}
+
+/// What the tasks saw, shared between them (an actor, so ThreadSanitizer sees its synchronization).
+actor Tallies {
+    var tally = Tally()
+
+    var done: Bool { tally.done }
+
+    func saw(_ token: String, lifetime: Double, threshold: Double) {
+        tally.tokens.insert(token)
+        tally.lastToken = token
+        if lifetime > threshold { tally.done = true }
+    }
+
+    func failed(_ error: any Error) {
+        tally.errors += 1
+        tally.lastError = "\(error)"
+    }
+}
+
+struct Tally {
+    var tokens: Set<String> = []
+    var lastToken = ""
+    var errors = 0
+    var lastError = ""
+    var done = false
+}
+
+/// Holds the lease until the process is killed (for the test that SIGKILLs a lease holder).
+func holdLease(_ options: Options, store: any TokenStore) async throws -> Int32 {
+    guard let store = store as? any CoordinatedTokenStore else {
+        throw StoreSelection.Unknown(description: "the store does not coordinate")
+    }
+    try await store.withRefreshLease(identifier: options.identifier) {
+        FileHandle.standardOutput.write(Data("holding\n".utf8))
+        while true { try await Task.sleep(for: .seconds(3600)) }
+    }
+    return 0
+}
+
+func run(_ options: Options) async throws -> Int32 {
+    let store = try StoreSelection.store(for: options.store)
+    if options.holdLease { return try await holdLease(options, store: store) }
+    guard let endpoint = URL(string: options.tokenEndpoint) else {
+        throw StoreSelection.Unknown(description: "bad --token-endpoint")
+    }
+    let refresher = try OAuth2TokenRefresher(
+        tokenEndpoint: endpoint,
+        clientAuthentication: .clientSecretBasic(id: options.clientID, secret: options.clientSecret),
+        requestTimeout: .seconds(10))
+    var configuration = UserSessionController.Configuration()
+    configuration.persistsCurrentIdentifier = false
+    let controller = UserSessionController(store: store, refresher: refresher, configuration: configuration)
+    let events = controller.events(bufferSize: 100_000)
+    let counting = Task {
+        var refreshed = 0
+        var adopted = 0
+        for await event in events {
+            switch event.kind {
+            case .credentialsRefreshed: refreshed += 1
+            case .credentialsUpdated(let change) where change.adoptedFromStore: adopted += 1
+            default: break
+            }
+        }
+        return (refreshed, adopted)
+    }
+    guard try await controller.restore(identifier: options.identifier) != nil else {
+        throw StoreSelection.Unknown(description: "nothing to restore")
+    }
+    let tallies = Tallies()
+    let deadline = ContinuousClock.now + .seconds(options.timeLimit)
+    let threshold = options.untilLifetimeOver
+    await withTaskGroup(of: Void.self) { group in
+        for _ in 0..<options.tasks {
+            group.addTask {
+                while ContinuousClock.now < deadline, await !tallies.done {
+                    do {
+                        let token = try await controller.accessToken()
+                        let lifetime = controller.credentials?.expiresAt?.timeIntervalSinceNow ?? 0
+                        await tallies.saw(token, lifetime: lifetime, threshold: threshold)
+                    } catch {
+                        await tallies.failed(error)
+                    }
+                    try? await Task.sleep(for: .milliseconds(2))
+                }
+            }
+        }
+    }
+    let finalToken = controller.credentials?.accessToken ?? ""
+    await controller.close()
+    await controller.shutdown()
+    let (refreshed, adopted) = await counting.value
+    let result = await tallies.tally
+    let summary: [String: Any] = [
+        "node": options.name,
+        "tokens_seen": result.tokens.count,
+        "refreshes": refreshed,
+        "adopted": adopted,
+        "errors": result.errors,
+        "last_error": result.lastError,
+        "settled": result.done,
+        "final_token_hash": shortHash(finalToken),
+    ]
+    let data = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys])
+    print(String(decoding: data, as: UTF8.self))
+    return result.done && result.errors == 0 ? 0 : 1
+}
+
+do {
+    exit(try await run(Options(Array(CommandLine.arguments.dropFirst()))))
+} catch {
+    FileHandle.standardError.write(Data("FleetNode: \(error)\n".utf8))
+    exit(2)
+}

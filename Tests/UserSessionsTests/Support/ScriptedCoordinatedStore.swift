@@ -1,0 +1,171 @@
+import Foundation
+import Synchronization
+
+@testable import UserSessions
+
+/// A ``CoordinatedTokenStore`` in memory whose "other processes" the test plays: it writes and removes records
+/// as another process would, holds the refresh lease as another process would, and sends change notifications.
+final class ScriptedCoordinatedStore: CoordinatedTokenStore {
+    private struct State {
+        var records: [String: RevisedSession] = [:]
+        var nextRevision: UInt64 = 1
+        var currentIdentifier: String?
+        var conditionalSaves: [(identifier: String, expected: UInt64?, revision: UInt64?)] = []
+        /// Who holds each lease: `true` for "another process".
+        var leaseHolders: [String: Bool] = [:]
+        var leaseQueue: [String: [CheckedContinuation<Void, Never>]] = [:]
+        var leaseAcquisitions = 0
+        var subscribers: [AsyncStream<TokenStoreChange>.Continuation] = []
+        var failNextConditionalWithConflict = false
+    }
+    private let state = Mutex(State())
+    /// One arrival per task that starts waiting for a lease someone else holds.
+    let leaseWaits = ArrivalCounter()
+    /// One arrival per ``changes()`` call.
+    let subscriptions = ArrivalCounter()
+
+    init() {}
+
+    // MARK: - What the test plays
+
+    /// Another process writes `session` (the revision grows); returns the revision.
+    @discardableResult
+    func writeElsewhere(_ session: StoredSession, identifier: String, notify: Bool = false) -> UInt64 {
+        let revision = state.withLock { state in
+            let revision = state.nextRevision
+            state.nextRevision += 1
+            state.records[identifier] = RevisedSession(session: session, revision: revision)
+            return revision
+        }
+        if notify { send(.saved(identifier: identifier, revision: revision)) }
+        return revision
+    }
+
+    /// Another process removes the record.
+    func removeElsewhere(_ identifier: String, notify: Bool = false) {
+        _ = state.withLock { $0.records.removeValue(forKey: identifier) }
+        if notify { send(.removed(identifier: identifier)) }
+    }
+
+    /// Sends `change` to every subscriber.
+    func send(_ change: TokenStoreChange) {
+        for subscriber in state.withLock({ $0.subscribers }) { subscriber.yield(change) }
+    }
+
+    /// Another process takes the lease of `identifier` (it must be free).
+    func holdLeaseElsewhere(_ identifier: String) {
+        state.withLock { $0.leaseHolders[identifier] = true }
+    }
+
+    /// Another process releases the lease of `identifier`; the next waiter gets it.
+    func releaseLeaseElsewhere(_ identifier: String) {
+        releaseLease(identifier)
+    }
+
+    /// Makes the next conditional save throw `revisionConflict` (as if another process wrote just before).
+    func conflictOnNextConditionalSave() {
+        state.withLock { $0.failNextConditionalWithConflict = true }
+    }
+
+    func record(_ identifier: String) -> RevisedSession? { state.withLock { $0.records[identifier] } }
+    var conditionalSaves: [(identifier: String, expected: UInt64?, revision: UInt64?)] {
+        state.withLock { $0.conditionalSaves }
+    }
+    var leaseAcquisitions: Int { state.withLock { $0.leaseAcquisitions } }
+
+    // MARK: - CoordinatedTokenStore
+
+    func loadRevised(identifier: String) async throws -> RevisedSession? {
+        state.withLock { $0.records[identifier] }
+    }
+
+    func save(_ session: StoredSession, identifier: String, expectedRevision: UInt64?) async throws -> UInt64 {
+        try state.withLock { state in
+            if state.failNextConditionalWithConflict {
+                state.failNextConditionalWithConflict = false
+                state.conditionalSaves.append((identifier, expectedRevision, nil))
+                throw UserSessionError(.revisionConflict, "scripted conflict")
+            }
+            guard state.records[identifier]?.revision == expectedRevision else {
+                state.conditionalSaves.append((identifier, expectedRevision, nil))
+                throw UserSessionError(.revisionConflict, "scripted conflict")
+            }
+            let revision = state.nextRevision
+            state.nextRevision += 1
+            state.records[identifier] = RevisedSession(session: session, revision: revision)
+            state.conditionalSaves.append((identifier, expectedRevision, revision))
+            return revision
+        }
+    }
+
+    func withRefreshLease<Result: Sendable>(
+        identifier: String, _ body: @Sendable () async throws -> Result
+    ) async throws -> Result {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let granted = state.withLock { state -> Bool in
+                if state.leaseHolders[identifier] == nil {
+                    state.leaseHolders[identifier] = false
+                    state.leaseAcquisitions += 1
+                    return true
+                }
+                state.leaseQueue[identifier, default: []].append(continuation)
+                return false
+            }
+            if granted {
+                continuation.resume()
+            } else {
+                leaseWaits.arrive()
+            }
+        }
+        defer { releaseLease(identifier) }
+        return try await body()
+    }
+
+    private func releaseLease(_ identifier: String) {
+        let next = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard var queue = state.leaseQueue[identifier], !queue.isEmpty else {
+                state.leaseHolders.removeValue(forKey: identifier)
+                return nil
+            }
+            let next = queue.removeFirst()
+            state.leaseQueue[identifier] = queue
+            state.leaseHolders[identifier] = false
+            state.leaseAcquisitions += 1
+            return next
+        }
+        next?.resume()
+    }
+
+    func changes() -> AsyncStream<TokenStoreChange> {
+        let (stream, continuation) = AsyncStream.makeStream(of: TokenStoreChange.self)
+        state.withLock { $0.subscribers.append(continuation) }
+        subscriptions.arrive()
+        return stream
+    }
+
+    // MARK: - TokenStore
+
+    func load(identifier: String) async throws -> StoredSession? {
+        state.withLock { $0.records[identifier]?.session }
+    }
+
+    func save(_ session: StoredSession, identifier: String) async throws {
+        state.withLock { state in
+            let revision = state.nextRevision
+            state.nextRevision += 1
+            state.records[identifier] = RevisedSession(session: session, revision: revision)
+        }
+    }
+
+    func remove(identifier: String) async throws {
+        _ = state.withLock { $0.records.removeValue(forKey: identifier) }
+    }
+
+    func loadCurrentIdentifier() async throws -> String? { state.withLock { $0.currentIdentifier } }
+
+    func saveCurrentIdentifier(_ identifier: String?) async throws {
+        state.withLock { $0.currentIdentifier = identifier }
+    }
+
+    func storedIdentifiers() async throws -> [String] { state.withLock { $0.records.keys.sorted() } }
+}
