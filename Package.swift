@@ -164,6 +164,7 @@ let package = Package(
                 "UserSessionsTestSupport",
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
+                .product(name: "InMemoryLogging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
             ]
         ),
     ],
