@@ -99,11 +99,12 @@ extension PostgresTokenStore {
                 pid = backend
             }
             try Task.checkCancellation()
+            let backend = pid
             try await withTaskCancellationHandler {
                 try await connection.query("SELECT pg_advisory_xact_lock(\(key))", logger: logger).drain()
             } onCancel: {
                 // The waiting query does not end with the task; cancel it on the server from another connection.
-                Task { _ = try? await client.query("SELECT pg_cancel_backend(\(pid))") }
+                Task { _ = try? await client.query("SELECT pg_cancel_backend(\(backend))") }
             }
             try Task.checkCancellation()
         } catch {

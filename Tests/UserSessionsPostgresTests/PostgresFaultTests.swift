@@ -39,10 +39,10 @@ struct PostgresFaultTests {
                 try await admin.withConnection { connection in
                     // Hold the row so that the store's write waits on it, then end the waiting backend.
                     try await connection.query("BEGIN", logger: quiet)
-                    try await connection.query(
+                    _ = try await connection.query(
                         "SELECT revision FROM user_sessions_tokens WHERE identifier = 'alice' FOR UPDATE",
                         logger: quiet
-                    ).drain()
+                    ).collect()
                     var holder: Int64 = 0
                     for try await (pid) in try await connection.query(
                         "SELECT pg_backend_pid()::bigint", logger: quiet
