@@ -104,6 +104,19 @@ enum PostgresStoreErrors {
         return UserSessionError(.storeFailure, "PostgreSQL failed while \(what) (\(type(of: error)))")
     }
 
+    /// Whether `error` says the connection was closed (by the server, the network, or the pool) rather than that
+    /// the server refused the query.
+    static func isClosedConnection(_ error: any Error) -> Bool {
+        guard let error = error as? PSQLError else { return false }
+        if error.code == .serverClosedConnection || error.code == .clientClosedConnection
+            || error.code == .connectionError || error.code == .uncleanShutdown
+        {
+            return true
+        }
+        // 57P01 admin_shutdown: "terminating connection due to administrator command".
+        return error.serverInfo?[.sqlState] == "57P01"
+    }
+
     /// The SQLSTATE of a server error, if `error` is one.
     static func sqlState(of error: any Error) -> String? {
         (error as? PSQLError)?.serverInfo?[.sqlState]

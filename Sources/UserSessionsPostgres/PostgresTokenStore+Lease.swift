@@ -38,6 +38,7 @@ extension PostgresTokenStore {
         let logger = self.logger
         let holdMilliseconds = Self.milliseconds(leaseDeadline)
         let waitLimit = leaseDeadline + operationTimeout
+        let releaseTimeout = operationTimeout
         let progress = LeaseProgress()
         do {
             return try await withoutActuallyEscaping(body) { body in
@@ -53,10 +54,10 @@ extension PostgresTokenStore {
                             do {
                                 result = try await body()
                             } catch {
-                                await Self.releaseLease(on: connection, logger: logger)
+                                await Self.releaseLease(on: connection, timeout: releaseTimeout, logger: logger)
                                 throw LeaseBodyError(error: error)
                             }
-                            await Self.releaseLease(on: connection, logger: logger)
+                            await Self.releaseLease(on: connection, timeout: releaseTimeout, logger: logger)
                             return .finished(result)
                         }
                     }
@@ -108,7 +109,7 @@ extension PostgresTokenStore {
             }
             try Task.checkCancellation()
         } catch {
-            _ = try? await connection.query("ROLLBACK", logger: logger)
+            if !connection.isClosed { _ = try? await connection.query("ROLLBACK", logger: logger) }
             if Task.isCancelled { throw CancellationError() }
             if PostgresStoreErrors.sqlState(of: error) == "55P03" {
                 throw UserSessionError(
@@ -119,8 +120,21 @@ extension PostgresTokenStore {
     }
 
     /// Ends the lease's transaction. A failure means the connection is gone, and the lease with it.
-    private static func releaseLease(on connection: PostgresConnection, logger: Logger) async {
-        _ = try? await connection.query("ROLLBACK", logger: logger)
+    ///
+    /// A connection the server ended (the deadline passed, or it was killed) may not have noticed yet, and a query
+    /// on it may never answer: when `ROLLBACK` takes longer than `timeout`, the connection is closed, which ends the
+    /// query and leaves the pool to replace the connection.
+    private static func releaseLease(on connection: PostgresConnection, timeout: Duration, logger: Logger) async {
+        guard !connection.isClosed else { return }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { _ = try? await connection.query("ROLLBACK", logger: logger) }
+            group.addTask {
+                guard (try? await Task.sleep(for: timeout)) != nil else { return }
+                try? await connection.close()
+            }
+            await group.next()
+            group.cancelAll()
+        }
     }
 
     /// The advisory lock key of `identifier`'s lease: FNV-1a over a tag, the namespace and the identifier's bytes.

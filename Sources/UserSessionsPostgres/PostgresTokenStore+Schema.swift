@@ -20,7 +20,7 @@ extension PostgresTokenStore {
                     try await Self.migrate(on: connection, logger: logger)
                     try await connection.query("COMMIT", logger: logger)
                 } catch {
-                    _ = try? await connection.query("ROLLBACK", logger: logger)
+                    if !connection.isClosed { _ = try? await connection.query("ROLLBACK", logger: logger) }
                     throw error
                 }
             }

@@ -115,7 +115,7 @@ public final class PostgresTokenStore: CoordinatedTokenStore {
         try StoredSessionRecord.validate(identifier: identifier)
         let namespace = self.namespace
         let key = ByteBuffer(bytes: Array(identifier.utf8))
-        let row = try await run("reading a session") { client, logger in
+        let row = try await run("reading a session", idempotent: true) { client, logger in
             let rows = try await client.query(
                 """
                 SELECT record, revision FROM user_sessions_tokens
@@ -169,7 +169,7 @@ public final class PostgresTokenStore: CoordinatedTokenStore {
 
     public func loadCurrentIdentifier() async throws -> String? {
         let namespace = self.namespace
-        let stored = try await run("reading the current identifier") { client, logger in
+        let stored = try await run("reading the current identifier", idempotent: true) { client, logger in
             let rows = try await client.query(
                 "SELECT identifier FROM user_sessions_current WHERE namespace = \(namespace)", logger: logger)
             var found: [UInt8]?
@@ -204,7 +204,7 @@ public final class PostgresTokenStore: CoordinatedTokenStore {
 
     public func storedIdentifiers() async throws -> [String] {
         let namespace = self.namespace
-        let stored = try await run("listing the stored identifiers") { client, logger in
+        let stored = try await run("listing the stored identifiers", idempotent: true) { client, logger in
             let rows = try await client.query(
                 "SELECT identifier FROM user_sessions_tokens WHERE namespace = \(namespace) ORDER BY identifier",
                 logger: logger)
@@ -220,23 +220,32 @@ public final class PostgresTokenStore: CoordinatedTokenStore {
     // MARK: Support
 
     /// Runs `operation` after the schema is in place, within ``operationTimeout``, with errors mapped.
+    ///
+    /// A read (`idempotent`) that finds its pooled connection closed (the server ended it, and the pool had not
+    /// noticed yet) runs once more on another connection; a write does not, since it may have committed.
     @discardableResult
     func run<Value: Sendable>(
-        _ what: String, _ operation: @escaping @Sendable (PostgresClient, Logger) async throws -> Value
+        _ what: String, idempotent: Bool = false,
+        _ operation: @escaping @Sendable (PostgresClient, Logger) async throws -> Value
     ) async throws -> Value {
         try await schema.ensure(self)
-        return try await runUnprepared(what, operation)
+        return try await runUnprepared(what, idempotent: idempotent, operation)
     }
 
     /// Runs `operation` within ``operationTimeout``, with errors mapped, without checking the schema.
     func runUnprepared<Value: Sendable>(
-        _ what: String, _ operation: @escaping @Sendable (PostgresClient, Logger) async throws -> Value
+        _ what: String, idempotent: Bool = false,
+        _ operation: @escaping @Sendable (PostgresClient, Logger) async throws -> Value
     ) async throws -> Value {
         let client = self.client
         let logger = self.logger
         do {
             return try await PostgresOperationDeadline.run(operationTimeout, what: what) {
-                try await operation(client, logger)
+                do {
+                    return try await operation(client, logger)
+                } catch where idempotent && PostgresStoreErrors.isClosedConnection(error) {
+                    return try await operation(client, logger)
+                }
             }
         } catch {
             throw PostgresStoreErrors.map(error, while: what)
