@@ -70,7 +70,8 @@ private final class OperationRace<Value: Sendable>: Sendable {
     }
 
     func finish(_ outcome: Result<Value, any Error>) {
-        let (continuation, tasks) = state.withLock { state -> (CheckedContinuation<Value, any Error>?, [Task<Void, Never>]) in
+        let (continuation, tasks) = state.withLock {
+            state -> (CheckedContinuation<Value, any Error>?, [Task<Void, Never>]) in
             guard state.outcome == nil else { return (nil, []) }
             state.outcome = outcome
             defer {

@@ -122,7 +122,8 @@ final class ChangeHub: Sendable {
     }
 
     func unsubscribe(_ id: Int) {
-        let (listener, waiters) = state.withLock { state -> (Task<Void, Never>?, [CheckedContinuation<Void, any Error>]) in
+        let (listener, waiters) = state.withLock {
+            state -> (Task<Void, Never>?, [CheckedContinuation<Void, any Error>]) in
             state.subscribers[id] = nil
             guard state.subscribers.isEmpty, let listener = state.listener else { return (nil, []) }
             state.listener = nil

@@ -70,7 +70,8 @@ public final class PostgresTokenStore: CoordinatedTokenStore {
         operationTimeout: Duration = .seconds(10)
     ) throws {
         let allowed = namespace.utf8.allSatisfy { byte in
-            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
+            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
+                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
                 || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-")
         }
         guard allowed, (1...Self.maximumNamespaceLength).contains(namespace.utf8.count) else {
@@ -243,7 +244,7 @@ public final class PostgresTokenStore: CoordinatedTokenStore {
             return try await PostgresOperationDeadline.run(operationTimeout, what: what) {
                 do {
                     return try await operation(client, logger)
-                } catch where idempotent && PostgresStoreErrors.isClosedConnection(error) {
+                } catch  where idempotent && PostgresStoreErrors.isClosedConnection(error) {
                     return try await operation(client, logger)
                 }
             }

@@ -148,13 +148,15 @@ struct PostgresCoordinationTests {
             #expect(await changes.next() == .removed(identifier: identifier))
             #expect(await late.next() == .removed(identifier: identifier))
             // An identifier too long for a notification's payload asks for a resynchronization.
-            try await writer.save(TokenStoreConformance.sample("long"), identifier: String(repeating: "l", count: 10_000))
+            try await writer.save(
+                TokenStoreConformance.sample("long"), identifier: String(repeating: "l", count: 10_000))
             #expect(await changes.next() == .resynchronize)
             // A failed conditional write announces nothing; the next change arrives next.
             await #expect(throws: UserSessionError(.revisionConflict, "")) {
                 try await writer.save(TokenStoreConformance.sample("bob"), identifier: "bob", expectedRevision: 99)
             }
-            let bob = try await writer.save(TokenStoreConformance.sample("bob"), identifier: "bob", expectedRevision: nil)
+            let bob = try await writer.save(
+                TokenStoreConformance.sample("bob"), identifier: "bob", expectedRevision: nil)
             #expect(await changes.next() == .saved(identifier: "bob", revision: bob))
         }
     }
@@ -166,7 +168,8 @@ struct PostgresCoordinationTests {
             #expect(await changes.next() == .resynchronize)
             let listeners = try await PostgresTestServer.integers(
                 admin,
-                "SELECT pid::bigint FROM pg_stat_activity WHERE query = \("LISTEN \"user_sessions.\(reader.namespace)\";")")
+                "SELECT pid::bigint FROM pg_stat_activity WHERE query = \("LISTEN \"user_sessions.\(reader.namespace)\";")"
+            )
             #expect(listeners.count == 1)
             try await admin.query("SELECT pg_terminate_backend(\(listeners[0])::int)")
             // Whatever was committed while the listener was away is covered by this.

@@ -58,7 +58,8 @@ struct PostgresFaultTests {
                     try await PostgresTestServer.eventually("the write waits on the row") {
                         blocked = try await PostgresTestServer.integers(
                             admin,
-                            "SELECT pid::bigint FROM pg_stat_activity WHERE \(holder)::int = ANY(pg_blocking_pids(pid))")
+                            "SELECT pid::bigint FROM pg_stat_activity WHERE \(holder)::int = ANY(pg_blocking_pids(pid))"
+                        )
                         return !blocked.isEmpty
                     }
                     try await admin.query("SELECT pg_terminate_backend(\(blocked[0])::int)")
@@ -91,7 +92,8 @@ struct PostgresFaultTests {
                     descriptions.append(String(describing: error))
                     descriptions.append(String(reflecting: error))
                 }
-                try await admin.query("ALTER TABLE user_sessions_tokens ADD CONSTRAINT no_writes CHECK (revision < 0) NOT VALID")
+                try await admin.query(
+                    "ALTER TABLE user_sessions_tokens ADD CONSTRAINT no_writes CHECK (revision < 0) NOT VALID")
                 do {
                     try await store.save(session, identifier: "alice")
                     Issue.record("a write against the failing constraint went through")

@@ -16,7 +16,7 @@ enum PostgresTestServer {
     static let isAvailable = url != nil
     static let isRequired = ProcessInfo.processInfo.environment["USER_SESSIONS_REQUIRE_POSTGRES"] == "1"
     static let skipMessage: Comment =
-        "skipped: USER_SESSIONS_POSTGRES_URL is not set (run `Scripts/with-postgres.sh swift test --traits PostgreSQL`)"
+        "USER_SESSIONS_POSTGRES_URL is not set (run `Scripts/with-postgres.sh swift test --traits PostgreSQL`)"
 
     /// A configuration for the server, with `search_path` set to `schema` when given.
     static func configuration(schema: String?) throws -> PostgresClient.Configuration {
