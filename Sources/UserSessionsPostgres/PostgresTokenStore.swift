@@ -223,7 +223,8 @@ public final class PostgresTokenStore: CoordinatedTokenStore {
     /// Runs `operation` after the schema is in place, within ``operationTimeout``, with errors mapped.
     ///
     /// A read (`idempotent`) that finds its pooled connection closed (the server ended it, and the pool had not
-    /// noticed yet) runs once more on another connection; a write does not, since it may have committed.
+    /// noticed yet), or gets no answer within a third of ``operationTimeout`` (at most 3 seconds), runs again, up to
+    /// 3 attempts within ``operationTimeout``; a write runs once, since it may have committed.
     @discardableResult
     func run<Value: Sendable>(
         _ what: String, idempotent: Bool = false,
@@ -240,17 +241,36 @@ public final class PostgresTokenStore: CoordinatedTokenStore {
     ) async throws -> Value {
         let client = self.client
         let logger = self.logger
+        let attemptTimeout = min(operationTimeout / 3, .seconds(3))
         do {
+            guard idempotent else {
+                return try await PostgresOperationDeadline.run(operationTimeout, what: what) {
+                    try await operation(client, logger)
+                }
+            }
+            // A pooled connection the server has just ended can be handed out before the pool notices, and a query
+            // on it fails or never answers: a read runs again (at most 3 attempts, 10 ms then 50 ms apart).
             return try await PostgresOperationDeadline.run(operationTimeout, what: what) {
-                do {
-                    return try await operation(client, logger)
-                } catch  where idempotent && PostgresStoreErrors.isClosedConnection(error) {
-                    return try await operation(client, logger)
+                var pauses: [Duration] = [.milliseconds(10), .milliseconds(50)]
+                while true {
+                    do {
+                        return try await PostgresOperationDeadline.run(attemptTimeout, what: what) {
+                            try await operation(client, logger)
+                        }
+                    } catch let error where !pauses.isEmpty && Self.isWorthAnotherAttempt(error) {
+                        try await Task.sleep(for: pauses.removeFirst())
+                    }
                 }
             }
         } catch {
             throw PostgresStoreErrors.map(error, while: what)
         }
+    }
+
+    /// A closed connection, or an attempt that got no answer in time; not a refusal by the server.
+    private static func isWorthAnotherAttempt(_ error: any Error) -> Bool {
+        if PostgresStoreErrors.isClosedConnection(error) { return true }
+        return (error as? UserSessionError)?.code == .storeFailure
     }
 
     static func identifier(from bytes: [UInt8], what: String) throws -> String {

@@ -12,6 +12,7 @@ import UserSessionsTestSupport
 @Suite(.serialized, .enabled(if: PostgresTestServer.isAvailable, PostgresTestServer.skipMessage))
 struct PostgresCoordinationTests {
     /// Two stores of one namespace over two clients (two instances of a fleet).
+    @discardableResult
     static func withTwoInstances<Value: Sendable>(
         leaseDeadline: Duration = .seconds(30),
         _ body: (PostgresTokenStore, PostgresTokenStore, PostgresClient) async throws -> Value
@@ -134,7 +135,7 @@ struct PostgresCoordinationTests {
     }
 
     @Test func changesReachEverySubscriberOfAnotherInstance() async throws {
-        try await Self.withTwoInstances { writer, reader, _ in
+        try await Self.withTwoInstances { writer, reader, admin in
             var changes = reader.changes().makeAsyncIterator()
             try await reader.listening()
             #expect(await changes.next() == .resynchronize, "subscribed before the listener was ready")
@@ -155,9 +156,18 @@ struct PostgresCoordinationTests {
             await #expect(throws: UserSessionError(.revisionConflict, "")) {
                 try await writer.save(TokenStoreConformance.sample("bob"), identifier: "bob", expectedRevision: 99)
             }
+            // Another namespace's writes are not heard; the next change is this namespace's.
+            let other = try PostgresTokenStore(client: admin, namespace: "other-\(reader.namespace)")
+            try await other.save(TokenStoreConformance.sample("carol"), identifier: "carol")
             let bob = try await writer.save(
                 TokenStoreConformance.sample("bob"), identifier: "bob", expectedRevision: nil)
             #expect(await changes.next() == .saved(identifier: "bob", revision: bob))
+        }
+    }
+
+    @Test func waitingForTheListenerWithoutSubscribersIsAWrongState() async throws {
+        try await Self.withTwoInstances { _, reader, _ in
+            await #expect(throws: UserSessionError(.wrongState, "")) { try await reader.listening() }
         }
     }
 
