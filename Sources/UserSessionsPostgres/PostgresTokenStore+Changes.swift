@@ -17,7 +17,9 @@ extension PostgresTokenStore {
     /// - once the listener is ready, when it subscribed before (what was written in between was not heard);
     /// - every time the listening connection was lost and is back (it reconnects with a backoff of 50 ms doubling
     ///   up to 2 s), since notifications sent while it was away are gone;
-    /// - when it fell more than 256 changes behind, in place of the changes it missed.
+    /// - when it fell more than 256 changes behind: the changes that did not fit are dropped, and the first change
+    ///   that fits again comes after a `.resynchronize` (not tested yet; a subscriber that never gets another change
+    ///   is not told).
     /// Use ``listening()`` to wait until the listener is ready.
     public func changes() -> AsyncStream<TokenStoreChange> {
         let (stream, continuation) = AsyncStream.makeStream(
