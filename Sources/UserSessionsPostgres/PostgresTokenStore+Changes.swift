@@ -18,8 +18,7 @@ extension PostgresTokenStore {
     /// - every time the listening connection was lost and is back (it reconnects with a backoff of 50 ms doubling
     ///   up to 2 s), since notifications sent while it was away are gone;
     /// - when it fell more than 256 changes behind: the changes that did not fit are dropped, and the first change
-    ///   that fits again comes after a `.resynchronize` (not tested yet; a subscriber that never gets another change
-    ///   is not told).
+    ///   that fits again comes after a `.resynchronize` (a subscriber that never gets another change is not told).
     /// Use ``listening()`` to wait until the listener is ready.
     public func changes() -> AsyncStream<TokenStoreChange> {
         let (stream, continuation) = AsyncStream.makeStream(

@@ -165,6 +165,38 @@ struct PostgresCoordinationTests {
         }
     }
 
+    @Test func aSubscriberThatFallsBehindIsToldToResynchronize() async throws {
+        try await Self.withTwoInstances { writer, reader, _ in
+            var behind = reader.changes().makeAsyncIterator()
+            let reading = reader.changes()
+            try await reader.listening()
+            #expect(await behind.next() == .resynchronize)
+            // Another subscriber keeps up; when it has the last change, the same broadcast has offered it to `behind`.
+            let keptUp = Task {
+                for await change in reading {
+                    if case .saved(identifier: "u299", _) = change { return true }
+                }
+                return false
+            }
+            for index in 0..<300 {
+                try await writer.save(TokenStoreConformance.sample("u\(index)"), identifier: "u\(index)")
+            }
+            #expect(await keptUp.value)
+            for _ in 0..<256 {
+                guard case .saved = await behind.next() else {
+                    Issue.record("the first 256 changes arrive as they were")
+                    return
+                }
+            }
+            let next = try await writer.save(
+                TokenStoreConformance.sample("after"), identifier: "after", expectedRevision: nil)
+            #expect(await behind.next() == .resynchronize)
+            while let change = await behind.next() {
+                if change == .saved(identifier: "after", revision: next) { break }
+            }
+        }
+    }
+
     @Test func waitingForTheListenerWithoutSubscribersIsAWrongState() async throws {
         try await Self.withTwoInstances { _, reader, _ in
             await #expect(throws: UserSessionError(.wrongState, "")) { try await reader.listening() }
