@@ -53,7 +53,7 @@ cleanup() {
     status=$?
     trap - EXIT INT TERM HUP
     if [ "$started" -eq 1 ]; then
-        "${as_owner[@]}" "$bindir/pg_ctl" -D "$workdir/data" -m immediate -w stop >/dev/null 2>&1 || true
+        ${as_owner[@]+"${as_owner[@]}"} "$bindir/pg_ctl" -D "$workdir/data" -m immediate -w stop >/dev/null 2>&1 || true
     fi
     rm -rf "$workdir"
     exit "$status"
@@ -70,7 +70,7 @@ chmod 0700 "$workdir"
 
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')"
 
-"${as_owner[@]}" "$bindir/initdb" -D "$workdir/data" -U user_sessions --auth=trust -E UTF8 --locale=C \
+${as_owner[@]+"${as_owner[@]}"} "$bindir/initdb" -D "$workdir/data" -U user_sessions --auth=trust -E UTF8 --locale=C \
     --no-instructions >"$workdir/initdb.log" 2>&1 || {
     cat "$workdir/initdb.log" >&2
     exit 70
@@ -80,15 +80,15 @@ cat >"$workdir/pg_hba.conf.new" <<'HBA'
 local all all trust
 host all all 127.0.0.1/32 trust
 HBA
-"${as_owner[@]}" cp "$workdir/pg_hba.conf.new" "$workdir/data/pg_hba.conf"
+${as_owner[@]+"${as_owner[@]}"} cp "$workdir/pg_hba.conf.new" "$workdir/data/pg_hba.conf"
 
 started=1
-if ! "${as_owner[@]}" "$bindir/pg_ctl" -D "$workdir/data" -l "$workdir/data/server.log" -w -t 60 \
+if ! ${as_owner[@]+"${as_owner[@]}"} "$bindir/pg_ctl" -D "$workdir/data" -l "$workdir/data/server.log" -w -t 60 \
     -o "-c listen_addresses=127.0.0.1 -p $port -k $workdir -c fsync=off" start >/dev/null; then
     cat "$workdir/data/server.log" >&2 || true
     exit 70
 fi
-"${as_owner[@]}" "$bindir/psql" -q -h 127.0.0.1 -p "$port" -U user_sessions -d postgres \
+${as_owner[@]+"${as_owner[@]}"} "$bindir/psql" -q -h 127.0.0.1 -p "$port" -U user_sessions -d postgres \
     -c "CREATE DATABASE user_sessions" >/dev/null
 
 export USER_SESSIONS_POSTGRES_URL="postgres://user_sessions@127.0.0.1:$port/user_sessions"
