@@ -25,7 +25,10 @@ let traits: Set<Trait> = [
         name: "AsyncHTTPClient",
         description: "UserSessionsAsyncHTTPClient: an AsyncHTTPClient transport for the refresher and the remote store."
     ),
-    .trait(name: "PostgreSQL", description: "Reserved: a PostgreSQL token store (not available yet)."),
+    .trait(
+        name: "PostgreSQL",
+        description: "UserSessionsPostgres: a PostgresNIO token store shared by a fleet of server instances."
+    ),
 ]
 
 // CI and documentation builds may switch every trait on with ENABLE_ALL_TRAITS=1 (same as `--enable-all-traits`).
@@ -41,6 +44,7 @@ let package = Package(
         .library(name: "UserSessionsMetrics", targets: ["UserSessionsMetrics"]),
         .library(name: "UserSessionsServiceLifecycle", targets: ["UserSessionsServiceLifecycle"]),
         .library(name: "UserSessionsAsyncHTTPClient", targets: ["UserSessionsAsyncHTTPClient"]),
+        .library(name: "UserSessionsPostgres", targets: ["UserSessionsPostgres"]),
     ],
     traits: traits.union([.default(enabledTraits: defaultTraits)]),
     dependencies: [
@@ -48,6 +52,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
     ],
     targets: [
         .target(name: "UserSessions"),
@@ -81,6 +86,14 @@ let package = Package(
                 .product(
                     name: "AsyncHTTPClient", package: "async-http-client",
                     condition: .when(traits: ["AsyncHTTPClient"])),
+            ]
+        ),
+        .target(
+            name: "UserSessionsPostgres",
+            dependencies: [
+                "UserSessions",
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
             ]
         ),
         .executableTarget(
@@ -145,6 +158,19 @@ let package = Package(
                 .product(
                     name: "AsyncHTTPClient", package: "async-http-client",
                     condition: .when(traits: ["AsyncHTTPClient"])),
+            ]
+        ),
+        // The PostgreSQL store's tests; every file is behind `#if PostgreSQL`, and they run only when
+        // USER_SESSIONS_POSTGRES_URL names a server (Scripts/with-postgres.sh starts a throwaway one).
+        .testTarget(
+            name: "UserSessionsPostgresTests",
+            dependencies: [
+                "UserSessions",
+                "UserSessionsPostgres",
+                "UserSessionsTestSupport",
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
+                .product(name: "InMemoryLogging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
             ]
         ),
     ],
