@@ -14,7 +14,7 @@ struct RefreshStateMachineTests {
         -> RefreshStateMachine
     {
         var machine = RefreshStateMachine(
-            policy: .init(configuration: .init(), hasRefresher: hasRefresher))
+            policy: UserSessionController.Configuration().refreshPolicy.refresh, hasRefresher: hasRefresher)
         let credentials = Credentials(
             accessToken: "at-0", refreshToken: refreshable ? "rt-0" : nil,
             expiresAt: Date(timeIntervalSinceReferenceDate: start + expiresIn))

@@ -129,7 +129,7 @@ extension CredentialsGate {
 
     /// Returns how many waiters got the failure, or `nil` when the flight was stale.
     private func fail(_ job: RefreshStateMachine.RefreshJob, _ error: UserSessionError) async -> Int? {
-        let now = configuration.clock.nowSeconds()
+        let now = clock.nowSeconds()
         let jitter = Double.random(in: 0...1)
         let action = eventOrder.withLock { _ -> RefreshStateMachine.FailureAction? in
             let action = state.withLock {
@@ -186,7 +186,7 @@ extension CredentialsGate {
             return nil
         }
         let persistError = written.error
-        let now = configuration.clock.nowSeconds()
+        let now = clock.nowSeconds()
         let jitter = Double.random(in: 0...1)
         let action = state.withLock {
             $0.commit(

@@ -39,23 +39,30 @@ final class CredentialsGate: Sendable {
     /// session (`.closed(.clearedElsewhere)`).
     let storeRemovedHandler = Mutex<(@Sendable (UInt64) async -> Void)?>(nil)
     let events: EventHub
-    let configuration: UserSessionController.Configuration
+    let policy: Policy
     let clock: SessionClock
+    /// The task of the latest refresh or write retry, kept only so tests can await it.
+    let lastBackgroundTask = Mutex<Task<Void, Never>?>(nil)
 
-    init(
-        refresher: (any TokenRefresher)?,
-        store: any TokenStore,
-        events: EventHub,
-        configuration: UserSessionController.Configuration
-    ) {
+    /// Everything the gate takes from the controller's configuration, as plain values.
+    struct Policy: Sendable {
+        var refresh: RefreshStateMachine.Policy
+        /// How long `deactivate()` waits for the write in progress, twice, before it leaves it behind.
+        var storeTimeout: Duration
+        /// The session's clock: token expiry, backoffs and retry times.
+        var clock: SessionClock
+        /// What the store-flush deadline waits on.
+        var deadlineClock: DeadlineClock
+    }
+
+    init(refresher: (any TokenRefresher)?, store: any TokenStore, events: EventHub, policy: Policy) {
         self.refresher = refresher
         self.store = store
         self.coordinatedStore = store as? any CoordinatedTokenStore
         self.events = events
-        self.configuration = configuration
-        self.clock = configuration.clock
-        self.state = Mutex(
-            RefreshStateMachine(policy: .init(configuration: configuration, hasRefresher: refresher != nil)))
+        self.policy = policy
+        self.clock = policy.clock
+        self.state = Mutex(RefreshStateMachine(policy: policy.refresh, hasRefresher: refresher != nil))
     }
 
     /// Sets what the gate calls when a refresh fails terminally; the controller then invalidates the session of
@@ -115,11 +122,11 @@ final class CredentialsGate: Sendable {
         stopWatchingStore()
         disarmRetryTimer()
         Self.resume(waiters, with: .failure(RefreshStateMachine.notOpenError))
-        let timeout = configuration.storeTimeout
+        let (timeout, deadlineClock) = (policy.storeTimeout, policy.deadlineClock)
         let flush = Task { await self.finalFlush() }
-        if await awaitTask(flush, timeout: timeout) { return }
+        if await Deadline.wait(for: flush, timeout: timeout, clock: deadlineClock) { return }
         cancelBackgroundWork()
-        if await awaitTask(flush, timeout: timeout) { return }
+        if await Deadline.wait(for: flush, timeout: timeout, clock: deadlineClock) { return }
         // Cancelled under the event lock, so the flush, which checks cancellation under it, reports nothing later.
         eventOrder.withLock { _ in flush.cancel() }
         let next = state.withLock { $0.abandonPersistSlot() }
@@ -173,7 +180,7 @@ final class CredentialsGate: Sendable {
         backgroundWork.withLock { work in
             if work.finishedEarly.remove(id) == nil { work.running[id] = task }
         }
-        state.withLock { $0.lastBackgroundTask = task }
+        lastBackgroundTask.withLock { $0 = task }
         return task
     }
 

@@ -49,7 +49,7 @@ extension RefreshStateMachine {
             let leadStart = expiresAt - leadTime
             if flight != nil {
                 deadline = leadStart
-            } else if policy.hasRefresher, credentials?.isRefreshable == true, !automaticRefreshBlocked {
+            } else if hasRefresher, credentials?.isRefreshable == true, !automaticRefreshBlocked {
                 let softStart = expiresAt - softWindow
                 deadline = min(max(softStart, retryAt, breakerFreeAt), expiresAt)
             } else {

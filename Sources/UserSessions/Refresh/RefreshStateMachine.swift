@@ -9,15 +9,17 @@ import Foundation
 ///
 /// Times are seconds since the reference date (`Double`), the cheap form the hot path compares.
 struct RefreshStateMachine {
-    /// The settings, converted once from ``UserSessionController/Configuration``.
-    struct Policy {
+    /// The refresh settings, as plain seconds (the cheap form the machine compares), normalized once.
+    ///
+    /// Built by the controller from its configuration (``UserSessionController/Configuration/refreshPolicy``);
+    /// the machine knows nothing of the configuration itself.
+    struct Policy: Sendable {
         var leadTime: Double
         var softWindow: Double
         var initialRetryDelay: Double
         var maximumRetryDelay: Double
         var loopMaximum: Int
         var loopWindow: Double
-        var hasRefresher: Bool
 
         /// For credentials whose lifetime is known, the lead time is at most this fraction of it.
         static let leadFraction = 0.1
@@ -27,14 +29,18 @@ struct RefreshStateMachine {
         /// arrive already expired still trip it.
         static let minimumLoopWindow = 1.0
 
-        init(configuration: UserSessionController.Configuration, hasRefresher: Bool) {
-            leadTime = max(0, configuration.refreshLeadTime.seconds)
-            softWindow = max(leadTime, configuration.proactiveRefreshWindow.seconds)
-            initialRetryDelay = max(0.001, configuration.initialRetryDelay.seconds)
-            maximumRetryDelay = max(initialRetryDelay, configuration.maximumRetryDelay.seconds)
-            loopMaximum = max(1, configuration.refreshLoopPolicy.maximumRefreshes)
-            loopWindow = max(0, configuration.refreshLoopPolicy.window.seconds)
-            self.hasRefresher = hasRefresher
+        /// Clamps every setting into its valid range: the soft window is at least the lead time, the retry delays
+        /// are positive and ordered, the breaker allows at least one refresh.
+        init(
+            leadTime: Duration, softWindow: Duration, initialRetryDelay: Duration, maximumRetryDelay: Duration,
+            loopMaximum: Int, loopWindow: Duration
+        ) {
+            self.leadTime = max(0, leadTime.seconds)
+            self.softWindow = max(self.leadTime, softWindow.seconds)
+            self.initialRetryDelay = max(0.001, initialRetryDelay.seconds)
+            self.maximumRetryDelay = max(self.initialRetryDelay, maximumRetryDelay.seconds)
+            self.loopMaximum = max(1, loopMaximum)
+            self.loopWindow = max(0, loopWindow.seconds)
         }
     }
 
@@ -79,8 +85,8 @@ struct RefreshStateMachine {
     }
 
     let policy: Policy
-    /// The task of the latest refresh or write retry, kept only so tests can await it.
-    var lastBackgroundTask: Task<Void, Never>?
+    /// Whether the gate has a refresher: without one, nothing is ever refreshed.
+    let hasRefresher: Bool
 
     // MARK: Session
 
@@ -158,8 +164,9 @@ struct RefreshStateMachine {
     /// write finding it still stored may write over that record, since it holds nothing newer.
     var storedRefreshToken: String?
 
-    init(policy: Policy) {
+    init(policy: Policy, hasRefresher: Bool) {
         self.policy = policy
+        self.hasRefresher = hasRefresher
         leadTime = policy.leadTime
         softWindow = policy.softWindow
         loopWindow = policy.loopWindow
@@ -342,7 +349,7 @@ struct RefreshStateMachine {
         .minimumValidityUnreachable, "the token endpoint issues tokens that live shorter than the validity asked for")
 
     private mutating func startRequiredFlight(_ kind: FlightKind, now: Double) -> Decision {
-        guard policy.hasRefresher else {
+        guard hasRefresher else {
             let code: UserSessionError.Code = kind == .restore ? .credentialsUnusable : .noRefresher
             return .fail(
                 UserSessionError(code, "a refresh is needed but no refresher is configured"), loopTripped: false)
@@ -374,7 +381,7 @@ struct RefreshStateMachine {
 
     /// Whether a refresh may start on its own (soft window, lead time with a valid token).
     private mutating func canRefreshAutomatically(now: Double) -> Bool {
-        policy.hasRefresher && credentials?.isRefreshable == true && !automaticRefreshBlocked && now >= retryAt
+        hasRefresher && credentials?.isRefreshable == true && !automaticRefreshBlocked && now >= retryAt
             && breakerAllows(now: now)
     }
 

@@ -24,7 +24,7 @@ final class RefreshHarness: Sendable {
         self.refresher = refresher
         var configuration = UserSessionController.Configuration(clock: time.clock)
         configure(&configuration)
-        gate = CredentialsGate(refresher: refresher, store: store, events: hub, configuration: configuration)
+        gate = CredentialsGate(refresher: refresher, store: store, events: hub, policy: configuration.refreshPolicy)
         events = hub.subscribe(bufferSize: 10_000)
         gate.setTerminalFailureHandler { [self] generation in
             self.terminalGenerations.withLock { $0.append(generation) }
@@ -49,7 +49,7 @@ final class RefreshHarness: Sendable {
 
     /// Waits for the latest background refresh or write retry to finish.
     func awaitBackgroundWork() async {
-        let task = gate.state.withLock { $0.lastBackgroundTask }
+        let task = gate.lastBackgroundTask.withLock { $0 }
         await task?.value
     }
 
