@@ -57,7 +57,8 @@ struct TokenLifetimeTests {
     /// The windows that follow from a lifetime, synchronously.
     @Test func leadTimeSoftWindowAndBreakerWindowScaleToTheLifetime() {
         func windows(_ lifetime: Double?) -> (Double, Double, Double) {
-            var machine = RefreshStateMachine(policy: UserSessionController.Configuration().refreshPolicy.refresh, hasRefresher: true)
+            var machine = RefreshStateMachine(
+                policy: UserSessionController.Configuration().refreshPolicy.refresh, hasRefresher: true)
             let credentials = Credentials(
                 accessToken: "at", refreshToken: "rt", expiresAt: Date(timeIntervalSinceReferenceDate: 1_000),
                 lastRefreshedAt: lifetime.map { Date(timeIntervalSinceReferenceDate: 1_000 - $0) })

@@ -116,7 +116,7 @@ final class CredentialsGate: Sendable {
     /// A refresh in flight becomes an orphan: its result is never served, published or announced, but it is
     /// written to the session's own record (see ``RefreshStateMachine/Orphan``). A write that overran both
     /// deadlines loses the persistence slot (so later writes are not blocked for ever); if it lands later, what
-    /// it changed is repaired (``RefreshStateMachine/finishWrite(ticket:target:now:)``).
+    /// it changed is repaired (``RefreshStateMachine/repairLateWrite(_:now:)``).
     func deactivate() async {
         let waiters = eventOrder.withLock { _ in state.withLock { $0.deactivate() } }
         stopWatchingStore()
@@ -129,8 +129,7 @@ final class CredentialsGate: Sendable {
         if await Deadline.wait(for: flush, timeout: timeout, clock: deadlineClock) { return }
         // Cancelled under the event lock, so the flush, which checks cancellation under it, reports nothing later.
         eventOrder.withLock { _ in flush.cancel() }
-        let next = state.withLock { $0.abandonPersistSlot() }
-        next?.resume()
+        run(state.withLock { $0.slot.abandon() })
         events.emit(
             .persistenceFailed, session: nil,
             detail: "the token store did not finish a write within \(timeout); closing without waiting for it")
@@ -138,19 +137,18 @@ final class CredentialsGate: Sendable {
 
     /// Waits for the write in progress, then writes credentials that could not be stored before, if any.
     private func finalFlush() async {
-        let ticket = await acquirePersistSlot()
-        // Cancelled once `deactivate()` stopped waiting: the session is closed without this write, and writing
-        // now could land after a later `remove`.
-        if !Task.isCancelled, let flush = state.withLock({ $0.takeFinalFlush() }),
-            let error = await write(flush, ticket: ticket)
-        {
+        await withPersistSlot { ticket in
+            // Cancelled once `deactivate()` stopped waiting: the session is closed without this write, and writing
+            // now could land after a later `remove`.
+            guard !Task.isCancelled, let flush = state.withLock({ $0.takeFinalFlush() }),
+                let error = await write(flush, ticket: ticket)
+            else { return }
             eventOrder.withLock { _ in
                 if !Task.isCancelled {
                     events.emit(.persistenceFailed, session: nil, detail: Self.describePersistFailure(error))
                 }
             }
         }
-        releasePersistSlot(ticket)
     }
 
     // MARK: - Background work

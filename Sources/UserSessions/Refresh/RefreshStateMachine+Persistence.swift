@@ -90,7 +90,7 @@ extension RefreshStateMachine {
 
     /// `closeAndClear()` is about to remove `identifier`'s record (the session is already deactivated): no write
     /// taken before this point may land afterwards. Orphans of it are dropped, and any write whose target was
-    /// taken before and lands late (a store that overran the close's deadline) is undone (``finishWrite``).
+    /// taken before and lands late (a store that overran the close's deadline) is undone (``repairLateWrite(_:now:)``).
     mutating func beginClear(identifier: String) {
         clearEpoch += 1
         orphans = orphans.filter { $0.value.identifier != identifier }
@@ -105,9 +105,9 @@ extension RefreshStateMachine {
         case rewrite(PersistJob)
     }
 
-    /// A write of `target` by the holder of slot `ticket` returned.
-    mutating func finishWrite(ticket: UInt64, target: PersistTarget, now: Double) -> WriteRepair {
-        guard abandonedSlotTickets.remove(ticket) != nil else { return .none }
+    /// A write of `target` whose slot ``PersistenceSlot/abandon()`` took away returned: what its late landing
+    /// must repair.
+    mutating func repairLateWrite(_ target: PersistTarget, now: Double) -> WriteRepair {
         let ownsRecord = active && identifier == target.identifier
         if ownsRecord, generation != target.generation || target.epoch != clearEpoch {
             // A newer session of this identifier may have written since: write its credentials again, now.
@@ -167,57 +167,5 @@ extension RefreshStateMachine {
     mutating func notePersistFailure(now: Double, jitter: Double) {
         persistFailures += 1
         persistRetryAt = now + backoff(attempt: persistFailures, jitter: jitter)
-    }
-
-    // MARK: - The persistence slot
-
-    /// Whether some task holds the persistence slot.
-    var persistSlotHeld: Bool { persistSlotHolder != nil }
-
-    /// A new place in line for the slot.
-    mutating func makeSlotTicket() -> UInt64 {
-        nextSlotTicket += 1
-        return nextSlotTicket
-    }
-
-    /// Takes the slot for `ticket` if it is free; `false` means the caller must queue with
-    /// ``acquirePersistSlot(ticket:_:)``.
-    mutating func tryAcquirePersistSlot(ticket: UInt64) -> Bool {
-        guard persistSlotHolder == nil else { return false }
-        persistSlotHolder = ticket
-        return true
-    }
-
-    /// Queues for the slot, or returns `true` (without storing the continuation) when it was free.
-    mutating func acquirePersistSlot(ticket: UInt64, _ continuation: UnsafeContinuation<Void, Never>) -> Bool {
-        if tryAcquirePersistSlot(ticket: ticket) { return true }
-        persistSlotQueue.append((ticket, continuation))
-        return false
-    }
-
-    /// Releases the slot held by `ticket`, handing it to the next task in line (returned, to be resumed outside
-    /// the lock). A holder whose slot was taken away releases nothing.
-    mutating func releasePersistSlot(ticket: UInt64) -> UnsafeContinuation<Void, Never>? {
-        guard persistSlotHolder == ticket else { return nil }
-        return handOverPersistSlot()
-    }
-
-    /// Takes the slot away from a holder that overran the store timeout (its store ignores cancellation), so that
-    /// later writes are not blocked for ever. When that write returns, ``finishWrite`` repairs what its late
-    /// landing changed.
-    mutating func abandonPersistSlot() -> UnsafeContinuation<Void, Never>? {
-        guard let holder = persistSlotHolder else { return nil }
-        abandonedSlotTickets.insert(holder)
-        return handOverPersistSlot()
-    }
-
-    private mutating func handOverPersistSlot() -> UnsafeContinuation<Void, Never>? {
-        guard !persistSlotQueue.isEmpty else {
-            persistSlotHolder = nil
-            return nil
-        }
-        let next = persistSlotQueue.removeFirst()
-        persistSlotHolder = next.ticket
-        return next.continuation
     }
 }

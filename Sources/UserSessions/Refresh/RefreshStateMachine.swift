@@ -141,14 +141,8 @@ struct RefreshStateMachine {
     var persistFailures = 0
     var persistRetryAt = Double.infinity
     var persistRetryScheduled = false
-    /// Whether some task holds the persistence slot. Writes are serialized so an older write can never land
-    /// after a newer one, and `deactivate()` can wait for the write in progress.
-    var persistSlotHolder: UInt64?
-    var nextSlotTicket: UInt64 = 0
-    var persistSlotQueue: [(ticket: UInt64, continuation: UnsafeContinuation<Void, Never>)] = []
-    /// Holders whose slot `deactivate()` took away after they overran the store timeout; see
-    /// ``abandonPersistSlot()``.
-    var abandonedSlotTickets: Set<UInt64> = []
+    /// Who may write to the store now (see ``PersistenceSlot``).
+    var slot = PersistenceSlot()
     /// Bumped by every `closeAndClear()` (``beginClear(identifier:)``): a write whose target was taken under an
     /// older epoch and lands late is undone.
     var clearEpoch: UInt64 = 0
