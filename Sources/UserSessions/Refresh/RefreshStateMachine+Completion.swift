@@ -16,35 +16,25 @@ extension RefreshStateMachine {
     mutating func refreshFailed(flightID: UInt64, error: UserSessionError, now: Double, jitter: Double)
         -> FailureAction?
     {
-        guard active, let flight, flight.id == flightID else {
+        guard isCurrent(flightID: flightID) else {
             // An orphan's failure is never reported: its session ended.
             orphans.removeValue(forKey: flightID)
             return nil
         }
-        self.flight = nil
-        let waiters = takeWaiters()
-        lastFailure = error
-        var notifyTerminal = false
-        switch error.failureClass ?? .transient {
-        case .terminal:
-            terminalError = error
-            // A restore is still deciding whether to open at all; it throws instead of invalidating.
-            notifyTerminal = flight.kind != .restore
-        case .misconfiguration:
-            automaticRefreshBlocked = true
-            failureCount += 1
-            retryAt = now + backoff(attempt: failureCount, jitter: jitter)
-        case .transient, .cancelled:
-            failureCount += 1
-            retryAt = now + backoff(attempt: failureCount, jitter: jitter)
+        let failureClass = error.failureClass ?? .transient
+        let policy = self.policy
+        let (flight, waiters) = flights.failed(error, failureClass: failureClass, now: now) {
+            policy.backoff(attempt: $0, jitter: jitter)
         }
+        // A restore is still deciding whether to open at all; it throws instead of invalidating.
+        let notifyTerminal = failureClass == .terminal && flight.kind != .restore
         recomputeDeadline()
         return FailureAction(waiters: waiters, error: error, notifyTerminal: notifyTerminal, generation: generation)
     }
 
     /// Whether the result of `flightID` would still be used.
     func isCurrent(flightID: UInt64) -> Bool {
-        active && flight?.id == flightID
+        active && flights.isCurrent(flightID)
     }
 
     /// The refresh of `flightID` returned new credentials and the persistence slot is held: what to write, or
@@ -80,13 +70,8 @@ extension RefreshStateMachine {
             }
             return nil
         }
-        let startedAt = flight?.startedAt
-        flight = nil
-        setCredentials(newCredentials, issuedAt: startedAt)
-        failureCount = 0
-        retryAt = -.infinity
-        automaticRefreshBlocked = false
-        lastFailure = nil
+        let (flight, waiters) = flights.succeeded()
+        setCredentials(newCredentials, issuedAt: flight.startedAt)
         successTimes.append(now)
         if persisted {
             persistedVersion = version
@@ -96,7 +81,7 @@ extension RefreshStateMachine {
             notePersistFailure(now: now, jitter: jitter)
         }
         recomputeDeadline()
-        return CommitAction(waiters: takeWaiters(), persistenceFailed: !persisted)
+        return CommitAction(waiters: waiters, persistenceFailed: !persisted)
     }
 
     // MARK: - Credentials from elsewhere
@@ -124,18 +109,13 @@ extension RefreshStateMachine {
         persistedVersion = version
         persistFailures = 0
         persistRetryAt = .infinity
-        flight = nil
-        terminalError = nil
-        failureCount = 0
-        retryAt = -.infinity
-        automaticRefreshBlocked = false
-        lastFailure = nil
+        let waiters = flights.reset()
         recomputeDeadline()
         let oldGranted = old?.grantedPermissions ?? []
         let change = UserSessionEvent.CredentialsChange(
             extended: expiresAt > oldExpiry,
             addedPermissions: newCredentials.grantedPermissions.subtracting(oldGranted),
             removedPermissions: oldGranted.subtracting(newCredentials.grantedPermissions))
-        return UpdateAction(change: change, waiters: takeWaiters())
+        return UpdateAction(change: change, waiters: waiters)
     }
 }

@@ -31,11 +31,9 @@ extension RefreshStateMachine {
         loopWindow = min(policy.loopWindow, max(span, Policy.minimumLoopWindow))
     }
 
-    /// The capped exponential backoff with "equal jitter": half the delay fixed, half random.
+    /// The capped exponential backoff with "equal jitter"; see ``Policy/backoff(attempt:jitter:)``.
     func backoff(attempt: Int, jitter: Double) -> Double {
-        let exponent = Double(min(max(attempt - 1, 0), 62))
-        let delay = min(policy.maximumRetryDelay, policy.initialRetryDelay * pow(2, exponent))
-        return delay / 2 + delay / 2 * min(max(jitter, 0), 1)
+        policy.backoff(attempt: attempt, jitter: jitter)
     }
 
     /// Recomputes ``nextActionAt`` from everything that can require action.
@@ -47,16 +45,25 @@ extension RefreshStateMachine {
         var deadline = Double.infinity
         if expiresAt.isFinite {
             let leadStart = expiresAt - leadTime
-            if flight != nil {
+            if flights.isRefreshing {
                 deadline = leadStart
-            } else if hasRefresher, credentials?.isRefreshable == true, !automaticRefreshBlocked {
+            } else if hasRefresher, credentials?.isRefreshable == true, !flights.blocksAutomaticRefresh {
                 let softStart = expiresAt - softWindow
-                deadline = min(max(softStart, retryAt, breakerFreeAt), expiresAt)
+                deadline = min(max(softStart, flights.retryAt, breakerFreeAt), expiresAt)
             } else {
                 deadline = expiresAt
             }
         }
         if isDirty, !persistRetryScheduled { deadline = min(deadline, persistRetryAt) }
         nextActionAt = deadline
+    }
+}
+
+extension RefreshStateMachine.Policy {
+    /// The capped exponential backoff with "equal jitter": half the delay fixed, half random.
+    func backoff(attempt: Int, jitter: Double) -> Double {
+        let exponent = Double(min(max(attempt - 1, 0), 62))
+        let delay = min(maximumRetryDelay, initialRetryDelay * pow(2, exponent))
+        return delay / 2 + delay / 2 * min(max(jitter, 0), 1)
     }
 }

@@ -75,14 +75,7 @@ struct RefreshStateMachine {
         let kind: FlightKind
     }
 
-    struct Flight {
-        let id: UInt64
-        let kind: FlightKind
-        /// When it started: the issue time of the credentials it returns, if they do not say.
-        let startedAt: Double
-        /// The refresh token it sent, so that a new session restored from the same stored record can adopt it.
-        let sentRefreshToken: String?
-    }
+    typealias Flight = FlightMachine.Flight
 
     let policy: Policy
     /// Whether the gate has a refresher: without one, nothing is ever refreshed.
@@ -105,9 +98,6 @@ struct RefreshStateMachine {
     var leadTime: Double
     var softWindow: Double
     var loopWindow: Double
-    /// Set by a terminal failure: every request fails with it until the next activation.
-    var terminalError: UserSessionError?
-
     /// The hot path serves ``token`` without looking at anything else while `now < nextActionAt`.
     ///
     /// It is the earliest moment something must happen: the soft window opens (after any backoff), the lead time
@@ -116,17 +106,8 @@ struct RefreshStateMachine {
 
     // MARK: Refresh
 
-    var flight: Flight?
-    var nextFlightID: UInt64 = 1
-    var waiters: [Waiter] = []
-    /// Consecutive failed refreshes, for the backoff.
-    var failureCount = 0
-    /// While the token is still valid, no automatic refresh starts before this time (backoff after failures).
-    var retryAt = -Double.infinity
-    /// After a misconfiguration failure, nothing refreshes automatically until credentials change.
-    var automaticRefreshBlocked = false
-    /// The error of the last failed refresh, served to token requests for an expired token until `retryAt`.
-    var lastFailure: UserSessionError?
+    /// The refresh in progress and what past failures left (see ``FlightMachine``).
+    var flights = FlightMachine()
     /// When the last successful refreshes happened, oldest first, for the refresh-loop breaker.
     var successTimes: [Double] = []
 
@@ -178,10 +159,10 @@ struct RefreshStateMachine {
     }
 
     /// Whether a terminal failure stopped the session's refreshes (pattern-matched, as ``hasCredentials``).
-    var isTerminated: Bool {
-        if case .some = terminalError { return true }
-        return false
-    }
+    var isTerminated: Bool { flights.isTerminated }
+
+    /// Set by a terminal failure: every request fails with it until the next activation.
+    var terminalError: UserSessionError? { flights.terminalError }
 
     // MARK: - Activation
 
@@ -194,19 +175,15 @@ struct RefreshStateMachine {
         identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64,
         adoptingOrphans: Bool = false, revision: UInt64? = nil
     ) -> [Waiter] {
-        let leftovers = takeWaiters()
+        let leftovers = flights.reset(
+            adopting: adoptOrphan(
+                identifier: identifier, refreshToken: adoptingOrphans ? credentials?.refreshToken : nil))
         heldRevision = revision
         storedRefreshToken = credentials?.refreshToken
         self.generation = generation
         self.identifier = identifier
         self.userInfo = userInfo
         active = true
-        terminalError = nil
-        flight = adoptOrphan(identifier: identifier, refreshToken: adoptingOrphans ? credentials?.refreshToken : nil)
-        failureCount = 0
-        retryAt = -.infinity
-        automaticRefreshBlocked = false
-        lastFailure = nil
         successTimes = []
         persistFailures = 0
         persistRetryAt = .infinity
@@ -221,10 +198,10 @@ struct RefreshStateMachine {
     /// waiters to fail.
     mutating func deactivate() -> [Waiter] {
         active = false
+        let (flight, waiters) = flights.abandon()
         if let flight { orphan(flight) }
-        flight = nil
         nextActionAt = -.infinity
-        return takeWaiters()
+        return waiters
     }
 
     // MARK: - Hot path (synchronous)
@@ -248,11 +225,11 @@ struct RefreshStateMachine {
         if now >= leadStart {
             // Inside the lead time: wait for a refresh (running, or to be started by the async path) when one is
             // possible; otherwise the still-valid token is the best there is.
-            if flight != nil || canRefreshAutomatically(now: now) {
+            if flights.isRefreshing || canRefreshAutomatically(now: now) {
                 recomputeDeadline()
                 return outcome
             }
-        } else if now >= expiresAt - softWindow, flight == nil, canRefreshAutomatically(now: now) {
+        } else if now >= expiresAt - softWindow, !flights.isRefreshing, canRefreshAutomatically(now: now) {
             outcome.refresh = startFlight(.background, now: now)
         }
         recomputeDeadline()
@@ -284,7 +261,7 @@ struct RefreshStateMachine {
         switch request {
         case .forced(let replacing):
             if let replacing, replacing != credentials.accessToken { return .serve(credentials) }
-            if flight != nil { return .wait(start: nil) }
+            if flights.isRefreshing { return .wait(start: nil) }
             return startRequiredFlight(.forced, now: now)
         case .replay(let replacing, let owner):
             guard owner == generation else { return .fail(Self.replacedError, loopTripped: false) }
@@ -292,16 +269,16 @@ struct RefreshStateMachine {
         case .minimumValidity(let validity):
             if expiresAt - now >= validity { return .serve(credentials) }
             if let lifetime, lifetime < validity { return .fail(Self.unreachableValidity, loopTripped: false) }
-            if flight != nil { return .wait(start: nil) }
+            if flights.isRefreshing { return .wait(start: nil) }
             if let refusal = backoffRefusal(now: now) { return refusal }
             return startRequiredFlight(.demand, now: now)
         case .restore:
             if isValid { return .serve(credentials) }
-            if flight != nil { return .wait(start: nil) }
+            if flights.isRefreshing { return .wait(start: nil) }
             return startRequiredFlight(.restore, now: now)
         case .demand:
             if now < expiresAt - leadTime { return .serve(credentials) }
-            if flight != nil { return .wait(start: nil) }
+            if flights.isRefreshing { return .wait(start: nil) }
             if isValid {
                 // Inside the lead time with a valid token: refresh and wait if allowed now; during a backoff,
                 // after a misconfiguration or with the breaker full, the valid token is served instead.
@@ -319,8 +296,8 @@ struct RefreshStateMachine {
     /// After a failed refresh, an expired token is not refreshed again before the backoff elapses: callers get the
     /// failure at once instead of hammering a token endpoint that is down.
     private func backoffRefusal(now: Double) -> Decision? {
-        guard now < retryAt, let lastFailure else { return nil }
-        return .fail(lastFailure, loopTripped: false)
+        guard now < flights.retryAt, let backoff = flights.backoff else { return nil }
+        return .fail(backoff.lastFailure, loopTripped: false)
     }
 
     /// Whether a token request (``Request/demand``) at `now` must wait for the refresh already in flight.
@@ -329,7 +306,7 @@ struct RefreshStateMachine {
     /// only plain fields (no copy of the credentials); it agrees with ``decide(_:now:)`` returning
     /// `.wait(start: nil)` for `.demand`.
     func demandJoinsFlight(now: Double) -> Bool {
-        flight != nil && active && !isTerminated && hasCredentials && now >= expiresAt - leadTime
+        flights.isRefreshing && active && !isTerminated && hasCredentials && now >= expiresAt - leadTime
     }
 
     // MARK: - Helpers
@@ -366,16 +343,15 @@ struct RefreshStateMachine {
 
     private mutating func startFlight(_ kind: FlightKind, now: Double) -> RefreshJob {
         guard let credentials else { preconditionFailure("a refresh needs credentials") }
-        let id = nextFlightID
-        nextFlightID += 1
-        flight = Flight(id: id, kind: kind, startedAt: now, sentRefreshToken: credentials.refreshToken)
+        let id = flights.start(kind, now: now, sending: credentials.refreshToken)
         recomputeDeadline()
         return RefreshJob(flightID: id, generation: generation, credentials: credentials, kind: kind)
     }
 
     /// Whether a refresh may start on its own (soft window, lead time with a valid token).
     private mutating func canRefreshAutomatically(now: Double) -> Bool {
-        hasRefresher && credentials?.isRefreshable == true && !automaticRefreshBlocked && now >= retryAt
+        hasRefresher && credentials?.isRefreshable == true && !flights.blocksAutomaticRefresh
+            && now >= flights.retryAt
             && breakerAllows(now: now)
     }
 
