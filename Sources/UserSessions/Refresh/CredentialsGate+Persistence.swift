@@ -159,7 +159,7 @@ extension CredentialsGate {
             if case .superseded(let record) = outcome {
                 // Another process wrote a newer record (or removed it) since: that one stands.
                 let adoption = adoptHoldingSlot(record, generation: job.generation)
-                state.withLock { $0.persistRetryScheduled = false }
+                state.withLock { $0.persistence.retryDropped() }
                 return adoption
             }
             let persistError = outcome.error

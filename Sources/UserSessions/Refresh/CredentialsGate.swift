@@ -20,7 +20,7 @@ final class CredentialsGate: Sendable {
     /// When a token was last asked for, as the bit pattern of seconds since the reference date; see `noteDemand`.
     let lastDemandBits = Atomic<UInt64>(0)
     private let terminalFailureHandler = Mutex<(@Sendable (UInt64) async -> Void)?>(nil)
-    private let backgroundWork = Mutex(BackgroundWork())
+    let backgroundWork = Mutex(BackgroundWork())
     /// Orders the events of refreshes (started, failed, loop tripped) and of late writes against `deactivate()`:
     /// one is emitted only while its session is active, checked and emitted under this lock, which `deactivate()`
     /// takes too. So none of them ever follows the session's `.closed` or `.invalidated`. Never taken on the hot
@@ -149,42 +149,6 @@ final class CredentialsGate: Sendable {
                 }
             }
         }
-    }
-
-    // MARK: - Background work
-
-    /// The unstructured tasks running refreshes and write retries, so a close can cancel them when the store
-    /// overruns its deadline.
-    private struct BackgroundWork {
-        var nextID: UInt64 = 0
-        var running: [UInt64: Task<Void, Never>] = [:]
-        /// Tasks that finished before they were recorded (a task may finish before `Task {}` returns).
-        var finishedEarly: Set<UInt64> = []
-    }
-
-    /// Runs `body` in an unstructured task that no caller's cancellation reaches, recorded until it finishes.
-    @discardableResult
-    func runInBackground(_ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
-        let id = backgroundWork.withLock { work -> UInt64 in
-            work.nextID += 1
-            return work.nextID
-        }
-        let task = Task {
-            await body()
-            self.backgroundWork.withLock { work in
-                if work.running.removeValue(forKey: id) == nil { work.finishedEarly.insert(id) }
-            }
-        }
-        backgroundWork.withLock { work in
-            if work.finishedEarly.remove(id) == nil { work.running[id] = task }
-        }
-        lastBackgroundTask.withLock { $0 = task }
-        return task
-    }
-
-    private func cancelBackgroundWork() {
-        let tasks = backgroundWork.withLock { Array($0.running.values) }
-        for task in tasks { task.cancel() }
     }
 
     // MARK: - Reading

@@ -44,8 +44,8 @@ extension RefreshStateMachine {
         // From here on the write belongs to the session even if it deactivates before the write returns: the
         // server has already rotated the refresh token, so these credentials must reach the store one way or
         // another (see `commit`).
-        writingFlightID = flightID
-        return target(newCredentials, version: version + 1)
+        persistence.beginCommit(flightID: flightID)
+        return target(newCredentials, version: persistence.version + 1)
     }
 
     /// What to do after new credentials were committed.
@@ -59,27 +59,21 @@ extension RefreshStateMachine {
     mutating func commit(flightID: UInt64, newCredentials: Credentials, persisted: Bool, now: Double, jitter: Double)
         -> CommitAction?
     {
-        let wroteForThisSession = writingFlightID == flightID
-        writingFlightID = nil
+        let wroteForThisSession = persistence.endCommit(flightID: flightID)
         guard isCurrent(flightID: flightID) else {
             // The session deactivated while the write was in progress (`deactivate()` waits for it). If the write
             // failed, hand the credentials to `deactivate()`'s final flush rather than drop the rotated token.
             if wroteForThisSession, !persisted, !active {
                 credentials = newCredentials
-                version += 1
+                persistence.keepForFinalFlush()
             }
             return nil
         }
         let (flight, waiters) = flights.succeeded()
         setCredentials(newCredentials, issuedAt: flight.startedAt)
         successTimes.append(now)
-        if persisted {
-            persistedVersion = version
-            persistFailures = 0
-            persistRetryAt = .infinity
-        } else {
-            notePersistFailure(now: now, jitter: jitter)
-        }
+        let policy = self.policy
+        persistence.published(written: persisted, now: now) { policy.backoff(attempt: $0, jitter: jitter) }
         recomputeDeadline()
         return CommitAction(waiters: waiters, persistenceFailed: !persisted)
     }
@@ -96,7 +90,7 @@ extension RefreshStateMachine {
     /// The identity the update must be written under, when a session of this generation is active.
     func updateTarget(_ newCredentials: Credentials) -> (generation: UInt64, target: PersistTarget)? {
         guard active else { return nil }
-        return (generation, target(newCredentials, version: version + 1))
+        return (generation, target(newCredentials, version: persistence.version + 1))
     }
 
     /// Publishes credentials obtained elsewhere (already written to the store). A refresh in flight is
@@ -106,9 +100,7 @@ extension RefreshStateMachine {
         let old = credentials
         let oldExpiry = expiresAt
         setCredentials(newCredentials)
-        persistedVersion = version
-        persistFailures = 0
-        persistRetryAt = .infinity
+        persistence.published(written: true, now: 0) { _ in 0 }
         let waiters = flights.reset()
         recomputeDeadline()
         let oldGranted = old?.grantedPermissions ?? []

@@ -25,8 +25,7 @@ extension RefreshStateMachine {
     mutating func clearedElsewhere(generation: UInt64) -> [Waiter]? {
         guard active, self.generation == generation else { return nil }
         let waiters = flights.terminate(Self.clearedElsewhereError)
-        persistedVersion = version
-        persistRetryAt = .infinity
+        persistence.discard()
         recomputeDeadline()
         return waiters
     }

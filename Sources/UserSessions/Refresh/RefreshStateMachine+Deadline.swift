@@ -1,13 +1,12 @@
 import Foundation
 
 extension RefreshStateMachine {
-    /// Makes `credentials` current. Their lifetime counts from their ``Credentials/lastRefreshedAt``, or else
+    /// Makes `credentials` current (the caller tells ``persistence`` whether they are stored). Their lifetime counts from their ``Credentials/lastRefreshedAt``, or else
     /// from `issuedAt` (when a refresh started); without either it is unknown.
     mutating func setCredentials(_ credentials: Credentials?, issuedAt: Double? = nil) {
         self.credentials = credentials
         token = credentials?.accessToken ?? ""
         expiresAt = credentials?.expiresAt?.timeIntervalSinceReferenceDate ?? .infinity
-        version += 1
         let issued = credentials?.lastRefreshedAt?.timeIntervalSinceReferenceDate ?? issuedAt
         lifetime = expiresAt.isFinite ? issued.map { expiresAt - $0 } : nil
         applyLifetime()
@@ -54,7 +53,7 @@ extension RefreshStateMachine {
                 deadline = expiresAt
             }
         }
-        if isDirty, !persistRetryScheduled { deadline = min(deadline, persistRetryAt) }
+        if let retryAt = persistence.pendingRetryAt { deadline = min(deadline, retryAt) }
         nextActionAt = deadline
     }
 }

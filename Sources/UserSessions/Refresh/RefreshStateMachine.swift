@@ -113,20 +113,10 @@ struct RefreshStateMachine {
 
     // MARK: Persistence
 
-    /// Bumped whenever new credentials are published.
-    var version: UInt64 = 0
-    /// The version last written to the store successfully.
-    var persistedVersion: UInt64 = 0
-    /// The flight whose credentials are being written now (between `commitTarget` and `commit`).
-    var writingFlightID: UInt64?
-    var persistFailures = 0
-    var persistRetryAt = Double.infinity
-    var persistRetryScheduled = false
+    /// Whether the newest credentials are in the store (see ``PersistenceMachine``).
+    var persistence = PersistenceMachine()
     /// Who may write to the store now (see ``PersistenceSlot``).
     var slot = PersistenceSlot()
-    /// Bumped by every `closeAndClear()` (``beginClear(identifier:)``): a write whose target was taken under an
-    /// older epoch and lands late is undone.
-    var clearEpoch: UInt64 = 0
     /// Refreshes still running for sessions that ended while keeping their stored record (see ``Orphan``).
     var orphans: [UInt64: Orphan] = [:]
 
@@ -148,7 +138,7 @@ struct RefreshStateMachine {
     }
 
     /// Whether the newest credentials are not in the store yet.
-    var isDirty: Bool { version != persistedVersion }
+    var isDirty: Bool { persistence.isDirty }
 
     /// Whether there are credentials. Matched by pattern on purpose: `credentials != nil` picks `Equatable`'s `==`
     /// for optionals and copies the whole credentials (five reference-counted fields) to compare them with `nil`,
@@ -185,11 +175,8 @@ struct RefreshStateMachine {
         self.userInfo = userInfo
         active = true
         successTimes = []
-        persistFailures = 0
-        persistRetryAt = .infinity
-        persistRetryScheduled = false
         setCredentials(credentials)
-        persistedVersion = version
+        persistence.activated()
         recomputeDeadline()
         return leftovers
     }
