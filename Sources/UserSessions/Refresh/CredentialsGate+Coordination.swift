@@ -172,19 +172,11 @@ extension CredentialsGate {
                 await self.storeChanged(change, identifier: identifier, generation: generation)
             }
         }
-        let previous = changeSubscription.withLock { current in
-            defer { current = task }
-            return current
-        }
-        previous?.cancel()
+        changeSubscription.replace(with: task)
     }
 
     func stopWatchingStore() {
-        let task = changeSubscription.withLock { current in
-            defer { current = nil }
-            return current
-        }
-        task?.cancel()
+        changeSubscription.replace(with: nil)
     }
 
     private func storeChanged(_ change: TokenStoreChange, identifier: String, generation: UInt64) async {

@@ -193,18 +193,10 @@ extension CredentialsGate {
                 self.startPersistRetry(job)
             }
         }
-        let previous = retryTimer.withLock { current in
-            defer { current = timer }
-            return current
-        }
-        previous?.cancel()
+        retryTimer.replace(with: timer)
     }
 
     func disarmRetryTimer() {
-        let timer = retryTimer.withLock { current in
-            defer { current = nil }
-            return current
-        }
-        timer?.cancel()
+        retryTimer.replace(with: nil)
     }
 }

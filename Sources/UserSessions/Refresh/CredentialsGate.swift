@@ -27,14 +27,14 @@ final class CredentialsGate: Sendable {
     /// path; taken before `state`, never after it.
     let eventOrder = Mutex(())
     /// The background timer that retries a failed write when its backoff elapses.
-    let retryTimer = Mutex<Task<Void, Never>?>(nil)
+    let retryTimer = TaskSlot()
     let refresher: (any TokenRefresher)?
     let store: any TokenStore
     /// `store`, when it coordinates refreshes across processes: refreshes then run under its lease, writes are
     /// conditional on the revision held, and its changes are adopted while a session is active.
     let coordinatedStore: (any CoordinatedTokenStore)?
     /// The task consuming the coordinated store's changes for the active session.
-    let changeSubscription = Mutex<Task<Void, Never>?>(nil)
+    let changeSubscription = TaskSlot()
     /// What the gate calls when the active session's record was removed elsewhere; the controller then closes that
     /// session (`.closed(.clearedElsewhere)`).
     let storeRemovedHandler = Mutex<(@Sendable (UInt64) async -> Void)?>(nil)
