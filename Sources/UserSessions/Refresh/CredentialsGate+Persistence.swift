@@ -21,21 +21,15 @@ extension CredentialsGate {
         if granted { return ticket }
         await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
             // Stored in the queue exactly once or resumed here; the releaser removes it before resuming it.
-            run(state.withLock { $0.slot.enqueue(ticket: ticket, continuation: continuation) })
+            modifyStateAndRunActions { machine in
+                ((), .init(slot: machine.slot.enqueue(ticket: ticket, continuation: continuation)))
+            }
         }
         return ticket
     }
 
     private func releasePersistSlot(_ ticket: UInt64) {
-        run(state.withLock { $0.slot.release(ticket: ticket) })
-    }
-
-    /// Performs what the slot asked for, outside the lock.
-    func run(_ action: PersistenceSlot.Action) {
-        switch action {
-        case .none: break
-        case .resume(let continuation): continuation.resume()
-        }
+        modifyStateAndRunActions { ((), .init(slot: $0.slot.release(ticket: ticket))) }
     }
 
     /// Writes `target` to the store while holding the slot of `ticket`; returns the error when the write failed.
@@ -68,19 +62,19 @@ extension CredentialsGate {
             outcome = .failed(error)
         }
         let now = clock.nowSeconds()
-        let repair = state.withLock { machine in
-            machine.slot.finishWrite(ticket: ticket) ? machine.repairLateWrite(target, now: now) : .none
-        }
-        switch repair {
-        case .none: break
-        case .remove(let identifier): runInBackground { await self.removeAgain(identifier) }
-        case .rewrite(let job): startPersistRetry(job)
+        modifyStateAndRunActions { machine in
+            guard machine.slot.finishWrite(ticket: ticket) else { return ((), .none) }
+            switch machine.repairLateWrite(target, now: now) {
+            case .none: return ((), .none)
+            case .remove(let identifier): return ((), .init(removeAgain: identifier))
+            case .rewrite(let job): return ((), .init(retry: job))
+            }
         }
         return outcome
     }
 
     /// Removes `identifier`'s record once more, after a write left behind by a close landed after the clear.
-    private func removeAgain(_ identifier: String) async {
+    func removeAgain(_ identifier: String) async {
         await withPersistSlot { _ in
             let owned = state.withLock { $0.active && $0.identifier == identifier }
             if !owned { try? await store.remove(identifier: identifier) }
@@ -189,9 +183,7 @@ extension CredentialsGate {
         let timer = Task { [weak self] in
             guard (try? await clock.sleep(until: retryAt)) != nil, let self else { return }
             let now = clock.nowSeconds()
-            if let job = self.state.withLock({ $0.schedulePersistRetryIfDue(now: now) }) {
-                self.startPersistRetry(job)
-            }
+            self.modifyStateAndRunActions { ((), .init(retry: $0.schedulePersistRetryIfDue(now: now))) }
         }
         retryTimer.replace(with: timer)
     }

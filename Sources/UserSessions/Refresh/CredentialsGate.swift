@@ -94,12 +94,12 @@ final class CredentialsGate: Sendable {
         disarmRetryTimer()
         stopWatchingStore()
         events.setGeneration(generation)
-        let leftovers = state.withLock {
-            $0.activate(
+        modifyStateAndRunActions { machine in
+            let leftovers = machine.activate(
                 identifier: identifier, userInfo: userInfo, credentials: credentials, generation: generation,
                 adoptingOrphans: restoring, revision: revision)
+            return ((), .resume(leftovers, with: .failure(RefreshStateMachine.notOpenError)))
         }
-        Self.resume(leftovers, with: .failure(RefreshStateMachine.notOpenError))
         startWatchingStore(identifier: identifier, generation: generation)
     }
 
@@ -118,10 +118,13 @@ final class CredentialsGate: Sendable {
     /// deadlines loses the persistence slot (so later writes are not blocked for ever); if it lands later, what
     /// it changed is repaired (``RefreshStateMachine/repairLateWrite(_:now:)``).
     func deactivate() async {
-        let waiters = eventOrder.withLock { _ in state.withLock { $0.deactivate() } }
+        // The transition under the event lock too (see `eventOrder`); its actions after both are released.
+        let actions = eventOrder.withLock { _ in
+            state.withLock { RefreshStateMachine.Actions.resume($0.deactivate(), with: .failure(Self.notOpen)) }
+        }
         stopWatchingStore()
         disarmRetryTimer()
-        Self.resume(waiters, with: .failure(RefreshStateMachine.notOpenError))
+        run(actions)
         let (timeout, deadlineClock) = (policy.storeTimeout, policy.deadlineClock)
         let flush = Task { await self.finalFlush() }
         if await Deadline.wait(for: flush, timeout: timeout, clock: deadlineClock) { return }
@@ -129,7 +132,7 @@ final class CredentialsGate: Sendable {
         if await Deadline.wait(for: flush, timeout: timeout, clock: deadlineClock) { return }
         // Cancelled under the event lock, so the flush, which checks cancellation under it, reports nothing later.
         eventOrder.withLock { _ in flush.cancel() }
-        run(state.withLock { $0.slot.abandon() })
+        modifyStateAndRunActions { ((), RefreshStateMachine.Actions(slot: $0.slot.abandon())) }
         events.emit(
             .persistenceFailed, session: nil,
             detail: "the token store did not finish a write within \(timeout); closing without waiting for it")
@@ -187,10 +190,10 @@ final class CredentialsGate: Sendable {
     }
 
     func slowFreshAccessTokenAndGeneration(now: Double) -> (token: String?, generation: UInt64) {
-        let (outcome, generation) = state.withLock { ($0.tokenRequested(now: now), $0.generation) }
-        if let job = outcome.refresh { startFlight(job) }
-        if let job = outcome.persist { startPersistRetry(job) }
-        return (outcome.token, generation)
+        modifyStateAndRunActions { machine in
+            let outcome = machine.tokenRequested(now: now)
+            return ((outcome.token, machine.generation), .init(refresh: outcome.refresh, retry: outcome.persist))
+        }
     }
 
     /// A valid access token, refreshing (single-flight) when needed.
@@ -278,8 +281,9 @@ final class CredentialsGate: Sendable {
     /// `Task.isCancelled` afterwards (`enqueueForToken`) or under the same lock (`enqueue`) and resumes the
     /// continuation itself.
     private func cancelWaiter(id: UInt64) {
-        let continuation = state.withLock { $0.cancelWaiter(id: id) }
-        continuation?.resume(throwing: CancellationError())
+        modifyStateAndRunActions { machine in
+            ((), .init(caller: machine.cancelWaiter(id: id).map { ($0, .failure(CancellationError())) }))
+        }
     }
 
     /// The token path of `enqueue`, for the common case under contention: a refresh is in flight and this caller
@@ -290,10 +294,10 @@ final class CredentialsGate: Sendable {
     @inline(never)
     private func enqueueForToken(waiterID: UInt64, continuation: UnsafeContinuation<String, any Error>) {
         let now = clock.nowSeconds()
-        let joined = state.withLock { machine -> Bool in
-            guard machine.demandJoinsFlight(now: now) else { return false }
+        let joined = modifyStateAndRunActions { machine -> (Bool, RefreshStateMachine.Actions) in
+            guard machine.demandJoinsFlight(now: now) else { return (false, .none) }
             machine.register(waiterID: waiterID, continuation: .token(continuation))
-            return true
+            return (true, .none)
         }
         guard joined else {
             enqueue(.demand, now: now, waiterID: waiterID, continuation: .token(continuation))
@@ -305,11 +309,6 @@ final class CredentialsGate: Sendable {
         if Task.isCancelled { cancelWaiter(id: waiterID) }
     }
 
-    private enum Enqueued {
-        case cancelled
-        case decided(RefreshStateMachine.Decision)
-    }
-
     /// Decides `request` under the lock and registers, resumes or fails the continuation; returns the generation
     /// of the session it was decided for. Never inlined, for the same reason as `enqueueForToken`.
     @inline(never)
@@ -318,26 +317,24 @@ final class CredentialsGate: Sendable {
         _ request: RefreshStateMachine.Request, now: Double, waiterID: UInt64,
         continuation: RefreshStateMachine.WaiterContinuation
     ) -> UInt64 {
-        let (enqueued, generation) = state.withLock { machine -> (Enqueued, UInt64) in
-            if Task.isCancelled { return (.cancelled, machine.generation) }
-            let decision = machine.decide(request, now: now)
-            if case .wait = decision { machine.register(waiterID: waiterID, continuation: continuation) }
-            return (.decided(decision), machine.generation)
-        }
-        switch enqueued {
-        case .cancelled:
-            continuation.resume(throwing: CancellationError())
-        case .decided(.serve(let credentials)):
-            continuation.resume(returning: credentials, token: credentials.accessToken)
-        case .decided(.wait(let job)):
-            if let job { startFlight(job) }
-        case .decided(.fail(let error, let loopTripped)):
-            if loopTripped {
-                emitWhileActive(.refreshLoopTripped, generation: generation, detail: error.message)
+        modifyStateAndRunActions { machine -> (UInt64, RefreshStateMachine.Actions) in
+            let generation = machine.generation
+            if Task.isCancelled { return (generation, .init(caller: (continuation, .failure(CancellationError())))) }
+            switch machine.decide(request, now: now) {
+            case .serve(let credentials):
+                return (generation, .init(caller: (continuation, .success(credentials))))
+            case .wait(let job):
+                machine.register(waiterID: waiterID, continuation: continuation)
+                return (generation, .init(refresh: job))
+            case .fail(let error, let loopTripped):
+                return (
+                    generation,
+                    .init(
+                        loopTripped: loopTripped ? (generation, error.message) : nil,
+                        caller: (continuation, .failure(error)))
+                )
             }
-            continuation.resume(throwing: error)
         }
-        return generation
     }
 
     /// Emits `kind` if the session of `generation` is still active, ordered against `deactivate()`.
@@ -359,6 +356,8 @@ final class CredentialsGate: Sendable {
             for waiter in waiters { waiter.continuation?.resume(throwing: error) }
         }
     }
+
+    static var notOpen: UserSessionError { RefreshStateMachine.notOpenError }
 
     static func describePersistFailure(_ error: any Error) -> String {
         if let error = error as? UserSessionError { return "writing credentials failed: \(error)" }
