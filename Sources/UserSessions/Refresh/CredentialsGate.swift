@@ -7,9 +7,11 @@ import Synchronization
 /// authentication failure, `refreshCredentials()`, `restore` — goes through this one object, so however many
 /// callers find the token expiring, the refresher is called once.
 ///
-/// The rules live in ``RefreshStateMachine``, held in a `Mutex`. The gate applies the machine's actions outside the
-/// lock: it starts refreshes in unstructured tasks (so cancelling the caller that triggered one never cancels it),
-/// writes to the store, emits events and resumes waiters in arrival order.
+/// The rules live in ``RefreshStateMachine``, held in a `Mutex`. Every input goes through one funnel,
+/// ``modifyStateAndRunActions(_:)``: the transition runs under the lock and returns ``RefreshStateMachine/Actions``,
+/// which the gate performs after releasing it: it starts refreshes in unstructured tasks (so cancelling the caller
+/// that triggered one never cancels it), writes to the store (holding the persistence slot through
+/// ``withPersistSlot(_:)``), emits events and resumes waiters in arrival order.
 ///
 /// The controller calls ``activate(identifier:userInfo:credentials:generation:)`` when a session opens (before
 /// its services start) and ``deactivate()`` first thing when it closes, is replaced or becomes invalid.

@@ -2,10 +2,15 @@ import Foundation
 
 /// The refresh rules of one session's credentials, as a pure state machine.
 ///
-/// ``CredentialsGate`` holds it in a `Mutex`, feeds it events (a token request, a refresh that returned, a write
+/// ``CredentialsGate`` holds it in a `Mutex`, feeds it inputs (a token request, a refresh that returned, a write
 /// that finished, …) and performs the actions it returns (start a refresh, write to the store, emit events, resume
 /// waiters) after releasing the lock. Nothing here suspends, reads a clock or calls user code: the time and the
 /// jitter come in as arguments, so every transition can be tested synchronously.
+///
+/// It keeps the session's own data (identity, credentials, the hot path's ``token`` and ``nextActionAt``, the
+/// windows scaled to the token's lifetime, the loop breaker, the orphans) and composes three machines, each an
+/// `enum State`: ``FlightMachine`` (the refresh in progress and its backoff), ``PersistenceMachine`` (whether the
+/// store has the newest credentials) and ``PersistenceSlot`` (who may write now).
 ///
 /// Times are seconds since the reference date (`Double`), the cheap form the hot path compares.
 struct RefreshStateMachine {
