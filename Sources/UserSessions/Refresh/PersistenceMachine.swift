@@ -63,6 +63,12 @@ struct PersistenceMachine {
         }
     }
 
+    /// New credentials were published that the store already has (written before they were published).
+    mutating func publishedStored() {
+        version += 1
+        state = .clean
+    }
+
     /// The credentials in memory will never be written (the record was removed elsewhere).
     mutating func discard() {
         state = .clean

@@ -100,7 +100,7 @@ extension RefreshStateMachine {
         let old = credentials
         let oldExpiry = expiresAt
         setCredentials(newCredentials)
-        persistence.published(written: true, now: 0) { _ in 0 }
+        persistence.publishedStored()
         let waiters = flights.reset()
         recomputeDeadline()
         let oldGranted = old?.grantedPermissions ?? []
