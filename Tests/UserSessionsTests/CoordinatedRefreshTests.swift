@@ -24,7 +24,7 @@ import Testing
             refresher = ScriptedRefresher(steps: steps, now: { time.now })
             gate = CredentialsGate(
                 refresher: refresher, store: store, events: hub,
-                configuration: UserSessionController.Configuration(clock: time.clock))
+                policy: UserSessionController.Configuration(clock: time.clock).refreshPolicy)
             events = hub.subscribe(bufferSize: 10_000)
             revision = store.writeElsewhere(
                 Self.session(Self.credentials("0", expiresAt: time.now + expiresIn)), identifier: "user")

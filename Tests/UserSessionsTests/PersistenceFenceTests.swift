@@ -51,7 +51,7 @@ struct PersistenceFenceTests {
         let saves = rig.store.calls(.save)
         rig.refresher.release()
         try await withHangGuard("the refresh finishing") { await rig.refresher.finished.wait(for: 1) }
-        let late = controller.gate.state.withLock { $0.lastBackgroundTask }
+        let late = controller.gate.lastBackgroundTask.withLock { $0 }
         try await withHangGuard("the late commit") { await late?.value }
         #expect(rig.store.calls(.save) == saves)
         #expect(await rig.store.stored("user") == nil)

@@ -67,7 +67,7 @@ struct RefreshGateTests {
         harness.activate(expiresIn: 10)
         let waiter = Task { try await harness.gate.accessToken() }
         await harness.refresher?.started.wait(for: 1)
-        let flight = harness.gate.state.withLock { $0.lastBackgroundTask }
+        let flight = harness.gate.lastBackgroundTask.withLock { $0 }
         await harness.gate.deactivate()
         await #expect(throws: UserSessionError(.sessionNotOpen, "")) { try await waiter.value }
         // A new session opens before the old refresh returns.
@@ -246,7 +246,7 @@ struct RefreshGateTests {
         harness.activate(expiresIn: 10)
         let waiter = Task { try await harness.gate.accessToken() }
         await harness.refresher?.started.wait(for: 1)
-        let flight = harness.gate.state.withLock { $0.lastBackgroundTask }
+        let flight = harness.gate.lastBackgroundTask.withLock { $0 }
         await harness.awaitWaiters(1)
         let updated = Credentials(
             accessToken: "at-new", refreshToken: "rt-new", expiresAt: harness.time.now.addingTimeInterval(7200),

@@ -14,7 +14,7 @@ struct RefreshStateMachineTests {
         -> RefreshStateMachine
     {
         var machine = RefreshStateMachine(
-            policy: .init(configuration: .init(), hasRefresher: hasRefresher))
+            policy: UserSessionController.Configuration().refreshPolicy.refresh, hasRefresher: hasRefresher)
         let credentials = Credentials(
             accessToken: "at-0", refreshToken: refreshable ? "rt-0" : nil,
             expiresAt: Date(timeIntervalSinceReferenceDate: start + expiresIn))
@@ -74,7 +74,7 @@ struct RefreshStateMachineTests {
         _ = machine.decide(.demand, now: Self.start)
         // Ids may arrive out of order: 6 and 2 are inserted in place by the binary search.
         for id in ids { machine.register(waiterID: id, continuation: .token(try #require(parked.continuation(id)))) }
-        #expect(machine.waiters.map(\.id) == [2, 5, 6, 9])
+        #expect(machine.flights.waiters.map(\.id) == [2, 5, 6, 9])
 
         let foundSix = machine.cancelWaiter(id: 6)
         let six = try #require(foundSix, "a waiting caller is found")
@@ -86,13 +86,13 @@ struct RefreshStateMachineTests {
         let foundNine = machine.cancelWaiter(id: 9)
         let nine = try #require(foundNine, "the last waiter is found")
         nine.resume(returning: Self.refreshed(1, expiresAt: Self.start + 3600), token: "token for 9")
-        #expect(machine.waiters.map(\.id) == [2, 5, 6, 9])
-        #expect(machine.waiters.map { $0.continuation == nil } == [false, false, true, true])
+        #expect(machine.flights.waiters.map(\.id) == [2, 5, 6, 9])
+        #expect(machine.flights.waiters.map { $0.continuation == nil } == [false, false, true, true])
 
         // Each continuation found belonged to its own caller.
         #expect(try await callers[9]?.value == "token for 9")
         await #expect(throws: CancellationError.self) { try await callers[6]?.value }
-        for waiter in machine.takeWaiters() {
+        for waiter in machine.deactivate() {
             waiter.continuation?.resume(
                 returning: Self.refreshed(1, expiresAt: Self.start + 3600), token: "token for \(waiter.id)")
         }
@@ -112,7 +112,7 @@ struct RefreshStateMachineTests {
             flightID: job.flightID, newCredentials: new, persisted: true, now: Self.start, jitter: 0.5)
         #expect(action?.persistenceFailed == false)
         #expect(machine.token == "at-1")
-        #expect(machine.flight == nil)
+        #expect(!machine.flights.isRefreshing)
         #expect(!machine.isDirty)
         #expect(machine.nextActionAt == Self.start + 3600 - 300)
     }
@@ -180,7 +180,7 @@ struct RefreshStateMachineTests {
             return
         }
         #expect(early.failureClass == .transient)
-        #expect(machine.flight == nil)
+        #expect(!machine.flights.isRefreshing)
         guard case .wait(_?) = machine.decide(.demand, now: Self.start + 1) else {
             Issue.record("the first call after the backoff must retry")
             return
@@ -285,7 +285,7 @@ struct RefreshStateMachineTests {
             return
         }
         #expect(credentials.accessToken == "at-0")
-        #expect(machine.flight == nil)
+        #expect(!machine.flights.isRefreshing)
     }
 
     @Test func noRefresherServesValidTokenAndFailsWhenExpired() {
@@ -314,22 +314,25 @@ struct RefreshStateMachineTests {
         new.grantedPermissions = ["read", "write"]
         let action = machine.update(new, generation: 7)
         #expect(action?.change == .init(extended: true, addedPermissions: ["read", "write"]))
-        #expect(machine.flight == nil)
+        #expect(!machine.flights.isRefreshing)
         #expect(!machine.isCurrent(flightID: job.flightID))
         #expect(machine.token == "at-9")
         let stale = machine.update(new, generation: 6)
         #expect(stale == nil)
     }
 
-    @Test func persistSlotIsHandedOverInOrder() {
-        var machine = Self.machine(expiresIn: 3600)
-        let first = machine.tryAcquirePersistSlot(ticket: machine.makeSlotTicket())
-        let second = machine.tryAcquirePersistSlot(ticket: machine.makeSlotTicket())
-        let next = machine.releasePersistSlot(ticket: 1)
+    @Test func persistSlotIsFreedWhenNobodyWaits() {
+        var slot = PersistenceSlot()
+        let first = slot.tryAcquire(ticket: slot.makeTicket())
+        let second = slot.tryAcquire(ticket: slot.makeTicket())
+        let next = slot.release(ticket: 1)
         #expect(first)
         #expect(!second)
-        #expect(next == nil)
-        #expect(!machine.persistSlotHeld)
+        guard case .none = next else {
+            Issue.record("nobody was queued")
+            return
+        }
+        #expect(!slot.isHeld)
     }
 
     @Test func deactivateFlushesDirtyCredentialsOnce() {

@@ -25,7 +25,7 @@ struct TokenLifetimeTests {
 
     /// Waits for the refresh or write retry the last token request started, if any.
     static func settle(_ controller: UserSessionController) async {
-        await controller.gate.state.withLock { $0.lastBackgroundTask }?.value
+        await controller.gate.lastBackgroundTask.withLock { $0 }?.value
     }
 
     // MARK: - Item 14
@@ -57,7 +57,8 @@ struct TokenLifetimeTests {
     /// The windows that follow from a lifetime, synchronously.
     @Test func leadTimeSoftWindowAndBreakerWindowScaleToTheLifetime() {
         func windows(_ lifetime: Double?) -> (Double, Double, Double) {
-            var machine = RefreshStateMachine(policy: .init(configuration: .init(), hasRefresher: true))
+            var machine = RefreshStateMachine(
+                policy: UserSessionController.Configuration().refreshPolicy.refresh, hasRefresher: true)
             let credentials = Credentials(
                 accessToken: "at", refreshToken: "rt", expiresAt: Date(timeIntervalSinceReferenceDate: 1_000),
                 lastRefreshedAt: lifetime.map { Date(timeIntervalSinceReferenceDate: 1_000 - $0) })

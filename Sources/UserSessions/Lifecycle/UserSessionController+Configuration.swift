@@ -133,6 +133,19 @@ extension UserSessionController {
     }
 }
 
+extension UserSessionController.Configuration {
+    /// What the credentials gate needs of this configuration, and nothing else: the refresh rules as plain values,
+    /// the store's deadline and the clocks.
+    var refreshPolicy: CredentialsGate.Policy {
+        CredentialsGate.Policy(
+            refresh: RefreshStateMachine.Policy(
+                leadTime: refreshLeadTime, softWindow: proactiveRefreshWindow, initialRetryDelay: initialRetryDelay,
+                maximumRetryDelay: maximumRetryDelay, loopMaximum: refreshLoopPolicy.maximumRefreshes,
+                loopWindow: refreshLoopPolicy.window),
+            storeTimeout: storeTimeout, clock: clock, deadlineClock: deadlineClock)
+    }
+}
+
 extension Duration {
     /// The duration in seconds, as a `Double`.
     var seconds: Double {

@@ -65,7 +65,8 @@ public actor UserSessionController {
         }
         let hub = EventHub(defaultBufferSize: configuration.eventBufferSize, observers: configuration.observers)
         self.hub = hub
-        self.gate = CredentialsGate(refresher: refresher, store: store, events: hub, configuration: configuration)
+        self.gate = CredentialsGate(
+            refresher: refresher, store: store, events: hub, policy: configuration.refreshPolicy)
         gate.setTerminalFailureHandler { [weak self] generation in
             await self?.invalidate(generation: generation, reason: .credentialsRevoked)
         }

@@ -132,35 +132,30 @@ extension CredentialsGate {
     @discardableResult
     func reloadFromStore(generation: UInt64) async -> Bool {
         guard let coordinatedStore else { return false }
-        let ticket = await acquirePersistSlot()
-        guard
-            let (identifier, held) = state.withLock({ machine -> (String, Credentials?)? in
-                machine.active && machine.generation == generation ? (machine.identifier, machine.credentials) : nil
-            })
-        else {
-            releasePersistSlot(ticket)
-            return false
+        let adoption = await withPersistSlot { _ -> Adoption? in
+            guard
+                let (identifier, held) = state.withLock({ machine -> (String, Credentials?)? in
+                    machine.active && machine.generation == generation
+                        ? (machine.identifier, machine.credentials) : nil
+                })
+            else { return nil }
+            let record: RevisedSession?
+            do {
+                record = try await coordinatedStore.loadRevised(identifier: identifier)
+            } catch {
+                emitWhileActive(
+                    .persistenceFailed, generation: generation,
+                    detail: "could not read the token store after a change notification: "
+                        + Self.describePersistFailure(error))
+                return nil
+            }
+            let newer = record.map { record in
+                state.withLock { $0.storeIsNewer(record, than: held, generation: generation) }
+            }
+            guard newer ?? true else { return nil }
+            return adoptHoldingSlot(record, generation: generation)
         }
-        let record: RevisedSession?
-        do {
-            record = try await coordinatedStore.loadRevised(identifier: identifier)
-        } catch {
-            releasePersistSlot(ticket)
-            emitWhileActive(
-                .persistenceFailed, generation: generation,
-                detail: "could not read the token store after a change notification: "
-                    + Self.describePersistFailure(error))
-            return false
-        }
-        let newer = record.map { record in
-            state.withLock { $0.storeIsNewer(record, than: held, generation: generation) }
-        }
-        guard newer ?? true else {
-            releasePersistSlot(ticket)
-            return false
-        }
-        let adoption = adoptHoldingSlot(record, generation: generation)
-        releasePersistSlot(ticket)
+        guard let adoption else { return false }
         await finishAdoption(adoption, generation: generation)
         return true
     }
@@ -177,19 +172,11 @@ extension CredentialsGate {
                 await self.storeChanged(change, identifier: identifier, generation: generation)
             }
         }
-        let previous = changeSubscription.withLock { current in
-            defer { current = task }
-            return current
-        }
-        previous?.cancel()
+        changeSubscription.replace(with: task)
     }
 
     func stopWatchingStore() {
-        let task = changeSubscription.withLock { current in
-            defer { current = nil }
-            return current
-        }
-        task?.cancel()
+        changeSubscription.replace(with: nil)
     }
 
     private func storeChanged(_ change: TokenStoreChange, identifier: String, generation: UInt64) async {

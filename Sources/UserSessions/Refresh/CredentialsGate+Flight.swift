@@ -33,10 +33,9 @@ extension CredentialsGate {
             // sent (a server with a reuse grace period answered `invalid_grant`). Adopt what it stored, refreshing
             // once with it when it is expired too.
             if !stored.credentials.isExpired(at: clock.now()) {
-                let ticket = await acquirePersistSlot()
-                let adoption = adoptHoldingSlot(
-                    RevisedSession(session: stored.session, revision: 0), generation: job.generation)
-                releasePersistSlot(ticket)
+                let adoption = await withPersistSlot { _ in
+                    adoptHoldingSlot(RevisedSession(session: stored.session, revision: 0), generation: job.generation)
+                }
                 if case .none = adoption {
                     await finish(job, outcome: outcome, startedAt: startedAt)
                 } else {
@@ -129,7 +128,7 @@ extension CredentialsGate {
 
     /// Returns how many waiters got the failure, or `nil` when the flight was stale.
     private func fail(_ job: RefreshStateMachine.RefreshJob, _ error: UserSessionError) async -> Int? {
-        let now = configuration.clock.nowSeconds()
+        let now = clock.nowSeconds()
         let jitter = Double.random(in: 0...1)
         let action = eventOrder.withLock { _ -> RefreshStateMachine.FailureAction? in
             let action = state.withLock {
@@ -156,7 +155,40 @@ extension CredentialsGate {
         // Cheap early exit, so a flight whose result goes nowhere does not even queue for the slot.
         let wanted = state.withLock { $0.isCurrent(flightID: job.flightID) || $0.orphans[job.flightID] != nil }
         guard wanted else { return nil }
-        let ticket = await acquirePersistSlot()
+        let step = await withPersistSlot { ticket in await commitHoldingSlot(job, credentials, ticket: ticket) }
+        switch step {
+        case .stale:
+            return nil
+        case .superseded(.none):
+            // Only a store whose revisions went backwards gets here: the flight's waiters must not hang.
+            return await fail(
+                job,
+                UserSessionError(
+                    .revisionConflict, "the token store's record changed during the refresh", failureClass: .transient))
+        case .superseded(let adoption):
+            await finishAdoption(adoption, generation: job.generation)
+            return nil
+        case .committed(let action):
+            Self.resume(action.waiters, with: .success(credentials))
+            return action.waiters.count
+        }
+    }
+
+    /// How a commit ended in the persistence slot.
+    private enum CommitStep {
+        /// The flight went stale: nothing is published (an orphan's credentials were written to its record).
+        case stale
+        /// A coordinated store held a newer record (or none): it stands; this is what was adopted instead.
+        case superseded(Adoption)
+        /// Written (or not, reported), published and announced: resume the waiters.
+        case committed(RefreshStateMachine.CommitAction)
+    }
+
+    /// The part of `commit` that holds the persistence slot. The events are emitted before the slot is released,
+    /// so `deactivate()` (which waits for the slot) returns only after them.
+    private func commitHoldingSlot(_ job: RefreshStateMachine.RefreshJob, _ credentials: Credentials, ticket: UInt64)
+        async -> CommitStep
+    {
         // Checked again while holding the slot: `deactivate()` may have run while this task waited.
         let (target, orphanTarget) = state.withLock { machine in
             let target = machine.commitTarget(flightID: job.flightID, newCredentials: credentials)
@@ -166,45 +198,26 @@ extension CredentialsGate {
         }
         guard let target else {
             if let orphanTarget { _ = await write(orphanTarget, ticket: ticket) }
-            releasePersistSlot(ticket)
-            return nil
+            return .stale
         }
         let written = await writeOutcome(target, ticket: ticket)
         if case .superseded(let record) = written {
-            // A coordinated store holds a newer record (or none): it stands; these credentials are not published.
-            let adoption = adoptHoldingSlot(record, generation: job.generation)
-            releasePersistSlot(ticket)
-            if case .none = adoption {
-                // Only a store whose revisions went backwards gets here: the flight's waiters must not hang.
-                return await fail(
-                    job,
-                    UserSessionError(
-                        .revisionConflict, "the token store's record changed during the refresh",
-                        failureClass: .transient))
-            }
-            await finishAdoption(adoption, generation: job.generation)
-            return nil
+            return .superseded(adoptHoldingSlot(record, generation: job.generation))
         }
         let persistError = written.error
-        let now = configuration.clock.nowSeconds()
+        let now = clock.nowSeconds()
         let jitter = Double.random(in: 0...1)
         let action = state.withLock {
             $0.commit(
                 flightID: job.flightID, newCredentials: credentials, persisted: persistError == nil, now: now,
                 jitter: jitter)
         }
-        guard let action else {
-            releasePersistSlot(ticket)
-            return nil
-        }
+        guard let action else { return .stale }
         if let persistError {
             events.emit(.persistenceFailed, session: nil, detail: Self.describePersistFailure(persistError))
             armRetryTimer()
         }
         events.emit(.credentialsRefreshed, session: nil, detail: nil)
-        // Released after the events, so `deactivate()` (which waits for the slot) returns only after them.
-        releasePersistSlot(ticket)
-        Self.resume(action.waiters, with: .success(credentials))
-        return action.waiters.count
+        return .committed(action)
     }
 }

@@ -48,9 +48,7 @@ extension CredentialsGate {
             state.withLock { $0.storeIsNewer(record, than: job.credentials, generation: job.generation) }
         }
         if adopt ?? true {
-            let ticket = await acquirePersistSlot()
-            let adoption = adoptHoldingSlot(record, generation: job.generation)
-            releasePersistSlot(ticket)
+            let adoption = await withPersistSlot { _ in adoptHoldingSlot(record, generation: job.generation) }
             if case .none = adoption {
                 // The session changed while this flight read the record: the flight is stale, or (its session
                 // still active) refreshes after all, so its waiters never hang.

@@ -3,26 +3,33 @@ import Foundation
 extension CredentialsGate {
     // MARK: - The persistence slot
 
-    /// Waits until this task may write to the store and returns its ticket, to hand back to
-    /// ``releasePersistSlot(_:)``. Writes are serialized in arrival order, so an older write never lands after a
-    /// newer one, a clear is ordered against every write, and `deactivate()` can wait for the write in progress.
-    func acquirePersistSlot() async -> UInt64 {
+    /// Runs `body` holding the persistence slot (``PersistenceSlot``), waiting for it in arrival order, and
+    /// releases it when `body` returns or throws. `body` gets the slot's ticket, for ``write(_:ticket:)``.
+    ///
+    /// The only way to hold the slot, except the opening write's reservation (``reserveOpeningWrite()``).
+    func withPersistSlot<Value>(_ body: (UInt64) async throws -> Value) async rethrows -> Value {
+        let ticket = await acquirePersistSlot()
+        defer { releasePersistSlot(ticket) }
+        return try await body(ticket)
+    }
+
+    private func acquirePersistSlot() async -> UInt64 {
         let (ticket, granted) = state.withLock { machine -> (UInt64, Bool) in
-            let ticket = machine.makeSlotTicket()
-            return (ticket, machine.tryAcquirePersistSlot(ticket: ticket))
+            let ticket = machine.slot.makeTicket()
+            return (ticket, machine.slot.tryAcquire(ticket: ticket))
         }
         if granted { return ticket }
         await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
             // Stored in the queue exactly once or resumed here; the releaser removes it before resuming it.
-            let granted = state.withLock { $0.acquirePersistSlot(ticket: ticket, continuation) }
-            if granted { continuation.resume() }
+            modifyStateAndRunActions { machine in
+                ((), .init(slot: machine.slot.enqueue(ticket: ticket, continuation: continuation)))
+            }
         }
         return ticket
     }
 
-    func releasePersistSlot(_ ticket: UInt64) {
-        let next = state.withLock { $0.releasePersistSlot(ticket: ticket) }
-        next?.resume()
+    private func releasePersistSlot(_ ticket: UInt64) {
+        modifyStateAndRunActions { ((), .init(slot: $0.slot.release(ticket: ticket))) }
     }
 
     /// Writes `target` to the store while holding the slot of `ticket`; returns the error when the write failed.
@@ -55,20 +62,23 @@ extension CredentialsGate {
             outcome = .failed(error)
         }
         let now = clock.nowSeconds()
-        switch state.withLock({ $0.finishWrite(ticket: ticket, target: target, now: now) }) {
-        case .none: break
-        case .remove(let identifier): runInBackground { await self.removeAgain(identifier) }
-        case .rewrite(let job): startPersistRetry(job)
+        modifyStateAndRunActions { machine in
+            guard machine.slot.finishWrite(ticket: ticket) else { return ((), .none) }
+            switch machine.repairLateWrite(target, now: now) {
+            case .none: return ((), .none)
+            case .remove(let identifier): return ((), .init(removeAgain: identifier))
+            case .rewrite(let job): return ((), .init(retry: job))
+            }
         }
         return outcome
     }
 
     /// Removes `identifier`'s record once more, after a write left behind by a close landed after the clear.
-    private func removeAgain(_ identifier: String) async {
-        let ticket = await acquirePersistSlot()
-        let owned = state.withLock { $0.active && $0.identifier == identifier }
-        if !owned { try? await store.remove(identifier: identifier) }
-        releasePersistSlot(ticket)
+    func removeAgain(_ identifier: String) async {
+        await withPersistSlot { _ in
+            let owned = state.withLock { $0.active && $0.identifier == identifier }
+            if !owned { try? await store.remove(identifier: identifier) }
+        }
     }
 
     // MARK: - Writes of the lifecycle
@@ -81,6 +91,7 @@ extension CredentialsGate {
     }
 
     /// The opening session's first write, in the slot reserved by ``reserveOpeningWrite()``; releases the slot.
+    /// The controller calls it exactly once for each reservation, whatever happens to the open.
     func writeOpening(_ stored: StoredSession, identifier: String, ticket: UInt64) async throws {
         defer { releasePersistSlot(ticket) }
         guard let coordinatedStore else {
@@ -100,9 +111,7 @@ extension CredentialsGate {
     /// lands after the removal finds the epoch changed and removes the record again (``write(_:ticket:)``).
     func clear(identifier: String) async throws {
         state.withLock { $0.beginClear(identifier: identifier) }
-        let ticket = await acquirePersistSlot()
-        defer { releasePersistSlot(ticket) }
-        try await store.remove(identifier: identifier)
+        try await withPersistSlot { _ in try await store.remove(identifier: identifier) }
     }
 
     /// Publishes credentials obtained elsewhere: written first, then published, then the event, then the waiters
@@ -115,22 +124,17 @@ extension CredentialsGate {
     /// - Throws: ``UserSessionError/Code/sessionNotOpen`` when no session is open (nothing is written); the
     ///   store's error when the write fails (then nothing changes).
     func update(_ credentials: Credentials) async throws {
-        let ticket = await acquirePersistSlot()
-        guard let (generation, target) = state.withLock({ $0.updateTarget(credentials) }) else {
-            releasePersistSlot(ticket)
-            throw RefreshStateMachine.notOpenError
+        let action = try await withPersistSlot { ticket -> RefreshStateMachine.UpdateAction? in
+            guard let (generation, target) = state.withLock({ $0.updateTarget(credentials) }) else {
+                throw RefreshStateMachine.notOpenError
+            }
+            if let error = await writeOutcome(target, ticket: ticket, overwrite: true).error { throw error }
+            guard let action = state.withLock({ $0.update(credentials, generation: generation) }) else { return nil }
+            // Emitted holding the slot, so `deactivate()` (which waits for it) returns only after the event.
+            events.emit(.credentialsUpdated(action.change), session: nil, detail: nil)
+            return action
         }
-        if let error = await writeOutcome(target, ticket: ticket, overwrite: true).error {
-            releasePersistSlot(ticket)
-            throw error
-        }
-        guard let action = state.withLock({ $0.update(credentials, generation: generation) }) else {
-            releasePersistSlot(ticket)
-            return
-        }
-        events.emit(.credentialsUpdated(action.change), session: nil, detail: nil)
-        releasePersistSlot(ticket)
-        Self.resume(action.waiters, with: .success(credentials))
+        if let action { Self.resume(action.waiters, with: .success(credentials)) }
     }
 
     // MARK: - Retries of failed writes
@@ -141,34 +145,33 @@ extension CredentialsGate {
     }
 
     private func runPersistRetry(_ job: RefreshStateMachine.PersistJob) async {
-        let ticket = await acquirePersistSlot()
-        guard let target = state.withLock({ $0.persistRetryTarget(generation: job.generation) }) else {
-            releasePersistSlot(ticket)
-            return
+        let adoption = await withPersistSlot { ticket -> Adoption in
+            guard let target = state.withLock({ $0.persistRetryTarget(generation: job.generation) }) else {
+                return .none
+            }
+            let outcome = await writeOutcome(target, ticket: ticket)
+            if case .superseded(let record) = outcome {
+                // Another process wrote a newer record (or removed it) since: that one stands.
+                let adoption = adoptHoldingSlot(record, generation: job.generation)
+                state.withLock { $0.persistence.retryDropped() }
+                return adoption
+            }
+            let persistError = outcome.error
+            let now = clock.nowSeconds()
+            let jitter = Double.random(in: 0...1)
+            state.withLock {
+                $0.persistRetryFinished(
+                    generation: job.generation, version: target.version, succeeded: persistError == nil, now: now,
+                    jitter: jitter)
+            }
+            if let persistError {
+                emitWhileActive(
+                    .persistenceFailed, generation: job.generation, detail: Self.describePersistFailure(persistError))
+                armRetryTimer()
+            }
+            return .none
         }
-        let outcome = await writeOutcome(target, ticket: ticket)
-        if case .superseded(let record) = outcome {
-            // Another process wrote a newer record (or removed it) since: that one stands.
-            let adoption = adoptHoldingSlot(record, generation: job.generation)
-            state.withLock { $0.persistRetryScheduled = false }
-            releasePersistSlot(ticket)
-            await finishAdoption(adoption, generation: job.generation)
-            return
-        }
-        let persistError = outcome.error
-        let now = clock.nowSeconds()
-        let jitter = Double.random(in: 0...1)
-        state.withLock {
-            $0.persistRetryFinished(
-                generation: job.generation, version: target.version, succeeded: persistError == nil, now: now,
-                jitter: jitter)
-        }
-        if let persistError {
-            emitWhileActive(
-                .persistenceFailed, generation: job.generation, detail: Self.describePersistFailure(persistError))
-            armRetryTimer()
-        }
-        releasePersistSlot(ticket)
+        await finishAdoption(adoption, generation: job.generation)
     }
 
     /// Starts the background timer for the next retry of a failed write, if one is waiting: it fires when the
@@ -180,22 +183,12 @@ extension CredentialsGate {
         let timer = Task { [weak self] in
             guard (try? await clock.sleep(until: retryAt)) != nil, let self else { return }
             let now = clock.nowSeconds()
-            if let job = self.state.withLock({ $0.schedulePersistRetryIfDue(now: now) }) {
-                self.startPersistRetry(job)
-            }
+            self.modifyStateAndRunActions { ((), .init(retry: $0.schedulePersistRetryIfDue(now: now))) }
         }
-        let previous = retryTimer.withLock { current in
-            defer { current = timer }
-            return current
-        }
-        previous?.cancel()
+        retryTimer.replace(with: timer)
     }
 
     func disarmRetryTimer() {
-        let timer = retryTimer.withLock { current in
-            defer { current = nil }
-            return current
-        }
-        timer?.cancel()
+        retryTimer.replace(with: nil)
     }
 }

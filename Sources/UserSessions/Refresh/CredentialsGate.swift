@@ -7,9 +7,11 @@ import Synchronization
 /// authentication failure, `refreshCredentials()`, `restore` — goes through this one object, so however many
 /// callers find the token expiring, the refresher is called once.
 ///
-/// The rules live in ``RefreshStateMachine``, held in a `Mutex`. The gate applies the machine's actions outside the
-/// lock: it starts refreshes in unstructured tasks (so cancelling the caller that triggered one never cancels it),
-/// writes to the store, emits events and resumes waiters in arrival order.
+/// The rules live in ``RefreshStateMachine``, held in a `Mutex`. Every input goes through one funnel,
+/// ``modifyStateAndRunActions(_:)``: the transition runs under the lock and returns ``RefreshStateMachine/Actions``,
+/// which the gate performs after releasing it: it starts refreshes in unstructured tasks (so cancelling the caller
+/// that triggered one never cancels it), writes to the store (holding the persistence slot through
+/// ``withPersistSlot(_:)``), emits events and resumes waiters in arrival order.
 ///
 /// The controller calls ``activate(identifier:userInfo:credentials:generation:)`` when a session opens (before
 /// its services start) and ``deactivate()`` first thing when it closes, is replaced or becomes invalid.
@@ -20,42 +22,49 @@ final class CredentialsGate: Sendable {
     /// When a token was last asked for, as the bit pattern of seconds since the reference date; see `noteDemand`.
     let lastDemandBits = Atomic<UInt64>(0)
     private let terminalFailureHandler = Mutex<(@Sendable (UInt64) async -> Void)?>(nil)
-    private let backgroundWork = Mutex(BackgroundWork())
+    let backgroundWork = Mutex(BackgroundWork())
     /// Orders the events of refreshes (started, failed, loop tripped) and of late writes against `deactivate()`:
     /// one is emitted only while its session is active, checked and emitted under this lock, which `deactivate()`
     /// takes too. So none of them ever follows the session's `.closed` or `.invalidated`. Never taken on the hot
     /// path; taken before `state`, never after it.
     let eventOrder = Mutex(())
     /// The background timer that retries a failed write when its backoff elapses.
-    let retryTimer = Mutex<Task<Void, Never>?>(nil)
+    let retryTimer = TaskSlot()
     let refresher: (any TokenRefresher)?
     let store: any TokenStore
     /// `store`, when it coordinates refreshes across processes: refreshes then run under its lease, writes are
     /// conditional on the revision held, and its changes are adopted while a session is active.
     let coordinatedStore: (any CoordinatedTokenStore)?
     /// The task consuming the coordinated store's changes for the active session.
-    let changeSubscription = Mutex<Task<Void, Never>?>(nil)
+    let changeSubscription = TaskSlot()
     /// What the gate calls when the active session's record was removed elsewhere; the controller then closes that
     /// session (`.closed(.clearedElsewhere)`).
     let storeRemovedHandler = Mutex<(@Sendable (UInt64) async -> Void)?>(nil)
     let events: EventHub
-    let configuration: UserSessionController.Configuration
+    let policy: Policy
     let clock: SessionClock
+    /// The task of the latest refresh or write retry, kept only so tests can await it.
+    let lastBackgroundTask = Mutex<Task<Void, Never>?>(nil)
 
-    init(
-        refresher: (any TokenRefresher)?,
-        store: any TokenStore,
-        events: EventHub,
-        configuration: UserSessionController.Configuration
-    ) {
+    /// Everything the gate takes from the controller's configuration, as plain values.
+    struct Policy: Sendable {
+        var refresh: RefreshStateMachine.Policy
+        /// How long `deactivate()` waits for the write in progress, twice, before it leaves it behind.
+        var storeTimeout: Duration
+        /// The session's clock: token expiry, backoffs and retry times.
+        var clock: SessionClock
+        /// What the store-flush deadline waits on.
+        var deadlineClock: DeadlineClock
+    }
+
+    init(refresher: (any TokenRefresher)?, store: any TokenStore, events: EventHub, policy: Policy) {
         self.refresher = refresher
         self.store = store
         self.coordinatedStore = store as? any CoordinatedTokenStore
         self.events = events
-        self.configuration = configuration
-        self.clock = configuration.clock
-        self.state = Mutex(
-            RefreshStateMachine(policy: .init(configuration: configuration, hasRefresher: refresher != nil)))
+        self.policy = policy
+        self.clock = policy.clock
+        self.state = Mutex(RefreshStateMachine(policy: policy.refresh, hasRefresher: refresher != nil))
     }
 
     /// Sets what the gate calls when a refresh fails terminally; the controller then invalidates the session of
@@ -87,12 +96,12 @@ final class CredentialsGate: Sendable {
         disarmRetryTimer()
         stopWatchingStore()
         events.setGeneration(generation)
-        let leftovers = state.withLock {
-            $0.activate(
+        modifyStateAndRunActions { machine in
+            let leftovers = machine.activate(
                 identifier: identifier, userInfo: userInfo, credentials: credentials, generation: generation,
                 adoptingOrphans: restoring, revision: revision)
+            return ((), .resume(leftovers, with: .failure(RefreshStateMachine.notOpenError)))
         }
-        Self.resume(leftovers, with: .failure(RefreshStateMachine.notOpenError))
         startWatchingStore(identifier: identifier, generation: generation)
     }
 
@@ -109,21 +118,23 @@ final class CredentialsGate: Sendable {
     /// A refresh in flight becomes an orphan: its result is never served, published or announced, but it is
     /// written to the session's own record (see ``RefreshStateMachine/Orphan``). A write that overran both
     /// deadlines loses the persistence slot (so later writes are not blocked for ever); if it lands later, what
-    /// it changed is repaired (``RefreshStateMachine/finishWrite(ticket:target:now:)``).
+    /// it changed is repaired (``RefreshStateMachine/repairLateWrite(_:now:)``).
     func deactivate() async {
-        let waiters = eventOrder.withLock { _ in state.withLock { $0.deactivate() } }
+        // The transition under the event lock too (see `eventOrder`); its actions after both are released.
+        let actions = eventOrder.withLock { _ in
+            state.withLock { RefreshStateMachine.Actions.resume($0.deactivate(), with: .failure(Self.notOpen)) }
+        }
         stopWatchingStore()
         disarmRetryTimer()
-        Self.resume(waiters, with: .failure(RefreshStateMachine.notOpenError))
-        let timeout = configuration.storeTimeout
+        run(actions)
+        let (timeout, deadlineClock) = (policy.storeTimeout, policy.deadlineClock)
         let flush = Task { await self.finalFlush() }
-        if await awaitTask(flush, timeout: timeout) { return }
+        if await Deadline.wait(for: flush, timeout: timeout, clock: deadlineClock) { return }
         cancelBackgroundWork()
-        if await awaitTask(flush, timeout: timeout) { return }
+        if await Deadline.wait(for: flush, timeout: timeout, clock: deadlineClock) { return }
         // Cancelled under the event lock, so the flush, which checks cancellation under it, reports nothing later.
         eventOrder.withLock { _ in flush.cancel() }
-        let next = state.withLock { $0.abandonPersistSlot() }
-        next?.resume()
+        modifyStateAndRunActions { ((), RefreshStateMachine.Actions(slot: $0.slot.abandon())) }
         events.emit(
             .persistenceFailed, session: nil,
             detail: "the token store did not finish a write within \(timeout); closing without waiting for it")
@@ -131,55 +142,18 @@ final class CredentialsGate: Sendable {
 
     /// Waits for the write in progress, then writes credentials that could not be stored before, if any.
     private func finalFlush() async {
-        let ticket = await acquirePersistSlot()
-        // Cancelled once `deactivate()` stopped waiting: the session is closed without this write, and writing
-        // now could land after a later `remove`.
-        if !Task.isCancelled, let flush = state.withLock({ $0.takeFinalFlush() }),
-            let error = await write(flush, ticket: ticket)
-        {
+        await withPersistSlot { ticket in
+            // Cancelled once `deactivate()` stopped waiting: the session is closed without this write, and writing
+            // now could land after a later `remove`.
+            guard !Task.isCancelled, let flush = state.withLock({ $0.takeFinalFlush() }),
+                let error = await write(flush, ticket: ticket)
+            else { return }
             eventOrder.withLock { _ in
                 if !Task.isCancelled {
                     events.emit(.persistenceFailed, session: nil, detail: Self.describePersistFailure(error))
                 }
             }
         }
-        releasePersistSlot(ticket)
-    }
-
-    // MARK: - Background work
-
-    /// The unstructured tasks running refreshes and write retries, so a close can cancel them when the store
-    /// overruns its deadline.
-    private struct BackgroundWork {
-        var nextID: UInt64 = 0
-        var running: [UInt64: Task<Void, Never>] = [:]
-        /// Tasks that finished before they were recorded (a task may finish before `Task {}` returns).
-        var finishedEarly: Set<UInt64> = []
-    }
-
-    /// Runs `body` in an unstructured task that no caller's cancellation reaches, recorded until it finishes.
-    @discardableResult
-    func runInBackground(_ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
-        let id = backgroundWork.withLock { work -> UInt64 in
-            work.nextID += 1
-            return work.nextID
-        }
-        let task = Task {
-            await body()
-            self.backgroundWork.withLock { work in
-                if work.running.removeValue(forKey: id) == nil { work.finishedEarly.insert(id) }
-            }
-        }
-        backgroundWork.withLock { work in
-            if work.finishedEarly.remove(id) == nil { work.running[id] = task }
-        }
-        state.withLock { $0.lastBackgroundTask = task }
-        return task
-    }
-
-    private func cancelBackgroundWork() {
-        let tasks = backgroundWork.withLock { Array($0.running.values) }
-        for task in tasks { task.cancel() }
     }
 
     // MARK: - Reading
@@ -218,10 +192,10 @@ final class CredentialsGate: Sendable {
     }
 
     func slowFreshAccessTokenAndGeneration(now: Double) -> (token: String?, generation: UInt64) {
-        let (outcome, generation) = state.withLock { ($0.tokenRequested(now: now), $0.generation) }
-        if let job = outcome.refresh { startFlight(job) }
-        if let job = outcome.persist { startPersistRetry(job) }
-        return (outcome.token, generation)
+        modifyStateAndRunActions { machine in
+            let outcome = machine.tokenRequested(now: now)
+            return ((outcome.token, machine.generation), .init(refresh: outcome.refresh, retry: outcome.persist))
+        }
     }
 
     /// A valid access token, refreshing (single-flight) when needed.
@@ -309,8 +283,9 @@ final class CredentialsGate: Sendable {
     /// `Task.isCancelled` afterwards (`enqueueForToken`) or under the same lock (`enqueue`) and resumes the
     /// continuation itself.
     private func cancelWaiter(id: UInt64) {
-        let continuation = state.withLock { $0.cancelWaiter(id: id) }
-        continuation?.resume(throwing: CancellationError())
+        modifyStateAndRunActions { machine in
+            ((), .init(caller: machine.cancelWaiter(id: id).map { ($0, .failure(CancellationError())) }))
+        }
     }
 
     /// The token path of `enqueue`, for the common case under contention: a refresh is in flight and this caller
@@ -321,10 +296,10 @@ final class CredentialsGate: Sendable {
     @inline(never)
     private func enqueueForToken(waiterID: UInt64, continuation: UnsafeContinuation<String, any Error>) {
         let now = clock.nowSeconds()
-        let joined = state.withLock { machine -> Bool in
-            guard machine.demandJoinsFlight(now: now) else { return false }
+        let joined = modifyStateAndRunActions { machine -> (Bool, RefreshStateMachine.Actions) in
+            guard machine.demandJoinsFlight(now: now) else { return (false, .none) }
             machine.register(waiterID: waiterID, continuation: .token(continuation))
-            return true
+            return (true, .none)
         }
         guard joined else {
             enqueue(.demand, now: now, waiterID: waiterID, continuation: .token(continuation))
@@ -336,11 +311,6 @@ final class CredentialsGate: Sendable {
         if Task.isCancelled { cancelWaiter(id: waiterID) }
     }
 
-    private enum Enqueued {
-        case cancelled
-        case decided(RefreshStateMachine.Decision)
-    }
-
     /// Decides `request` under the lock and registers, resumes or fails the continuation; returns the generation
     /// of the session it was decided for. Never inlined, for the same reason as `enqueueForToken`.
     @inline(never)
@@ -349,26 +319,24 @@ final class CredentialsGate: Sendable {
         _ request: RefreshStateMachine.Request, now: Double, waiterID: UInt64,
         continuation: RefreshStateMachine.WaiterContinuation
     ) -> UInt64 {
-        let (enqueued, generation) = state.withLock { machine -> (Enqueued, UInt64) in
-            if Task.isCancelled { return (.cancelled, machine.generation) }
-            let decision = machine.decide(request, now: now)
-            if case .wait = decision { machine.register(waiterID: waiterID, continuation: continuation) }
-            return (.decided(decision), machine.generation)
-        }
-        switch enqueued {
-        case .cancelled:
-            continuation.resume(throwing: CancellationError())
-        case .decided(.serve(let credentials)):
-            continuation.resume(returning: credentials, token: credentials.accessToken)
-        case .decided(.wait(let job)):
-            if let job { startFlight(job) }
-        case .decided(.fail(let error, let loopTripped)):
-            if loopTripped {
-                emitWhileActive(.refreshLoopTripped, generation: generation, detail: error.message)
+        modifyStateAndRunActions { machine -> (UInt64, RefreshStateMachine.Actions) in
+            let generation = machine.generation
+            if Task.isCancelled { return (generation, .init(caller: (continuation, .failure(CancellationError())))) }
+            switch machine.decide(request, now: now) {
+            case .serve(let credentials):
+                return (generation, .init(caller: (continuation, .success(credentials))))
+            case .wait(let job):
+                machine.register(waiterID: waiterID, continuation: continuation)
+                return (generation, .init(refresh: job))
+            case .fail(let error, let loopTripped):
+                return (
+                    generation,
+                    .init(
+                        loopTripped: loopTripped ? (generation, error.message) : nil,
+                        caller: (continuation, .failure(error)))
+                )
             }
-            continuation.resume(throwing: error)
         }
-        return generation
     }
 
     /// Emits `kind` if the session of `generation` is still active, ordered against `deactivate()`.
@@ -390,6 +358,8 @@ final class CredentialsGate: Sendable {
             for waiter in waiters { waiter.continuation?.resume(throwing: error) }
         }
     }
+
+    static var notOpen: UserSessionError { RefreshStateMachine.notOpenError }
 
     static func describePersistFailure(_ error: any Error) -> String {
         if let error = error as? UserSessionError { return "writing credentials failed: \(error)" }

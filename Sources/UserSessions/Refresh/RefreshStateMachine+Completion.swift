@@ -16,35 +16,25 @@ extension RefreshStateMachine {
     mutating func refreshFailed(flightID: UInt64, error: UserSessionError, now: Double, jitter: Double)
         -> FailureAction?
     {
-        guard active, let flight, flight.id == flightID else {
+        guard isCurrent(flightID: flightID) else {
             // An orphan's failure is never reported: its session ended.
             orphans.removeValue(forKey: flightID)
             return nil
         }
-        self.flight = nil
-        let waiters = takeWaiters()
-        lastFailure = error
-        var notifyTerminal = false
-        switch error.failureClass ?? .transient {
-        case .terminal:
-            terminalError = error
-            // A restore is still deciding whether to open at all; it throws instead of invalidating.
-            notifyTerminal = flight.kind != .restore
-        case .misconfiguration:
-            automaticRefreshBlocked = true
-            failureCount += 1
-            retryAt = now + backoff(attempt: failureCount, jitter: jitter)
-        case .transient, .cancelled:
-            failureCount += 1
-            retryAt = now + backoff(attempt: failureCount, jitter: jitter)
+        let failureClass = error.failureClass ?? .transient
+        let policy = self.policy
+        let (flight, waiters) = flights.failed(error, failureClass: failureClass, now: now) {
+            policy.backoff(attempt: $0, jitter: jitter)
         }
+        // A restore is still deciding whether to open at all; it throws instead of invalidating.
+        let notifyTerminal = failureClass == .terminal && flight.kind != .restore
         recomputeDeadline()
         return FailureAction(waiters: waiters, error: error, notifyTerminal: notifyTerminal, generation: generation)
     }
 
     /// Whether the result of `flightID` would still be used.
     func isCurrent(flightID: UInt64) -> Bool {
-        active && flight?.id == flightID
+        active && flights.isCurrent(flightID)
     }
 
     /// The refresh of `flightID` returned new credentials and the persistence slot is held: what to write, or
@@ -54,8 +44,8 @@ extension RefreshStateMachine {
         // From here on the write belongs to the session even if it deactivates before the write returns: the
         // server has already rotated the refresh token, so these credentials must reach the store one way or
         // another (see `commit`).
-        writingFlightID = flightID
-        return target(newCredentials, version: version + 1)
+        persistence.beginCommit(flightID: flightID)
+        return target(newCredentials, version: persistence.version + 1)
     }
 
     /// What to do after new credentials were committed.
@@ -69,34 +59,23 @@ extension RefreshStateMachine {
     mutating func commit(flightID: UInt64, newCredentials: Credentials, persisted: Bool, now: Double, jitter: Double)
         -> CommitAction?
     {
-        let wroteForThisSession = writingFlightID == flightID
-        writingFlightID = nil
+        let wroteForThisSession = persistence.endCommit(flightID: flightID)
         guard isCurrent(flightID: flightID) else {
             // The session deactivated while the write was in progress (`deactivate()` waits for it). If the write
             // failed, hand the credentials to `deactivate()`'s final flush rather than drop the rotated token.
             if wroteForThisSession, !persisted, !active {
                 credentials = newCredentials
-                version += 1
+                persistence.keepForFinalFlush()
             }
             return nil
         }
-        let startedAt = flight?.startedAt
-        flight = nil
-        setCredentials(newCredentials, issuedAt: startedAt)
-        failureCount = 0
-        retryAt = -.infinity
-        automaticRefreshBlocked = false
-        lastFailure = nil
+        let (flight, waiters) = flights.succeeded()
+        setCredentials(newCredentials, issuedAt: flight.startedAt)
         successTimes.append(now)
-        if persisted {
-            persistedVersion = version
-            persistFailures = 0
-            persistRetryAt = .infinity
-        } else {
-            notePersistFailure(now: now, jitter: jitter)
-        }
+        let policy = self.policy
+        persistence.published(written: persisted, now: now) { policy.backoff(attempt: $0, jitter: jitter) }
         recomputeDeadline()
-        return CommitAction(waiters: takeWaiters(), persistenceFailed: !persisted)
+        return CommitAction(waiters: waiters, persistenceFailed: !persisted)
     }
 
     // MARK: - Credentials from elsewhere
@@ -111,7 +90,7 @@ extension RefreshStateMachine {
     /// The identity the update must be written under, when a session of this generation is active.
     func updateTarget(_ newCredentials: Credentials) -> (generation: UInt64, target: PersistTarget)? {
         guard active else { return nil }
-        return (generation, target(newCredentials, version: version + 1))
+        return (generation, target(newCredentials, version: persistence.version + 1))
     }
 
     /// Publishes credentials obtained elsewhere (already written to the store). A refresh in flight is
@@ -121,21 +100,14 @@ extension RefreshStateMachine {
         let old = credentials
         let oldExpiry = expiresAt
         setCredentials(newCredentials)
-        persistedVersion = version
-        persistFailures = 0
-        persistRetryAt = .infinity
-        flight = nil
-        terminalError = nil
-        failureCount = 0
-        retryAt = -.infinity
-        automaticRefreshBlocked = false
-        lastFailure = nil
+        persistence.publishedStored()
+        let waiters = flights.reset()
         recomputeDeadline()
         let oldGranted = old?.grantedPermissions ?? []
         let change = UserSessionEvent.CredentialsChange(
             extended: expiresAt > oldExpiry,
             addedPermissions: newCredentials.grantedPermissions.subtracting(oldGranted),
             removedPermissions: oldGranted.subtracting(newCredentials.grantedPermissions))
-        return UpdateAction(change: change, waiters: takeWaiters())
+        return UpdateAction(change: change, waiters: waiters)
     }
 }

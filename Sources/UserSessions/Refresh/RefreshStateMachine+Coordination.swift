@@ -24,12 +24,10 @@ extension RefreshStateMachine {
     /// dropped. Returns the waiters to fail, or `nil` when that session is not the active one.
     mutating func clearedElsewhere(generation: UInt64) -> [Waiter]? {
         guard active, self.generation == generation else { return nil }
-        flight = nil
-        terminalError = Self.clearedElsewhereError
-        persistedVersion = version
-        persistRetryAt = .infinity
+        let waiters = flights.terminate(Self.clearedElsewhereError)
+        persistence.discard()
         recomputeDeadline()
-        return takeWaiters()
+        return waiters
     }
 
     static let clearedElsewhereError = UserSessionError(

@@ -1,13 +1,12 @@
 import Foundation
 
 extension RefreshStateMachine {
-    /// Makes `credentials` current. Their lifetime counts from their ``Credentials/lastRefreshedAt``, or else
+    /// Makes `credentials` current (the caller tells ``persistence`` whether they are stored). Their lifetime counts from their ``Credentials/lastRefreshedAt``, or else
     /// from `issuedAt` (when a refresh started); without either it is unknown.
     mutating func setCredentials(_ credentials: Credentials?, issuedAt: Double? = nil) {
         self.credentials = credentials
         token = credentials?.accessToken ?? ""
         expiresAt = credentials?.expiresAt?.timeIntervalSinceReferenceDate ?? .infinity
-        version += 1
         let issued = credentials?.lastRefreshedAt?.timeIntervalSinceReferenceDate ?? issuedAt
         lifetime = expiresAt.isFinite ? issued.map { expiresAt - $0 } : nil
         applyLifetime()
@@ -31,11 +30,9 @@ extension RefreshStateMachine {
         loopWindow = min(policy.loopWindow, max(span, Policy.minimumLoopWindow))
     }
 
-    /// The capped exponential backoff with "equal jitter": half the delay fixed, half random.
+    /// The capped exponential backoff with "equal jitter"; see ``Policy/backoff(attempt:jitter:)``.
     func backoff(attempt: Int, jitter: Double) -> Double {
-        let exponent = Double(min(max(attempt - 1, 0), 62))
-        let delay = min(policy.maximumRetryDelay, policy.initialRetryDelay * pow(2, exponent))
-        return delay / 2 + delay / 2 * min(max(jitter, 0), 1)
+        policy.backoff(attempt: attempt, jitter: jitter)
     }
 
     /// Recomputes ``nextActionAt`` from everything that can require action.
@@ -47,16 +44,25 @@ extension RefreshStateMachine {
         var deadline = Double.infinity
         if expiresAt.isFinite {
             let leadStart = expiresAt - leadTime
-            if flight != nil {
+            if flights.isRefreshing {
                 deadline = leadStart
-            } else if policy.hasRefresher, credentials?.isRefreshable == true, !automaticRefreshBlocked {
+            } else if hasRefresher, credentials?.isRefreshable == true, !flights.blocksAutomaticRefresh {
                 let softStart = expiresAt - softWindow
-                deadline = min(max(softStart, retryAt, breakerFreeAt), expiresAt)
+                deadline = min(max(softStart, flights.retryAt, breakerFreeAt), expiresAt)
             } else {
                 deadline = expiresAt
             }
         }
-        if isDirty, !persistRetryScheduled { deadline = min(deadline, persistRetryAt) }
+        if let retryAt = persistence.pendingRetryAt { deadline = min(deadline, retryAt) }
         nextActionAt = deadline
+    }
+}
+
+extension RefreshStateMachine.Policy {
+    /// The capped exponential backoff with "equal jitter": half the delay fixed, half random.
+    func backoff(attempt: Int, jitter: Double) -> Double {
+        let exponent = Double(min(max(attempt - 1, 0), 62))
+        let delay = min(maximumRetryDelay, initialRetryDelay * pow(2, exponent))
+        return delay / 2 + delay / 2 * min(max(jitter, 0), 1)
     }
 }

@@ -23,7 +23,7 @@ extension RefreshStateMachine {
     func target(_ credentials: Credentials, version: UInt64) -> PersistTarget {
         PersistTarget(
             identifier: identifier, stored: StoredSession(userInfo: userInfo, credentials: credentials),
-            version: version, generation: generation, epoch: clearEpoch, baseRevision: heldRevision,
+            version: version, generation: generation, epoch: persistence.epoch, baseRevision: heldRevision,
             baseRefreshToken: storedRefreshToken)
     }
 
@@ -34,9 +34,8 @@ extension RefreshStateMachine {
         defer {
             credentials = nil
             token = ""
-            persistedVersion = version
         }
-        guard isDirty, let credentials else { return nil }
+        guard let version = persistence.takeFinalFlush(), let credentials else { return nil }
         return target(credentials, version: version)
     }
 
@@ -56,7 +55,8 @@ extension RefreshStateMachine {
 
     /// Keeps `flight` of the session that is ending as an orphan.
     mutating func orphan(_ flight: Flight) {
-        orphans[flight.id] = Orphan(identifier: identifier, userInfo: userInfo, epoch: clearEpoch, flight: flight)
+        orphans[flight.id] = Orphan(
+            identifier: identifier, userInfo: userInfo, epoch: persistence.epoch, flight: flight)
     }
 
     /// A session of `identifier` activates with `refreshToken`: an orphan refresh that sent that same refresh token
@@ -67,7 +67,7 @@ extension RefreshStateMachine {
         var adopted: Flight?
         for (id, orphan) in orphans where orphan.identifier == identifier {
             orphans.removeValue(forKey: id)
-            if let refreshToken, orphan.flight.sentRefreshToken == refreshToken, orphan.epoch == clearEpoch,
+            if let refreshToken, orphan.flight.sentRefreshToken == refreshToken, orphan.epoch == persistence.epoch,
                 adopted.map({ $0.id < id }) ?? true
             {
                 adopted = orphan.flight
@@ -79,20 +79,20 @@ extension RefreshStateMachine {
     /// Once the persistence slot is held: where an orphan refresh's credentials go, or `nil` when they must not be
     /// written (cleared since, or taken over). Forgets the orphan either way.
     mutating func orphanCommitTarget(flightID: UInt64, newCredentials: Credentials) -> PersistTarget? {
-        guard let orphan = orphans.removeValue(forKey: flightID), orphan.epoch == clearEpoch else { return nil }
+        guard let orphan = orphans.removeValue(forKey: flightID), orphan.epoch == persistence.epoch else { return nil }
         return PersistTarget(
             identifier: orphan.identifier,
             stored: StoredSession(userInfo: orphan.userInfo, credentials: newCredentials), version: 0,
-            generation: 0, epoch: clearEpoch)
+            generation: 0, epoch: persistence.epoch)
     }
 
     // MARK: - The clear fence
 
     /// `closeAndClear()` is about to remove `identifier`'s record (the session is already deactivated): no write
     /// taken before this point may land afterwards. Orphans of it are dropped, and any write whose target was
-    /// taken before and lands late (a store that overran the close's deadline) is undone (``finishWrite``).
+    /// taken before and lands late (a store that overran the close's deadline) is undone (``repairLateWrite(_:now:)``).
     mutating func beginClear(identifier: String) {
-        clearEpoch += 1
+        persistence.fence()
         orphans = orphans.filter { $0.value.identifier != identifier }
     }
 
@@ -105,18 +105,16 @@ extension RefreshStateMachine {
         case rewrite(PersistJob)
     }
 
-    /// A write of `target` by the holder of slot `ticket` returned.
-    mutating func finishWrite(ticket: UInt64, target: PersistTarget, now: Double) -> WriteRepair {
-        guard abandonedSlotTickets.remove(ticket) != nil else { return .none }
+    /// A write of `target` whose slot ``PersistenceSlot/abandon()`` took away returned: what its late landing
+    /// must repair.
+    mutating func repairLateWrite(_ target: PersistTarget, now: Double) -> WriteRepair {
         let ownsRecord = active && identifier == target.identifier
-        if ownsRecord, generation != target.generation || target.epoch != clearEpoch {
+        if ownsRecord, generation != target.generation || target.epoch != persistence.epoch {
             // A newer session of this identifier may have written since: write its credentials again, now.
-            persistedVersion = 0
-            persistRetryAt = now
-            persistRetryScheduled = false
+            persistence.mustRewrite(now: now)
             return schedulePersistRetryIfDue(now: now).map { .rewrite($0) } ?? .none
         }
-        if !ownsRecord, target.epoch != clearEpoch { return .remove(identifier: target.identifier) }
+        if !ownsRecord, target.epoch != persistence.epoch { return .remove(identifier: target.identifier) }
         return .none
     }
 
@@ -124,22 +122,25 @@ extension RefreshStateMachine {
 
     /// Starts a retry of a failed write when one is due.
     mutating func schedulePersistRetryIfDue(now: Double) -> PersistJob? {
-        guard active, isDirty, !persistRetryScheduled, now >= persistRetryAt else { return nil }
-        persistRetryScheduled = true
+        guard active, persistence.retryIfDue(now: now) else { return nil }
         return PersistJob(generation: generation)
     }
 
     /// When the background retry timer should fire for the active session, if a write is waiting for one.
     var pendingRetryAt: Double? {
-        guard active, isDirty, !persistRetryScheduled, persistRetryAt.isFinite else { return nil }
-        return persistRetryAt
+        guard active else { return nil }
+        return persistence.pendingRetryAt
     }
 
     /// Once the slot is held for a retry: what to write (always the newest credentials), or `nil` if nothing is
     /// left to write for `generation`.
     mutating func persistRetryTarget(generation: UInt64) -> PersistTarget? {
-        guard active, self.generation == generation, isDirty, let credentials else {
-            if self.generation == generation { persistRetryScheduled = false }
+        guard self.generation == generation else {
+            recomputeDeadline()
+            return nil
+        }
+        guard active, let credentials, let version = persistence.retryTarget() else {
+            persistence.retryDropped()
             recomputeDeadline()
             return nil
         }
@@ -151,73 +152,10 @@ extension RefreshStateMachine {
         generation: UInt64, version: UInt64, succeeded: Bool, now: Double, jitter: Double
     ) {
         guard self.generation == generation else { return }
-        persistRetryScheduled = false
-        if succeeded {
-            persistedVersion = max(persistedVersion, version)
-            if !isDirty {
-                persistFailures = 0
-                persistRetryAt = .infinity
-            }
-        } else {
-            notePersistFailure(now: now, jitter: jitter)
+        let policy = self.policy
+        persistence.retryFinished(written: version, succeeded: succeeded, now: now) {
+            policy.backoff(attempt: $0, jitter: jitter)
         }
         recomputeDeadline()
-    }
-
-    mutating func notePersistFailure(now: Double, jitter: Double) {
-        persistFailures += 1
-        persistRetryAt = now + backoff(attempt: persistFailures, jitter: jitter)
-    }
-
-    // MARK: - The persistence slot
-
-    /// Whether some task holds the persistence slot.
-    var persistSlotHeld: Bool { persistSlotHolder != nil }
-
-    /// A new place in line for the slot.
-    mutating func makeSlotTicket() -> UInt64 {
-        nextSlotTicket += 1
-        return nextSlotTicket
-    }
-
-    /// Takes the slot for `ticket` if it is free; `false` means the caller must queue with
-    /// ``acquirePersistSlot(ticket:_:)``.
-    mutating func tryAcquirePersistSlot(ticket: UInt64) -> Bool {
-        guard persistSlotHolder == nil else { return false }
-        persistSlotHolder = ticket
-        return true
-    }
-
-    /// Queues for the slot, or returns `true` (without storing the continuation) when it was free.
-    mutating func acquirePersistSlot(ticket: UInt64, _ continuation: UnsafeContinuation<Void, Never>) -> Bool {
-        if tryAcquirePersistSlot(ticket: ticket) { return true }
-        persistSlotQueue.append((ticket, continuation))
-        return false
-    }
-
-    /// Releases the slot held by `ticket`, handing it to the next task in line (returned, to be resumed outside
-    /// the lock). A holder whose slot was taken away releases nothing.
-    mutating func releasePersistSlot(ticket: UInt64) -> UnsafeContinuation<Void, Never>? {
-        guard persistSlotHolder == ticket else { return nil }
-        return handOverPersistSlot()
-    }
-
-    /// Takes the slot away from a holder that overran the store timeout (its store ignores cancellation), so that
-    /// later writes are not blocked for ever. When that write returns, ``finishWrite`` repairs what its late
-    /// landing changed.
-    mutating func abandonPersistSlot() -> UnsafeContinuation<Void, Never>? {
-        guard let holder = persistSlotHolder else { return nil }
-        abandonedSlotTickets.insert(holder)
-        return handOverPersistSlot()
-    }
-
-    private mutating func handOverPersistSlot() -> UnsafeContinuation<Void, Never>? {
-        guard !persistSlotQueue.isEmpty else {
-            persistSlotHolder = nil
-            return nil
-        }
-        let next = persistSlotQueue.removeFirst()
-        persistSlotHolder = next.ticket
-        return next.continuation
     }
 }

@@ -30,39 +30,14 @@ extension RefreshStateMachine {
         }
     }
 
-    /// Adds a waiter for the flight in progress, keeping ids sorted (ids come from an atomic counter, so a
-    /// later id may occasionally arrive first).
+    /// Adds a waiter for the flight in progress (see ``FlightMachine/register(waiterID:continuation:)``).
     mutating func register(waiterID: UInt64, continuation: WaiterContinuation) {
-        let waiter = Waiter(id: waiterID, continuation: continuation)
-        if let last = waiters.last, last.id > waiterID {
-            waiters.insert(waiter, at: insertionIndex(of: waiterID))
-        } else {
-            waiters.append(waiter)
-        }
+        flights.register(waiterID: waiterID, continuation: continuation)
     }
 
     /// A waiter's task was cancelled: returns its continuation (to resume with `CancellationError`) if it is
-    /// still waiting. Leaves a tombstone so the array stays sorted.
+    /// still waiting.
     mutating func cancelWaiter(id: UInt64) -> WaiterContinuation? {
-        let index = insertionIndex(of: id)
-        guard index < waiters.count, waiters[index].id == id else { return nil }
-        defer { waiters[index].continuation = nil }
-        return waiters[index].continuation
-    }
-
-    private func insertionIndex(of id: UInt64) -> Int {
-        var low = 0
-        var high = waiters.count
-        while low < high {
-            let middle = (low + high) / 2
-            if waiters[middle].id < id { low = middle + 1 } else { high = middle }
-        }
-        return low
-    }
-
-    mutating func takeWaiters() -> [Waiter] {
-        guard !waiters.isEmpty else { return [] }
-        defer { waiters = [] }
-        return waiters
+        flights.cancelWaiter(id: id)
     }
 }

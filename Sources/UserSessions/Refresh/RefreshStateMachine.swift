@@ -2,22 +2,29 @@ import Foundation
 
 /// The refresh rules of one session's credentials, as a pure state machine.
 ///
-/// ``CredentialsGate`` holds it in a `Mutex`, feeds it events (a token request, a refresh that returned, a write
+/// ``CredentialsGate`` holds it in a `Mutex`, feeds it inputs (a token request, a refresh that returned, a write
 /// that finished, …) and performs the actions it returns (start a refresh, write to the store, emit events, resume
 /// waiters) after releasing the lock. Nothing here suspends, reads a clock or calls user code: the time and the
 /// jitter come in as arguments, so every transition can be tested synchronously.
 ///
+/// It keeps the session's own data (identity, credentials, the hot path's ``token`` and ``nextActionAt``, the
+/// windows scaled to the token's lifetime, the loop breaker, the orphans) and composes three machines, each an
+/// `enum State`: ``FlightMachine`` (the refresh in progress and its backoff), ``PersistenceMachine`` (whether the
+/// store has the newest credentials) and ``PersistenceSlot`` (who may write now).
+///
 /// Times are seconds since the reference date (`Double`), the cheap form the hot path compares.
 struct RefreshStateMachine {
-    /// The settings, converted once from ``UserSessionController/Configuration``.
-    struct Policy {
+    /// The refresh settings, as plain seconds (the cheap form the machine compares), normalized once.
+    ///
+    /// Built by the controller from its configuration (``UserSessionController/Configuration/refreshPolicy``);
+    /// the machine knows nothing of the configuration itself.
+    struct Policy: Sendable {
         var leadTime: Double
         var softWindow: Double
         var initialRetryDelay: Double
         var maximumRetryDelay: Double
         var loopMaximum: Int
         var loopWindow: Double
-        var hasRefresher: Bool
 
         /// For credentials whose lifetime is known, the lead time is at most this fraction of it.
         static let leadFraction = 0.1
@@ -27,14 +34,18 @@ struct RefreshStateMachine {
         /// arrive already expired still trip it.
         static let minimumLoopWindow = 1.0
 
-        init(configuration: UserSessionController.Configuration, hasRefresher: Bool) {
-            leadTime = max(0, configuration.refreshLeadTime.seconds)
-            softWindow = max(leadTime, configuration.proactiveRefreshWindow.seconds)
-            initialRetryDelay = max(0.001, configuration.initialRetryDelay.seconds)
-            maximumRetryDelay = max(initialRetryDelay, configuration.maximumRetryDelay.seconds)
-            loopMaximum = max(1, configuration.refreshLoopPolicy.maximumRefreshes)
-            loopWindow = max(0, configuration.refreshLoopPolicy.window.seconds)
-            self.hasRefresher = hasRefresher
+        /// Clamps every setting into its valid range: the soft window is at least the lead time, the retry delays
+        /// are positive and ordered, the breaker allows at least one refresh.
+        init(
+            leadTime: Duration, softWindow: Duration, initialRetryDelay: Duration, maximumRetryDelay: Duration,
+            loopMaximum: Int, loopWindow: Duration
+        ) {
+            self.leadTime = max(0, leadTime.seconds)
+            self.softWindow = max(self.leadTime, softWindow.seconds)
+            self.initialRetryDelay = max(0.001, initialRetryDelay.seconds)
+            self.maximumRetryDelay = max(self.initialRetryDelay, maximumRetryDelay.seconds)
+            self.loopMaximum = max(1, loopMaximum)
+            self.loopWindow = max(0, loopWindow.seconds)
         }
     }
 
@@ -69,18 +80,11 @@ struct RefreshStateMachine {
         let kind: FlightKind
     }
 
-    struct Flight {
-        let id: UInt64
-        let kind: FlightKind
-        /// When it started: the issue time of the credentials it returns, if they do not say.
-        let startedAt: Double
-        /// The refresh token it sent, so that a new session restored from the same stored record can adopt it.
-        let sentRefreshToken: String?
-    }
+    typealias Flight = FlightMachine.Flight
 
     let policy: Policy
-    /// The task of the latest refresh or write retry, kept only so tests can await it.
-    var lastBackgroundTask: Task<Void, Never>?
+    /// Whether the gate has a refresher: without one, nothing is ever refreshed.
+    let hasRefresher: Bool
 
     // MARK: Session
 
@@ -99,9 +103,6 @@ struct RefreshStateMachine {
     var leadTime: Double
     var softWindow: Double
     var loopWindow: Double
-    /// Set by a terminal failure: every request fails with it until the next activation.
-    var terminalError: UserSessionError?
-
     /// The hot path serves ``token`` without looking at anything else while `now < nextActionAt`.
     ///
     /// It is the earliest moment something must happen: the soft window opens (after any backoff), the lead time
@@ -110,42 +111,17 @@ struct RefreshStateMachine {
 
     // MARK: Refresh
 
-    var flight: Flight?
-    var nextFlightID: UInt64 = 1
-    var waiters: [Waiter] = []
-    /// Consecutive failed refreshes, for the backoff.
-    var failureCount = 0
-    /// While the token is still valid, no automatic refresh starts before this time (backoff after failures).
-    var retryAt = -Double.infinity
-    /// After a misconfiguration failure, nothing refreshes automatically until credentials change.
-    var automaticRefreshBlocked = false
-    /// The error of the last failed refresh, served to token requests for an expired token until `retryAt`.
-    var lastFailure: UserSessionError?
+    /// The refresh in progress and what past failures left (see ``FlightMachine``).
+    var flights = FlightMachine()
     /// When the last successful refreshes happened, oldest first, for the refresh-loop breaker.
     var successTimes: [Double] = []
 
     // MARK: Persistence
 
-    /// Bumped whenever new credentials are published.
-    var version: UInt64 = 0
-    /// The version last written to the store successfully.
-    var persistedVersion: UInt64 = 0
-    /// The flight whose credentials are being written now (between `commitTarget` and `commit`).
-    var writingFlightID: UInt64?
-    var persistFailures = 0
-    var persistRetryAt = Double.infinity
-    var persistRetryScheduled = false
-    /// Whether some task holds the persistence slot. Writes are serialized so an older write can never land
-    /// after a newer one, and `deactivate()` can wait for the write in progress.
-    var persistSlotHolder: UInt64?
-    var nextSlotTicket: UInt64 = 0
-    var persistSlotQueue: [(ticket: UInt64, continuation: UnsafeContinuation<Void, Never>)] = []
-    /// Holders whose slot `deactivate()` took away after they overran the store timeout; see
-    /// ``abandonPersistSlot()``.
-    var abandonedSlotTickets: Set<UInt64> = []
-    /// Bumped by every `closeAndClear()` (``beginClear(identifier:)``): a write whose target was taken under an
-    /// older epoch and lands late is undone.
-    var clearEpoch: UInt64 = 0
+    /// Whether the newest credentials are in the store (see ``PersistenceMachine``).
+    var persistence = PersistenceMachine()
+    /// Who may write to the store now (see ``PersistenceSlot``).
+    var slot = PersistenceSlot()
     /// Refreshes still running for sessions that ended while keeping their stored record (see ``Orphan``).
     var orphans: [UInt64: Orphan] = [:]
 
@@ -158,15 +134,16 @@ struct RefreshStateMachine {
     /// write finding it still stored may write over that record, since it holds nothing newer.
     var storedRefreshToken: String?
 
-    init(policy: Policy) {
+    init(policy: Policy, hasRefresher: Bool) {
         self.policy = policy
+        self.hasRefresher = hasRefresher
         leadTime = policy.leadTime
         softWindow = policy.softWindow
         loopWindow = policy.loopWindow
     }
 
     /// Whether the newest credentials are not in the store yet.
-    var isDirty: Bool { version != persistedVersion }
+    var isDirty: Bool { persistence.isDirty }
 
     /// Whether there are credentials. Matched by pattern on purpose: `credentials != nil` picks `Equatable`'s `==`
     /// for optionals and copies the whole credentials (five reference-counted fields) to compare them with `nil`,
@@ -177,10 +154,10 @@ struct RefreshStateMachine {
     }
 
     /// Whether a terminal failure stopped the session's refreshes (pattern-matched, as ``hasCredentials``).
-    var isTerminated: Bool {
-        if case .some = terminalError { return true }
-        return false
-    }
+    var isTerminated: Bool { flights.isTerminated }
+
+    /// Set by a terminal failure: every request fails with it until the next activation.
+    var terminalError: UserSessionError? { flights.terminalError }
 
     // MARK: - Activation
 
@@ -193,25 +170,18 @@ struct RefreshStateMachine {
         identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64,
         adoptingOrphans: Bool = false, revision: UInt64? = nil
     ) -> [Waiter] {
-        let leftovers = takeWaiters()
+        let leftovers = flights.reset(
+            adopting: adoptOrphan(
+                identifier: identifier, refreshToken: adoptingOrphans ? credentials?.refreshToken : nil))
         heldRevision = revision
         storedRefreshToken = credentials?.refreshToken
         self.generation = generation
         self.identifier = identifier
         self.userInfo = userInfo
         active = true
-        terminalError = nil
-        flight = adoptOrphan(identifier: identifier, refreshToken: adoptingOrphans ? credentials?.refreshToken : nil)
-        failureCount = 0
-        retryAt = -.infinity
-        automaticRefreshBlocked = false
-        lastFailure = nil
         successTimes = []
-        persistFailures = 0
-        persistRetryAt = .infinity
-        persistRetryScheduled = false
         setCredentials(credentials)
-        persistedVersion = version
+        persistence.activated()
         recomputeDeadline()
         return leftovers
     }
@@ -220,10 +190,10 @@ struct RefreshStateMachine {
     /// waiters to fail.
     mutating func deactivate() -> [Waiter] {
         active = false
+        let (flight, waiters) = flights.abandon()
         if let flight { orphan(flight) }
-        flight = nil
         nextActionAt = -.infinity
-        return takeWaiters()
+        return waiters
     }
 
     // MARK: - Hot path (synchronous)
@@ -247,11 +217,11 @@ struct RefreshStateMachine {
         if now >= leadStart {
             // Inside the lead time: wait for a refresh (running, or to be started by the async path) when one is
             // possible; otherwise the still-valid token is the best there is.
-            if flight != nil || canRefreshAutomatically(now: now) {
+            if flights.isRefreshing || canRefreshAutomatically(now: now) {
                 recomputeDeadline()
                 return outcome
             }
-        } else if now >= expiresAt - softWindow, flight == nil, canRefreshAutomatically(now: now) {
+        } else if now >= expiresAt - softWindow, !flights.isRefreshing, canRefreshAutomatically(now: now) {
             outcome.refresh = startFlight(.background, now: now)
         }
         recomputeDeadline()
@@ -283,7 +253,7 @@ struct RefreshStateMachine {
         switch request {
         case .forced(let replacing):
             if let replacing, replacing != credentials.accessToken { return .serve(credentials) }
-            if flight != nil { return .wait(start: nil) }
+            if flights.isRefreshing { return .wait(start: nil) }
             return startRequiredFlight(.forced, now: now)
         case .replay(let replacing, let owner):
             guard owner == generation else { return .fail(Self.replacedError, loopTripped: false) }
@@ -291,16 +261,16 @@ struct RefreshStateMachine {
         case .minimumValidity(let validity):
             if expiresAt - now >= validity { return .serve(credentials) }
             if let lifetime, lifetime < validity { return .fail(Self.unreachableValidity, loopTripped: false) }
-            if flight != nil { return .wait(start: nil) }
+            if flights.isRefreshing { return .wait(start: nil) }
             if let refusal = backoffRefusal(now: now) { return refusal }
             return startRequiredFlight(.demand, now: now)
         case .restore:
             if isValid { return .serve(credentials) }
-            if flight != nil { return .wait(start: nil) }
+            if flights.isRefreshing { return .wait(start: nil) }
             return startRequiredFlight(.restore, now: now)
         case .demand:
             if now < expiresAt - leadTime { return .serve(credentials) }
-            if flight != nil { return .wait(start: nil) }
+            if flights.isRefreshing { return .wait(start: nil) }
             if isValid {
                 // Inside the lead time with a valid token: refresh and wait if allowed now; during a backoff,
                 // after a misconfiguration or with the breaker full, the valid token is served instead.
@@ -318,8 +288,8 @@ struct RefreshStateMachine {
     /// After a failed refresh, an expired token is not refreshed again before the backoff elapses: callers get the
     /// failure at once instead of hammering a token endpoint that is down.
     private func backoffRefusal(now: Double) -> Decision? {
-        guard now < retryAt, let lastFailure else { return nil }
-        return .fail(lastFailure, loopTripped: false)
+        guard now < flights.retryAt, let backoff = flights.backoff else { return nil }
+        return .fail(backoff.lastFailure, loopTripped: false)
     }
 
     /// Whether a token request (``Request/demand``) at `now` must wait for the refresh already in flight.
@@ -328,7 +298,7 @@ struct RefreshStateMachine {
     /// only plain fields (no copy of the credentials); it agrees with ``decide(_:now:)`` returning
     /// `.wait(start: nil)` for `.demand`.
     func demandJoinsFlight(now: Double) -> Bool {
-        flight != nil && active && !isTerminated && hasCredentials && now >= expiresAt - leadTime
+        flights.isRefreshing && active && !isTerminated && hasCredentials && now >= expiresAt - leadTime
     }
 
     // MARK: - Helpers
@@ -342,7 +312,7 @@ struct RefreshStateMachine {
         .minimumValidityUnreachable, "the token endpoint issues tokens that live shorter than the validity asked for")
 
     private mutating func startRequiredFlight(_ kind: FlightKind, now: Double) -> Decision {
-        guard policy.hasRefresher else {
+        guard hasRefresher else {
             let code: UserSessionError.Code = kind == .restore ? .credentialsUnusable : .noRefresher
             return .fail(
                 UserSessionError(code, "a refresh is needed but no refresher is configured"), loopTripped: false)
@@ -365,16 +335,15 @@ struct RefreshStateMachine {
 
     private mutating func startFlight(_ kind: FlightKind, now: Double) -> RefreshJob {
         guard let credentials else { preconditionFailure("a refresh needs credentials") }
-        let id = nextFlightID
-        nextFlightID += 1
-        flight = Flight(id: id, kind: kind, startedAt: now, sentRefreshToken: credentials.refreshToken)
+        let id = flights.start(kind, now: now, sending: credentials.refreshToken)
         recomputeDeadline()
         return RefreshJob(flightID: id, generation: generation, credentials: credentials, kind: kind)
     }
 
     /// Whether a refresh may start on its own (soft window, lead time with a valid token).
     private mutating func canRefreshAutomatically(now: Double) -> Bool {
-        policy.hasRefresher && credentials?.isRefreshable == true && !automaticRefreshBlocked && now >= retryAt
+        hasRefresher && credentials?.isRefreshable == true && !flights.blocksAutomaticRefresh
+            && now >= flights.retryAt
             && breakerAllows(now: now)
     }
 

@@ -60,9 +60,12 @@ enum TokenFileCoding {
     static func decode(_ bytes: [UInt8], format: String, file: String) throws -> TokenFileEnvelope {
         // Duplicate members would be resolved silently (one of them wins); this release never writes them.
         do {
-            try StrictJSONScan.check(bytes)
+            try StrictJSON.check(bytes)
         } catch {
-            throw UserSessionError(.storeCorrupt, "\(file) is \(error) (corrupt, truncated or not ours)")
+            guard case .refused(let refusal) = error else {
+                throw UserSessionError(.storeCorrupt, "\(file) is not valid JSON (corrupt or truncated)")
+            }
+            throw UserSessionError(.storeCorrupt, "\(file) is \(refusal) (corrupt, truncated or not ours)")
         }
         let data = Data(bytes)
         let decoder = JSONDecoder()

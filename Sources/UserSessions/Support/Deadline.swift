@@ -80,12 +80,6 @@ package enum Deadline {
     }
 }
 
-/// Awaits `task` for at most `timeout` of real time: ``Deadline/wait(for:timeout:clock:)`` under the name the
-/// credentials gate calls it by (kept until the refresh core's rework moves its call sites).
-func awaitTask(_ task: Task<Void, Never>, timeout: Duration) async -> Bool {
-    await Deadline.wait(for: task, timeout: timeout)
-}
-
 /// The one-shot race between a task and its deadline: whichever comes first resumes the continuation.
 private final class DeadlineRace: Sendable {
     private struct State {

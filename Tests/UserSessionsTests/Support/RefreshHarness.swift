@@ -24,7 +24,7 @@ final class RefreshHarness: Sendable {
         self.refresher = refresher
         var configuration = UserSessionController.Configuration(clock: time.clock)
         configure(&configuration)
-        gate = CredentialsGate(refresher: refresher, store: store, events: hub, configuration: configuration)
+        gate = CredentialsGate(refresher: refresher, store: store, events: hub, policy: configuration.refreshPolicy)
         events = hub.subscribe(bufferSize: 10_000)
         gate.setTerminalFailureHandler { [self] generation in
             self.terminalGenerations.withLock { $0.append(generation) }
@@ -49,13 +49,13 @@ final class RefreshHarness: Sendable {
 
     /// Waits for the latest background refresh or write retry to finish.
     func awaitBackgroundWork() async {
-        let task = gate.state.withLock { $0.lastBackgroundTask }
+        let task = gate.lastBackgroundTask.withLock { $0 }
         await task?.value
     }
 
     /// Yields until `count` callers wait for the refresh in flight.
     func awaitWaiters(_ count: Int) async {
-        while gate.state.withLock({ $0.waiters.count(where: { $0.continuation != nil }) }) < count {
+        while gate.state.withLock({ $0.flights.waiters.count(where: { $0.continuation != nil }) }) < count {
             await Task.yield()
         }
     }

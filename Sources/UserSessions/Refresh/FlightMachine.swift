@@ -1,0 +1,222 @@
+/// The single flight of one session's refreshes: whether a refresh runs (and who waits for it), whether the last
+/// ones failed (and how long to back off), or whether the session's refreshes are over.
+///
+/// A pure state machine: a private `enum State` whose cases carry exactly the data valid in them, one
+/// `mutating func` per input, `preconditionFailure` on a transition that cannot happen. ``RefreshStateMachine``
+/// owns it and decides *when* to start a refresh (lead time, soft window, breaker); this machine keeps *what* is
+/// running and how past failures constrain the next one.
+///
+/// ```
+/// idle ──start──▶ refreshing ──succeeded / superseded──▶ idle
+///  ▲                │    │
+///  │                │    └──failed (transient, misconfiguration)──▶ failed(backoff) ──start──▶ refreshing
+///  │                └──failed (terminal) / terminate──▶ terminated
+///  └──────────────── reset (a new session, or credentials from elsewhere) ◀── any state
+/// ```
+struct FlightMachine {
+    /// One refresh in progress.
+    struct Flight {
+        let id: UInt64
+        let kind: RefreshStateMachine.FlightKind
+        /// When it started: the issue time of the credentials it returns, if they do not say.
+        let startedAt: Double
+        /// The refresh token it sent, so that a new session restored from the same stored record can adopt it.
+        let sentRefreshToken: String?
+    }
+
+    /// What failed refreshes left behind: nothing starts on its own before `retryAt`.
+    struct Backoff {
+        /// Consecutive failed refreshes, for the next delay.
+        var failures: Int
+        /// While the token is still valid, no automatic refresh starts before this time.
+        var retryAt: Double
+        /// Served to token requests for an expired token until `retryAt`.
+        var lastFailure: UserSessionError
+        /// After a misconfiguration failure, nothing refreshes automatically until credentials change.
+        var blocksAutomaticRefresh: Bool
+    }
+
+    private enum State {
+        /// No refresh runs; nothing failed since the credentials last changed.
+        case idle
+        /// `flight` runs; `waiters` wait for it, sorted by id. `backoff` is what failed before it, carried on so a
+        /// failure of this flight backs off further.
+        case refreshing(flight: Flight, waiters: [RefreshStateMachine.Waiter], backoff: Backoff?)
+        /// No refresh runs; the last ones failed.
+        case failed(Backoff)
+        /// A terminal failure (revoked credentials, the record cleared elsewhere): every request fails with
+        /// `error` until the machine is reset.
+        case terminated(UserSessionError)
+    }
+
+    private var state = State.idle
+    private var nextFlightID: UInt64 = 1
+
+    // MARK: - Reading
+
+    /// The refresh in progress, if any.
+    var current: Flight? {
+        if case .refreshing(let flight, _, _) = state { return flight }
+        return nil
+    }
+
+    /// Whether a refresh runs. Matched by pattern: copies nothing.
+    var isRefreshing: Bool {
+        if case .refreshing = state { return true }
+        return false
+    }
+
+    /// Whether `id` is the refresh in progress.
+    func isCurrent(_ id: UInt64) -> Bool {
+        if case .refreshing(let flight, _, _) = state { return flight.id == id }
+        return false
+    }
+
+    /// The terminal failure, when the session's refreshes are over.
+    var terminalError: UserSessionError? {
+        if case .terminated(let error) = state { return error }
+        return nil
+    }
+
+    /// Whether the session's refreshes are over (pattern-matched: copies nothing).
+    var isTerminated: Bool {
+        if case .terminated = state { return true }
+        return false
+    }
+
+    /// The backoff of the failures since the credentials last changed, when not refreshing.
+    var backoff: Backoff? {
+        if case .failed(let backoff) = state { return backoff }
+        return nil
+    }
+
+    /// When automatic refreshes may start again: `-infinity` unless the last refreshes failed.
+    var retryAt: Double {
+        if case .failed(let backoff) = state { return backoff.retryAt }
+        return -.infinity
+    }
+
+    /// Whether a misconfiguration failure stopped automatic refreshes until the credentials change.
+    var blocksAutomaticRefresh: Bool {
+        if case .failed(let backoff) = state { return backoff.blocksAutomaticRefresh }
+        return false
+    }
+
+    /// The waiters of the refresh in progress (for tests).
+    var waiters: [RefreshStateMachine.Waiter] {
+        if case .refreshing(_, let waiters, _) = state { return waiters }
+        return []
+    }
+
+    // MARK: - Inputs
+
+    /// Starts a refresh of `kind` at `now` that sends `refreshToken`; returns its id.
+    mutating func start(_ kind: RefreshStateMachine.FlightKind, now: Double, sending refreshToken: String?) -> UInt64 {
+        let backoff: Backoff?
+        switch state {
+        case .idle: backoff = nil
+        case .failed(let previous): backoff = previous
+        case .refreshing: preconditionFailure("a refresh started while another one runs")
+        case .terminated: preconditionFailure("a refresh started after a terminal failure")
+        }
+        let id = nextFlightID
+        nextFlightID += 1
+        let flight = Flight(id: id, kind: kind, startedAt: now, sentRefreshToken: refreshToken)
+        state = .refreshing(flight: flight, waiters: [], backoff: backoff)
+        return id
+    }
+
+    /// A caller waits for the refresh in progress. Ids come from an atomic counter, so a later id may occasionally
+    /// arrive first: the waiters stay sorted.
+    mutating func register(waiterID: UInt64, continuation: RefreshStateMachine.WaiterContinuation) {
+        guard case .refreshing(let flight, var waiters, let backoff) = state else {
+            preconditionFailure("a waiter registered while no refresh runs")
+        }
+        state = .idle  // drops the enum's reference, so the insertion does not copy the array
+        let waiter = RefreshStateMachine.Waiter(id: waiterID, continuation: continuation)
+        if let last = waiters.last, last.id > waiterID {
+            waiters.insert(waiter, at: Self.insertionIndex(of: waiterID, in: waiters))
+        } else {
+            waiters.append(waiter)
+        }
+        state = .refreshing(flight: flight, waiters: waiters, backoff: backoff)
+    }
+
+    /// A waiter's task was cancelled: returns its continuation (to resume with `CancellationError`) if it still
+    /// waits. Leaves a tombstone, so the array stays sorted for the binary search.
+    mutating func cancelWaiter(id: UInt64) -> RefreshStateMachine.WaiterContinuation? {
+        guard case .refreshing(let flight, var waiters, let backoff) = state else { return nil }
+        let index = Self.insertionIndex(of: id, in: waiters)
+        guard index < waiters.count, waiters[index].id == id, let continuation = waiters[index].continuation else {
+            return nil
+        }
+        state = .idle
+        waiters[index].continuation = nil
+        state = .refreshing(flight: flight, waiters: waiters, backoff: backoff)
+        return continuation
+    }
+
+    /// The refresh in progress returned credentials: the failures are forgotten. Returns it and its waiters.
+    mutating func succeeded() -> (flight: Flight, waiters: [RefreshStateMachine.Waiter]) {
+        guard case .refreshing(let flight, let waiters, _) = state else {
+            preconditionFailure("a refresh succeeded while none runs")
+        }
+        state = .idle
+        return (flight, waiters)
+    }
+
+    /// The refresh in progress failed with `error` of `failureClass`. A terminal failure ends the session's
+    /// refreshes; any other backs off by `delay(failures)` from `now`. Returns it and its waiters.
+    mutating func failed(
+        _ error: UserSessionError, failureClass: RefreshFailureClass, now: Double, delay: (Int) -> Double
+    ) -> (flight: Flight, waiters: [RefreshStateMachine.Waiter]) {
+        guard case .refreshing(let flight, let waiters, let previous) = state else {
+            preconditionFailure("a refresh failed while none runs")
+        }
+        switch failureClass {
+        case .terminal:
+            state = .terminated(error)
+        case .misconfiguration, .transient, .cancelled:
+            let failures = (previous?.failures ?? 0) + 1
+            state = .failed(
+                Backoff(
+                    failures: failures, retryAt: now + delay(failures), lastFailure: error,
+                    blocksAutomaticRefresh: failureClass == .misconfiguration
+                        || previous?.blocksAutomaticRefresh == true))
+        }
+        return (flight, waiters)
+    }
+
+    /// The session's refreshes are over (its record was removed elsewhere). Returns the waiters to fail.
+    mutating func terminate(_ error: UserSessionError) -> [RefreshStateMachine.Waiter] {
+        defer { state = .terminated(error) }
+        return waiters
+    }
+
+    /// The session ends: the refresh in progress (returned) goes on without it, its waiters are returned to fail.
+    /// What failed before stays, unread, until ``reset(adopting:)``.
+    mutating func abandon() -> (flight: Flight?, waiters: [RefreshStateMachine.Waiter]) {
+        guard case .refreshing(let flight, let waiters, let backoff) = state else { return (nil, []) }
+        state = backoff.map { .failed($0) } ?? .idle
+        return (flight, waiters)
+    }
+
+    /// New credentials (a new session, or credentials obtained elsewhere): everything starts over, running
+    /// `adopted` when a new session takes over a refresh that already sent its refresh token. Returns the waiters
+    /// of a refresh that was superseded.
+    mutating func reset(adopting adopted: Flight? = nil) -> [RefreshStateMachine.Waiter] {
+        let superseded = waiters
+        state = adopted.map { .refreshing(flight: $0, waiters: [], backoff: nil) } ?? .idle
+        return superseded
+    }
+
+    private static func insertionIndex(of id: UInt64, in waiters: [RefreshStateMachine.Waiter]) -> Int {
+        var low = 0
+        var high = waiters.count
+        while low < high {
+            let middle = (low + high) / 2
+            if waiters[middle].id < id { low = middle + 1 } else { high = middle }
+        }
+        return low
+    }
+}

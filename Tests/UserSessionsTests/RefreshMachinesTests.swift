@@ -1,0 +1,199 @@
+import Foundation
+import Testing
+
+@testable import UserSessions
+
+/// The refresh core's three small machines, input by input, synchronously: no tasks, no clocks.
+struct RefreshMachinesTests {
+    static let error = UserSessionError(.refreshFailed, "down", failureClass: .transient)
+    /// A delay that names its attempt: attempt `n` backs off `10 * n` seconds.
+    static func delay(_ attempt: Int) -> Double { Double(attempt) * 10 }
+
+    // MARK: - FlightMachine
+
+    @Test func aFailedFlightBacksOffAndTheNextCarriesTheCountOn() {
+        var flights = FlightMachine()
+        let first = flights.start(.demand, now: 100, sending: "rt")
+        #expect(flights.isCurrent(first))
+        let failed = flights.failed(Self.error, failureClass: .transient, now: 100, delay: Self.delay)
+        #expect(failed.flight.id == first)
+        #expect(!flights.isRefreshing)
+        #expect(flights.retryAt == 110)
+        #expect(flights.backoff?.failures == 1)
+        #expect(flights.backoff?.lastFailure == Self.error)
+
+        let second = flights.start(.forced, now: 105, sending: "rt")
+        #expect(second == first + 1)
+        // While it runs, no backoff is visible: nothing waits on it.
+        #expect(flights.retryAt == -.infinity)
+        _ = flights.failed(Self.error, failureClass: .cancelled, now: 200, delay: Self.delay)
+        #expect(flights.backoff?.failures == 2)
+        #expect(flights.retryAt == 220)
+
+        _ = flights.start(.background, now: 300, sending: "rt")
+        let succeeded = flights.succeeded()
+        #expect(succeeded.flight.kind == .background)
+        #expect(flights.backoff == nil)
+        #expect(flights.retryAt == -.infinity)
+    }
+
+    @Test func aMisconfigurationBlocksAutomaticRefreshesUntilReset() {
+        var flights = FlightMachine()
+        _ = flights.start(.demand, now: 0, sending: "rt")
+        _ = flights.failed(Self.error, failureClass: .misconfiguration, now: 0, delay: Self.delay)
+        #expect(flights.blocksAutomaticRefresh)
+        // A forced refresh that then fails transiently does not lift the block.
+        _ = flights.start(.forced, now: 1, sending: "rt")
+        _ = flights.failed(Self.error, failureClass: .transient, now: 1, delay: Self.delay)
+        #expect(flights.blocksAutomaticRefresh)
+        let superseded = flights.reset()
+        #expect(superseded.isEmpty)
+        #expect(!flights.blocksAutomaticRefresh)
+    }
+
+    @Test func aTerminalFailureEndsRefreshesUntilReset() {
+        var flights = FlightMachine()
+        _ = flights.start(.demand, now: 0, sending: "rt")
+        let revoked = UserSessionError(.refreshFailed, "revoked", failureClass: .terminal)
+        _ = flights.failed(revoked, failureClass: .terminal, now: 0, delay: Self.delay)
+        #expect(flights.terminalError == revoked)
+        #expect(flights.isTerminated)
+        #expect(flights.backoff == nil)
+        _ = flights.reset()
+        #expect(!flights.isTerminated)
+    }
+
+    @Test func abandoningAFlightKeepsTheBackoffItStartedFrom() {
+        var flights = FlightMachine()
+        _ = flights.start(.demand, now: 0, sending: "rt")
+        _ = flights.failed(Self.error, failureClass: .transient, now: 0, delay: Self.delay)
+        let id = flights.start(.forced, now: 1, sending: "rt-sent")
+        let abandoned = flights.abandon()
+        #expect(abandoned.flight?.id == id)
+        #expect(abandoned.flight?.sentRefreshToken == "rt-sent")
+        #expect(abandoned.waiters.isEmpty)
+        #expect(flights.backoff?.failures == 1)
+        // Nothing runs any more: a second abandon finds nothing.
+        let abandonedAgain = flights.abandon()
+        #expect(abandonedAgain.flight == nil)
+    }
+
+    @Test func aResetCanAdoptARunningFlight() {
+        var flights = FlightMachine()
+        _ = flights.start(.restore, now: 0, sending: "rt")
+        let orphan = flights.abandon().flight
+        _ = flights.reset(adopting: orphan)
+        #expect(flights.current?.id == orphan?.id)
+        let cancelled = flights.cancelWaiter(id: 1)
+        #expect(cancelled == nil)
+    }
+
+    // MARK: - PersistenceMachine
+
+    @Test func aFailedWriteIsRetriedOnItsScheduleUntilTheNewestVersionLands() {
+        var persistence = PersistenceMachine()
+        persistence.activated()
+        #expect(!persistence.isDirty)
+        persistence.published(written: false, now: 100, delay: Self.delay)
+        #expect(persistence.isDirty)
+        #expect(persistence.pendingRetryAt == 110)
+        let dueEarly = persistence.retryIfDue(now: 109)
+        #expect(!dueEarly)
+        let dueOnTime = persistence.retryIfDue(now: 110)
+        #expect(dueOnTime)
+        // One retry at a time.
+        #expect(persistence.pendingRetryAt == nil)
+        let secondRetry = persistence.retryIfDue(now: 500)
+        #expect(!secondRetry)
+
+        let version = persistence.retryTarget()
+        #expect(version == persistence.version)
+        persistence.retryFinished(written: version ?? 0, succeeded: false, now: 200, delay: Self.delay)
+        #expect(persistence.pendingRetryAt == 220)
+
+        let dueAfterFailure = persistence.retryIfDue(now: 220)
+        #expect(dueAfterFailure)
+        // A newer version was published (and failed) while the retry wrote the older one: still dirty.
+        let older = persistence.retryTarget() ?? 0
+        persistence.published(written: false, now: 221, delay: Self.delay)
+        persistence.retryFinished(written: older, succeeded: true, now: 222, delay: Self.delay)
+        #expect(persistence.isDirty)
+        #expect(persistence.pendingRetryAt == 251, "three failures: 221 + 3 × 10")
+
+        let dueAfterNewerFailure = persistence.retryIfDue(now: 251)
+        #expect(dueAfterNewerFailure)
+        persistence.retryFinished(
+            written: persistence.retryTarget() ?? 0, succeeded: true, now: 252, delay: Self.delay)
+        #expect(!persistence.isDirty)
+        #expect(persistence.pendingRetryAt == nil)
+    }
+
+    @Test func aClosingSessionKeepsUnwrittenCredentialsForOneFinalFlush() {
+        var persistence = PersistenceMachine()
+        persistence.activated()
+        persistence.keepForFinalFlush()
+        // Only the final flush writes them: no retry is scheduled.
+        #expect(persistence.isDirty)
+        #expect(persistence.pendingRetryAt == nil)
+        let finalFlush = persistence.takeFinalFlush()
+        #expect(finalFlush == persistence.version)
+        let secondFlush = persistence.takeFinalFlush()
+        #expect(secondFlush == nil)
+    }
+
+    @Test func aLateWriteForcesARewriteAndAClearMovesTheEpoch() {
+        var persistence = PersistenceMachine()
+        persistence.activated()
+        let epoch = persistence.epoch
+        persistence.fence()
+        #expect(persistence.epoch == epoch + 1)
+        persistence.mustRewrite(now: 50)
+        let rewriteDue = persistence.retryIfDue(now: 50)
+        #expect(rewriteDue)
+        persistence.discard()
+        // Nothing is left to write: the retry ends without a target.
+        let retryTarget = persistence.retryTarget()
+        #expect(retryTarget == nil)
+        #expect(persistence.pendingRetryAt == nil)
+    }
+
+    @Test func onlyTheFlightThatBeganACommitEndsIt() {
+        var persistence = PersistenceMachine()
+        persistence.beginCommit(flightID: 7)
+        let ownCommit = persistence.endCommit(flightID: 7)
+        #expect(ownCommit)
+        let endedTwice = persistence.endCommit(flightID: 7)
+        #expect(!endedTwice)
+        persistence.beginCommit(flightID: 8)
+        let otherCommit = persistence.endCommit(flightID: 9)
+        #expect(!otherCommit)
+    }
+
+    // MARK: - PersistenceSlot
+
+    @Test func anAbandonedHolderIsToldItsWriteLandedLateAndReleasesNothing() {
+        var slot = PersistenceSlot()
+        let holder = slot.makeTicket()
+        let acquired = slot.tryAcquire(ticket: holder)
+        #expect(acquired)
+        guard case .none = slot.abandon() else {
+            Issue.record("nobody was queued")
+            return
+        }
+        #expect(!slot.isHeld)
+        let next = slot.makeTicket()
+        let acquiredAfter = slot.tryAcquire(ticket: next)
+        #expect(acquiredAfter)
+        let landedLate = slot.finishWrite(ticket: holder)
+        #expect(landedLate)
+        let landedLateTwice = slot.finishWrite(ticket: holder)
+        #expect(!landedLateTwice)
+        let newHolderLate = slot.finishWrite(ticket: next)
+        #expect(!newHolderLate)
+        // The abandoned holder's release leaves the new holder in place.
+        _ = slot.release(ticket: holder)
+        #expect(slot.isHeld)
+        _ = slot.release(ticket: next)
+        #expect(!slot.isHeld)
+    }
+}
