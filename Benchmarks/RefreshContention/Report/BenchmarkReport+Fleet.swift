@@ -145,7 +145,7 @@ extension BenchmarkReport {
         return Chart(
             name: "fleet", title: "G. Fleet: how long a refresh takes as processes share one user",
             subtitle: "K processes x \(plan.fleetTasks) tasks, one store, one OAuth server, tokens living "
-                + "\(Format.number(plan.fleetTokenLifetime.inSeconds * 1e3, places: 0)) ms; " + mode,
+                + "\(Format.number(plan.fleetTokenLifetime.inSeconds * 1e3, places: 0)) ms; \(plan.name) mode, one run per K",
             xLabel: "K processes", yLabel: "refresh flight, ms (started until refreshed or adopted)",
             yScale: .linear, body: .lines(series, xScale: .linear, xTicks: plan.fleetNodes.map(Double.init)),
             highlighted: "file store, refresh p50",
