@@ -95,7 +95,8 @@ enum FleetNode {
         return FleetNodeSummary(
             calls: latencies.count, errors: perTask.map(\.errors).reduce(0, +),
             lastError: perTask.compactMap(\.lastError).first, refreshes: recorded.refreshed,
-            adopted: recorded.adopted, refreshMilliseconds: recorded.durations,
+            adopted: recorded.adopted, refreshMilliseconds: recorded.refreshDurations,
+            adoptMilliseconds: recorded.adoptDurations,
             callP50Milliseconds: Percentile.of(latencies, 0.50), callP99Milliseconds: Percentile.of(latencies, 0.99),
             callMaxMilliseconds: latencies.last ?? 0,
             tokens: Set(perTask.flatMap(\.tokens)).sorted())
@@ -118,8 +119,11 @@ struct FleetNodeSummary: Codable, Sendable {
     var refreshes: Int
     /// Rotations this node took from the store instead (`.credentialsUpdated` adopted from the store).
     var adopted: Int
-    /// Each refresh flight of this node, from `.refreshStarted` until it refreshed or adopted, in milliseconds.
+    /// Each refresh flight of this node that refreshed, from `.refreshStarted` until `.credentialsRefreshed`, in
+    /// milliseconds.
     var refreshMilliseconds: [Double]
+    /// Each refresh flight of this node that adopted another node's rotation instead, until the adoption.
+    var adoptMilliseconds: [Double]
     var callP50Milliseconds: Double
     var callP99Milliseconds: Double
     var callMaxMilliseconds: Double
@@ -153,7 +157,8 @@ enum Percentile {
 final class RefreshTimings: UserSessionObserver {
     struct State {
         var started: ContinuousClock.Instant?
-        var durations: [Double] = []
+        var refreshDurations: [Double] = []
+        var adoptDurations: [Double] = []
         var refreshed = 0
         var adopted = 0
     }
@@ -171,10 +176,10 @@ final class RefreshTimings: UserSessionObserver {
                 state.started = now
             case .credentialsRefreshed:
                 state.refreshed += 1
-                state.finish(at: now)
+                if let duration = state.finish(at: now) { state.refreshDurations.append(duration) }
             case .credentialsUpdated(let change) where change.adoptedFromStore:
                 state.adopted += 1
-                state.finish(at: now)
+                if let duration = state.finish(at: now) { state.adoptDurations.append(duration) }
             case .refreshFailed:
                 state.started = nil
             default:
@@ -185,9 +190,10 @@ final class RefreshTimings: UserSessionObserver {
 }
 
 extension RefreshTimings.State {
-    fileprivate mutating func finish(at now: ContinuousClock.Instant) {
-        guard let started else { return }
-        durations.append((now - started).inSeconds * 1e3)
+    /// Ends the flight in progress, if any, and returns how long it took in milliseconds.
+    fileprivate mutating func finish(at now: ContinuousClock.Instant) -> Double? {
+        guard let started else { return nil }
         self.started = nil
+        return (now - started).inSeconds * 1e3
     }
 }

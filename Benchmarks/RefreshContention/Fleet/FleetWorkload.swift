@@ -33,6 +33,7 @@ struct FleetWorkload {
         var errors: Int
         var firstError: String?
         var refreshMilliseconds: [Double]
+        var adoptMilliseconds: [Double]
         var callP50Milliseconds: Double
         var callP99Milliseconds: Double
         var callMaxMilliseconds: Double
@@ -156,6 +157,7 @@ struct FleetWorkload {
             invalidGrant: after.invalidGrant - before.invalidGrant, calls: summaries.map(\.calls).reduce(0, +),
             errors: summaries.map(\.errors).reduce(0, +), firstError: summaries.compactMap(\.lastError).first,
             refreshMilliseconds: summaries.flatMap(\.refreshMilliseconds).sorted(),
+            adoptMilliseconds: summaries.flatMap(\.adoptMilliseconds).sorted(),
             callP50Milliseconds: summaries.map(\.callP50Milliseconds).max() ?? 0,
             callP99Milliseconds: summaries.map(\.callP99Milliseconds).max() ?? 0,
             callMaxMilliseconds: summaries.map(\.callMaxMilliseconds).max() ?? 0)

@@ -105,10 +105,12 @@ enum Explanations {
             + "reuse = 0 (refresh tokens the server saw used twice) and no invalid_grant, is the invariant; "
             + "anything else exits 1",
         "adopted: rotations a process took from the store (.credentialsUpdated, adopted) instead of refreshing",
-        "flights: refresh flights timed over every process, from .refreshStarted until the process refreshed or "
-            + "adopted; refresh p50/p99 ms: their percentiles (nearest rank): at K = 1 the lease, one HTTP grant "
-            + "and the conditional commit; at K > 1 also the wait for another process's lease",
-        "p50 x K=1: refresh p50 / the same store's p50 at K = 1: what coordination across processes adds",
+        "refresh p50/p99 ms: percentiles (nearest rank) over every process's refresh flights that refreshed, "
+            + "from .refreshStarted until .credentialsRefreshed: the lease, one HTTP grant and the conditional commit, "
+            + "plus at K > 1 any wait for the lease",
+        "p50 x K=1: refresh p50 / the same store's p50 at K = 1: what sharing the store across processes adds",
+        "adopt p50/p99 ms: the same for flights that adopted instead: a process that wanted to refresh waited for "
+            + "the lease another process held across its refresh, then took the rotation from the store",
         "call p99 ms: the worst process's p99 of accessToken() latency; call max ms: the longest call of any "
             + "process. Most calls find a valid token; a token is refreshed in the background in its last 50 ms and "
             + "callers wait only in its last 20 ms",
