@@ -168,8 +168,15 @@ final class RefreshTimings: UserSessionObserver {
     var snapshot: State { state.withLock { $0 } }
     var inFlight: Bool { state.withLock { $0.started != nil } }
 
+    /// With `FLEET_TRACE=1`, every event (its kind only: never a token) goes to standard error, to diagnose a run.
+    private static let trace = ProcessInfo.processInfo.environment["FLEET_TRACE"] == "1"
+
     func observe(_ event: UserSessionEvent, context: UserSessionEventContext) {
         let now = ContinuousClock.now
+        if Self.trace {
+            let pid = ProcessInfo.processInfo.processIdentifier
+            Progress.note("fleet node \(pid) \(Date().timeIntervalSince1970): \(event.kind)")
+        }
         state.withLock { state in
             switch event.kind {
             case .refreshStarted:

@@ -80,16 +80,19 @@ enum FleetStore {
 /// excepted: a controller subscribes to it once, when it opens).
 final class CallCountingStore: CoordinatedTokenStore {
     private let inner: any CoordinatedTokenStore
-    private let count = Atomic<Int>(0)
+    private let names = Mutex<[String]>([])
 
     init(_ inner: any CoordinatedTokenStore) {
         self.inner = inner
     }
 
     /// Calls so far.
-    var calls: Int { count.load(ordering: .acquiring) }
+    var calls: Int { names.withLock { $0.count } }
 
-    private func counted() { count.wrappingAdd(1, ordering: .acquiringAndReleasing) }
+    /// The methods called after the first `first` calls, in order.
+    func called(after first: Int) -> [String] { names.withLock { Array($0.dropFirst(first)) } }
+
+    private func counted(_ name: String = #function) { names.withLock { $0.append(name) } }
 
     func load(identifier: String) async throws -> StoredSession? {
         counted()

@@ -41,6 +41,8 @@ struct FleetHotPathRow: Encodable {
     var nsPerCall: Double
     /// Store calls made while the calls ran; 0 means the hot path never touched the store.
     var storeCalls: Int
+    /// The store methods called meanwhile, in order (empty when `storeCalls` is 0).
+    var storeMethods: [String]
 }
 
 extension BenchmarkReport {
@@ -84,9 +86,11 @@ extension BenchmarkReport {
             fleetHotPath.append(
                 FleetHotPathRow(
                     store: sample.kind, calls: sample.calls, nsPerCall: rounded(sample.nsPerCall, 1),
-                    storeCalls: sample.storeCalls))
+                    storeCalls: sample.storeCalls, storeMethods: sample.storeMethods))
             if sample.storeCalls > 0 {
-                failures.append("fleet hot path \(sample.kind): \(sample.storeCalls) store calls on an open session")
+                failures.append(
+                    "fleet hot path \(sample.kind): \(sample.storeCalls) store calls on an open session: "
+                        + sample.storeMethods.joined(separator: ", "))
             }
         }
     }
