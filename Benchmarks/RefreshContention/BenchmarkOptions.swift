@@ -8,12 +8,15 @@ struct BenchmarkOptions {
         case fanout
         case sessions
         case restoreStorm = "restore"
+        case fleet
     }
 
     var quick = false
     var json = false
     var help = false
     var workloads = Set(Workload.allCases)
+    /// Whether `--only` chose the workloads (`--quick` leaves the fleet out unless it is named).
+    var chosen = false
     /// Overrides the contention workload's numbers of waiters.
     var waiters: [Int]?
     /// Override the restore storm's numbers of requests and of stored users.
@@ -23,13 +26,14 @@ struct BenchmarkOptions {
     var chartsDirectory: String? = ".build/benchmarks"
 
     static let usage = """
-        usage: RefreshContention [--quick] [--json] [--only hot,contention,storm,fanout,sessions,restore]
+        usage: RefreshContention [--quick] [--json] [--only hot,contention,storm,fanout,sessions,restore,fleet]
                                  [--waiters N,N,...] [--requests N,N,...] [--users U,U,...]
                                  [--charts DIR | --no-charts]
 
           --quick     a reduced set that finishes within about a minute on two cores
           --json      print one JSON document on standard output (progress goes to standard error)
-          --only      run only the named workloads (restore: the restore storm after a restart)
+          --only      run only the named workloads (restore: the restore storm after a restart; fleet: K
+                      processes sharing one user through one store, left out of --quick unless named)
           --waiters   the numbers of callers for the contention workload (default 10,100,1000,10000,100000)
           --requests  the numbers of first requests for the restore storm (default 1000,10000)
           --users     the numbers of stored users for the restore storm (default 1,1000)
@@ -37,7 +41,7 @@ struct BenchmarkOptions {
           --no-charts write no charts
 
         Exit status: 0 when every invariant holds, 1 when one breaks (a coalescing strategy made more than one
-        refresh per expiry, or the restore storm made other than one store load and one restore per user),
+        refresh per expiry, a fleet refreshed other than once per expiry or reused a refresh token, or the restore storm made other than one store load and one restore per user),
         2 when a run failed or did not finish in time. Timings never change the exit status.
         """
 
@@ -64,6 +68,7 @@ struct BenchmarkOptions {
                     selected.insert(workload)
                 }
                 workloads = selected
+                chosen = true
             case "--waiters": waiters = try Self.counts(remaining.popFirst(), of: "waiters")
             case "--requests": requests = try Self.counts(remaining.popFirst(), of: "requests")
             case "--users": users = try Self.counts(remaining.popFirst(), of: "users")

@@ -24,6 +24,13 @@ struct BenchmarkPlan: Sendable {
     /// Workload F: first requests released together after a restart, and the stored users they are spread over.
     var restoreStormRequests = [1_000, 10_000]
     var restoreStormUsers = [1, 1_000]
+    /// Workload G: processes sharing one user, tasks per process, how long they call, the tokens' lifetime, and
+    /// the calls of its hot-path rows.
+    var fleetNodes = [1, 2, 4]
+    var fleetTasks = 64
+    var fleetDuration: Duration = .seconds(4)
+    var fleetTokenLifetime: Duration = .milliseconds(200)
+    var fleetHotPathCalls = 1_000_000
     /// The longest a single run may take before it is reported as hung.
     var runLimit: Duration = .seconds(120)
 
@@ -38,6 +45,8 @@ struct BenchmarkPlan: Sendable {
         contentionMaximumWaiters: [.actorCachedTask: 10_000],
         stormDuration: .milliseconds(500),
         fanoutTransitions: 40,
+        fleetDuration: .seconds(2),
+        fleetHotPathCalls: 200_000,
         runLimit: .seconds(20)
     )
 }

@@ -54,6 +54,11 @@ struct RefreshContentionBenchmark {
             report.add(await RestoreStormWorkload(plan: plan).run(progress: progress), plan: plan)
             progress.finish()
         }
+        if options.workloads.contains(.fleet), !options.quick || options.chosen {
+            let progress = ProgressLine(workload: "fleet", total: FleetWorkload.weight(plan))
+            report.add(await FleetWorkload(plan: plan).run(progress: progress), plan: plan)
+            progress.finish()
+        }
         report.evaluateTargets()
         report.exitStatus = report.invariantViolations.isEmpty ? (report.failures.isEmpty ? 0 : 2) : 1
         if let directory = options.chartsDirectory {

@@ -11,6 +11,10 @@ if CommandLine.arguments.dropFirst().first == "--transport" {
     exit(64)
     #endif
 }
+if CommandLine.arguments.dropFirst().first == FleetNode.flag {
+    // One process of the fleet workload, started by the workload itself (Fleet/FleetNode.swift).
+    exit(await FleetNode.main(arguments: Array(CommandLine.arguments.dropFirst(2))))
+}
 do {
     let options = try BenchmarkOptions(arguments: Array(CommandLine.arguments.dropFirst()))
     if options.help {

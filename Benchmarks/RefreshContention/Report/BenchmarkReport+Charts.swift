@@ -86,6 +86,7 @@ extension BenchmarkReport {
                     body: .bars(bars), highlighted: Self.idleSessionName))
         }
         if let chart = restoreStormChart(plan: plan, mode: mode) { charts.append(chart) }
+        if let chart = fleetChart(plan: plan, mode: mode) { charts.append(chart) }
         return charts
     }
 

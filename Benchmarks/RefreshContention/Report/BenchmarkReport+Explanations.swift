@@ -95,6 +95,38 @@ enum Explanations {
             + "shows; every request wakes a parked task, which costs more than the work itself",
     ]
 
+    static let fleet = [
+        "store: the CoordinatedTokenStore the K processes share (file: one FileTokenStore directory; postgres: one "
+            + "PostgresTokenStore namespace); K: processes, each this executable re-run in node mode with 64 tasks "
+            + "calling accessToken() 2 ms apart; seconds: how long they call",
+        "expiries: tokens that expired = distinct access tokens handed out by every process, plus the one left in "
+            + "the store, minus one; refreshes: refresh-token grants the OAuth server answered; by processes: "
+            + ".credentialsRefreshed events summed over the processes. refreshes = expiries = by processes, with "
+            + "reuse = 0 (refresh tokens the server saw used twice) and no invalid_grant, is the invariant; "
+            + "anything else exits 1",
+        "adopted: rotations a process took from the store (.credentialsUpdated, adopted) instead of refreshing",
+        "refresh p50/p99 ms: percentiles (nearest rank) over every process's refresh flights that refreshed, "
+            + "from .refreshStarted until .credentialsRefreshed: the lease, one HTTP grant and the conditional commit, "
+            + "plus at K > 1 any wait for the lease",
+        "p50 x K=1: refresh p50 / the same store's p50 at K = 1: what sharing the store across processes adds",
+        "adopt p50/p99 ms: the same for flights that adopted instead: a process that wanted to refresh waited for "
+            + "the lease another process held across its refresh, then took the rotation from the store",
+        "call p99 ms: the worst process's p99 of accessToken() latency; call max ms: the longest call of any "
+            + "process. Most calls find a valid token; a token is refreshed in the background in its last 50 ms and "
+            + "callers wait only in its last 20 ms",
+        "calls: accessToken() calls made fleet-wide; failed: calls that threw, must be 0",
+        "swings: K processes x 64 tasks share 2 cores with the OAuth server (python) and, for postgres, the "
+            + "database; one run per row",
+    ]
+
+    static let fleetHotPath = [
+        "accessToken() on a session opened from the store with a token valid for an hour, one task, wall / calls; "
+            + "measured once the session has been open 500 ms (PostgreSQL's change listener connects in the "
+            + "background and then has the session read the record once)",
+        "store calls: calls through a counting wrapper around the store while the calls ran (the change feed "
+            + "excepted); 0: the hot path never reads the store, whichever store it is",
+    ]
+
     /// `lines` as an indented list under a table.
     static func render(_ lines: [String]) -> String {
         lines.map { "  - " + $0 }.joined(separator: "\n")

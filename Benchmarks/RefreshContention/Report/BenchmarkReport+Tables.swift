@@ -113,6 +113,7 @@ extension BenchmarkReport {
         }
 
         if let section = restoreStormSection() { sections.append(section) }
+        if let section = fleetSection() { sections.append(section) }
 
         if !notes.isEmpty {
             sections.append((["Notes"] + notes.map { "  \($0)" }).joined(separator: "\n"))
@@ -120,7 +121,7 @@ extension BenchmarkReport {
 
         var invariants = [
             "Invariants: one refresh per expiry for coalescing strategies; one store load and one restore per user "
-                + "in the restore storm"
+                + "in the restore storm; one refresh per expiry and no reuse detected across a fleet"
         ]
         if invariantViolations.isEmpty {
             invariants.append("  holds")

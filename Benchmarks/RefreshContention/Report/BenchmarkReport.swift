@@ -12,6 +12,8 @@ struct BenchmarkReport: Encodable {
     var fanout: [FanoutRow] = []
     var idleSessions: [IdleSessionsRow] = []
     var restoreStorm: [RestoreStormRow] = []
+    var fleet: [FleetRow] = []
+    var fleetHotPath: [FleetHotPathRow] = []
     /// Each strategy and floor, and the real library or idiom it reproduces.
     var strategies = Explanations.strategies
     /// What this mode left out or how to read a figure.
