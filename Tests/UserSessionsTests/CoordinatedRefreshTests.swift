@@ -127,6 +127,25 @@ import Testing
         #expect(rig.refresher.calls == 0)
     }
 
+    /// Found by the fleet benchmark over PostgreSQL: a change notification adopted another process's rotation
+    /// while the leased flight was reading the record; the flight, superseded but unaware, then presented the spent
+    /// refresh token, and the server revoked the token family.
+    @Test func aFlightSupersededByANotificationWhileReadingTheRecordSendsNothing() async throws {
+        let rig = Rig(expiresIn: -1)
+        await rig.store.subscriptions.wait(for: 1)
+        let read = AsyncGate()
+        rig.store.pauseNextRead(until: read)
+        let waiter = Task { try await rig.gate.accessToken() }
+        await rig.store.pausedReads.wait(for: 1)
+        rig.rotateElsewhere("n", notify: true)
+        #expect(try await waiter.value == "at-n", "the waiter gets the adopted credentials")
+        read.open()
+        await rig.store.leaseReleases.wait(for: 1)
+        #expect(rig.refresher.calls == 0, "the spent rt-0 was never presented")
+        #expect(rig.store.record("user")?.session.credentials?.accessToken == "at-n")
+        #expect(rig.store.conditionalSaves.isEmpty)
+    }
+
     @Test func aSavedNotificationWithANewerRevisionIsAdoptedWithoutRefreshing() async throws {
         let rig = Rig(expiresIn: 3600)
         await rig.store.subscriptions.wait(for: 1)

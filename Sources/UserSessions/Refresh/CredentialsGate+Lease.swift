@@ -31,12 +31,7 @@ extension CredentialsGate {
     ) async {
         // While this flight waited for the lease it may have been superseded (an adoption) or its session may have
         // ended: it has sent nothing, so it sends nothing now.
-        let current = state.withLock { machine -> Bool in
-            if machine.isCurrent(flightID: job.flightID) { return true }
-            machine.orphans.removeValue(forKey: job.flightID)
-            return false
-        }
-        guard current else { return }
+        guard stillCurrent(job) else { return }
         let record: RevisedSession?
         do {
             record = try await store.loadRevised(identifier: identifier)
@@ -58,6 +53,19 @@ extension CredentialsGate {
                 return
             }
         }
+        // Checked once more right before sending: a change notification may have adopted the record another
+        // process wrote (superseding this flight) while the record was read here; the refresh token this flight
+        // holds is then spent, and presenting it again would be a reuse that revokes the whole token family.
+        guard stillCurrent(job) else { return }
         await finish(job, outcome: await callRefresher(job.credentials), startedAt: startedAt)
+    }
+
+    /// Whether `job` is still the session's flight; a superseded or ended one is forgotten (it has sent nothing).
+    private func stillCurrent(_ job: RefreshStateMachine.RefreshJob) -> Bool {
+        state.withLock { machine -> Bool in
+            if machine.isCurrent(flightID: job.flightID) { return true }
+            machine.orphans.removeValue(forKey: job.flightID)
+            return false
+        }
     }
 }

@@ -23,6 +23,11 @@ final class ScriptedCoordinatedStore: CoordinatedTokenStore {
     let leaseWaits = ArrivalCounter()
     /// One arrival per ``changes()`` call.
     let subscriptions = ArrivalCounter()
+    /// One arrival per lease released (after its body returned).
+    let leaseReleases = ArrivalCounter()
+    /// One arrival per read held at the gate set by ``pauseNextRead(until:)``.
+    let pausedReads = ArrivalCounter()
+    private let readPause = Mutex<AsyncGate?>(nil)
 
     init() {}
 
@@ -76,7 +81,16 @@ final class ScriptedCoordinatedStore: CoordinatedTokenStore {
     // MARK: - CoordinatedTokenStore
 
     func loadRevised(identifier: String) async throws -> RevisedSession? {
-        state.withLock { $0.records[identifier] }
+        if let gate = readPause.withLock({ pause in defer { pause = nil }; return pause }) {
+            pausedReads.arrive()
+            await gate.wait()
+        }
+        return state.withLock { $0.records[identifier] }
+    }
+
+    /// Holds the next ``loadRevised(identifier:)`` until `gate` opens; it then reads what is stored by then.
+    func pauseNextRead(until gate: AsyncGate) {
+        readPause.withLock { $0 = gate }
     }
 
     func save(_ session: StoredSession, identifier: String, expectedRevision: UInt64?) async throws -> UInt64 {
@@ -134,6 +148,7 @@ final class ScriptedCoordinatedStore: CoordinatedTokenStore {
             return next
         }
         next?.resume()
+        leaseReleases.arrive()
     }
 
     func changes() -> AsyncStream<TokenStoreChange> {
