@@ -81,7 +81,9 @@ final class ScriptedCoordinatedStore: CoordinatedTokenStore {
     // MARK: - CoordinatedTokenStore
 
     func loadRevised(identifier: String) async throws -> RevisedSession? {
-        if let gate = readPause.withLock({ pause in defer { pause = nil }; return pause }) {
+        if let gate = readPause.withLock({ pause in
+            defer { pause = nil }; return pause
+        }) {
             pausedReads.arrive()
             await gate.wait()
         }
