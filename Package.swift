@@ -123,9 +123,15 @@ let package = Package(
             path: "Tests/CrashWriter"
         ),
         // One process of a fleet sharing a user through a token store, for the multi-process tests (FleetTests).
+        // With the PostgreSQL trait it also takes `--store postgres:URL#namespace` (UserSessionsPostgresTests).
         .executableTarget(
             name: "FleetNode",
-            dependencies: ["UserSessions"],
+            dependencies: [
+                "UserSessions",
+                .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
+            ],
             path: "Tests/FleetNode"
         ),
         // The python fixture servers' launchers and the transport suite every HTTPTransport must pass; used by both

@@ -25,9 +25,41 @@ enum StoreSelection {
         case "uncoordinated-file":
             guard !rest.isEmpty else { throw Unknown(description: "--store uncoordinated-file: wants a directory") }
             return Uncoordinated(base: FileTokenStore(directory: URL(fileURLWithPath: rest, isDirectory: true)))
+        case "postgres":
+            throw Unknown(
+                description:
+                    "--store postgres: needs the PostgreSQL trait (swift build --traits PostgreSQL); this build knows: file, uncoordinated-file"
+            )
         default:
-            throw Unknown(description: "unknown store kind \"\(kind)\"; this build knows: file, uncoordinated-file")
+            throw Unknown(description: "unknown store kind \"\(kind)\"; this build knows: \(knownKinds)")
         }
+    }
+
+    /// Returns once `store` hears the changes other nodes make (a PostgreSQL store's `LISTEN` is in place); at once
+    /// for the other stores, which hear them from the moment they are subscribed to.
+    static func waitUntilListening(_ store: any TokenStore) async throws {
+        #if PostgreSQL
+        try await waitUntilPostgresListening(store)
+        #endif
+    }
+
+    #if PostgreSQL
+    static let knownKinds = "file, uncoordinated-file, postgres"
+    #else
+    static let knownKinds = "file, uncoordinated-file"
+    #endif
+
+    /// Runs `body` with the store that `argument` names, and with whatever that store needs running around it (the
+    /// PostgreSQL client, shut down when `body` returns).
+    static func withStore<Value: Sendable>(
+        for argument: String, _ body: (any TokenStore) async throws -> Value
+    ) async throws -> Value {
+        #if PostgreSQL
+        if argument.hasPrefix("postgres:") {
+            return try await withPostgresStore(String(argument.dropFirst("postgres:".count)), body)
+        }
+        #endif
+        return try await body(try store(for: argument))
     }
 }
 

@@ -5,8 +5,10 @@
 // expiry it plays), or until the time limit. Prints one JSON line with what it saw; tokens are never printed, only
 // a short hash of the last one.
 //
-// Usage: FleetNode --store file:DIR --identifier ID --token-endpoint URL [--client-id ID] [--client-secret S]
+// Usage: FleetNode --store file:DIR|postgres:URL#NAMESPACE --identifier ID --token-endpoint URL [--client-id ID] [--client-secret S]
 //                  [--tasks 100] [--until-lifetime-over 600] [--time-limit 120] [--name NODE]
+//                  [--hold-lease | --sign-out-mode] [--report-refresh] [--stop-on-error]
+// (`postgres:` only in a build with the PostgreSQL trait.)
 import Foundation
 import UserSessions
 
@@ -22,12 +24,25 @@ struct Options {
     var name = "node"
     /// Only take the refresh lease of `identifier`, say "holding" on standard output, and wait to be killed.
     var holdLease = false
+    /// Restore the user, say "open" on standard output, then either clear it everywhere when standard input says
+    /// "clear" (printing "cleared UNIXTIME"), or print "closed-elsewhere UNIXTIME" when another node cleared it.
+    var signOutMode = false
+    /// Print "refreshing UNIXTIME" each time this node sends a refresh request.
+    var reportRefresh = false
+    /// Stop every task at the first error (a fleet whose refresh token was refused), instead of at the time limit.
+    var stopOnError = false
 
     init(_ arguments: [String]) throws {
         var iterator = arguments.makeIterator()
         while let flag = iterator.next() {
             if flag == "--hold-lease" {
                 holdLease = true
+                continue
+            }
+            if flag == "--sign-out-mode" || flag == "--report-refresh" || flag == "--stop-on-error" {
+                if flag == "--sign-out-mode" { signOutMode = true }
+                if flag == "--report-refresh" { reportRefresh = true }
+                if flag == "--stop-on-error" { stopOnError = true }
                 continue
             }
             guard let value = iterator.next() else {
@@ -64,7 +79,7 @@ func shortHash(_ token: String) -> String {
 actor Tallies {
     var tally = Tally()
 
-    var done: Bool { tally.done }
+    var done: Bool { tally.done || tally.stopped }
 
     func saw(_ token: String, lifetime: Double, threshold: Double) {
         tally.tokens.insert(token)
@@ -72,9 +87,10 @@ actor Tallies {
         if lifetime > threshold { tally.done = true }
     }
 
-    func failed(_ error: any Error) {
+    func failed(_ error: any Error, stop: Bool) {
         tally.errors += 1
         tally.lastError = "\(error)"
+        if stop { tally.stopped = true }
     }
 }
 
@@ -84,6 +100,7 @@ struct Tally {
     var errors = 0
     var lastError = ""
     var done = false
+    var stopped = false
 }
 
 /// Holds the lease until the process is killed (for the test that SIGKILLs a lease holder).
@@ -98,16 +115,81 @@ func holdLease(_ options: Options, store: any TokenStore) async throws -> Int32 
     return 0
 }
 
+/// The wall-clock time, for lines other processes compare (all nodes run on one machine).
+func unixTime() -> String { String(format: "%.6f", Date().timeIntervalSince1970) }
+
+func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
+
+/// Holds the user open until it is cleared, here (told by standard input) or by another node.
+func signOut(_ options: Options, store: any TokenStore) async throws -> Int32 {
+    var configuration = UserSessionController.Configuration()
+    configuration.persistsCurrentIdentifier = false
+    let controller = UserSessionController(store: store, refresher: NoRefresher(), configuration: configuration)
+    let events = controller.events(bufferSize: 1_000)
+    guard try await controller.restore(identifier: options.identifier) != nil else {
+        throw StoreSelection.Unknown(description: "nothing to restore")
+    }
+    try await StoreSelection.waitUntilListening(store)
+    let closedElsewhere = Task { () -> String? in
+        for await event in events {
+            if case .closed(.clearedElsewhere) = event.kind { return unixTime() }
+        }
+        return nil
+    }
+    // The node's own time limit, so that a node that is never told anything does not outlive its test.
+    let limit = options.timeLimit
+    Task.detached {
+        try await Task.sleep(for: .seconds(limit))
+        say("timed-out")
+        exit(3)
+    }
+    let told = Task.detached { readLine(strippingNewline: true) }
+    say("open")
+    if await told.value == "clear" {
+        try await controller.closeAndClear()
+        say("cleared \(unixTime())")
+        closedElsewhere.cancel()
+    } else if let time = await closedElsewhere.value {
+        say("closed-elsewhere \(time)")
+    }
+    await controller.shutdown()
+    return 0
+}
+
+/// Says "refreshing UNIXTIME" before each refresh request when `reports` (the test that kills a node mid-refresh
+/// learns from it whom to kill, and when).
+struct ReportingRefresher: TokenRefresher {
+    let base: OAuth2TokenRefresher
+    let reports: Bool
+
+    func refresh(_ credentials: Credentials) async throws -> Credentials {
+        if reports { say("refreshing \(unixTime())") }
+        return try await base.refresh(credentials)
+    }
+}
+
+/// The refresher of a node that never refreshes (the sign-out mode).
+struct NoRefresher: TokenRefresher {
+    func refresh(_ credentials: Credentials) async throws -> Credentials {
+        throw UserSessionError(.refreshFailed, "this node does not refresh")
+    }
+}
+
 func run(_ options: Options) async throws -> Int32 {
-    let store = try StoreSelection.store(for: options.store)
+    try await StoreSelection.withStore(for: options.store) { store in try await run(options, store: store) }
+}
+
+func run(_ options: Options, store: any TokenStore) async throws -> Int32 {
     if options.holdLease { return try await holdLease(options, store: store) }
+    if options.signOutMode { return try await signOut(options, store: store) }
     guard let endpoint = URL(string: options.tokenEndpoint) else {
         throw StoreSelection.Unknown(description: "bad --token-endpoint")
     }
-    let refresher = try OAuth2TokenRefresher(
+    let oauth = try OAuth2TokenRefresher(
         tokenEndpoint: endpoint,
         clientAuthentication: .clientSecretBasic(id: options.clientID, secret: options.clientSecret),
         requestTimeout: .seconds(10))
+    let refresher = ReportingRefresher(base: oauth, reports: options.reportRefresh)
     var configuration = UserSessionController.Configuration()
     configuration.persistsCurrentIdentifier = false
     let controller = UserSessionController(store: store, refresher: refresher, configuration: configuration)
@@ -115,19 +197,26 @@ func run(_ options: Options) async throws -> Int32 {
     let counting = Task {
         var refreshed = 0
         var adopted = 0
+        var closed: [String] = []
         for await event in events {
             switch event.kind {
             case .credentialsRefreshed: refreshed += 1
             case .credentialsUpdated(let change) where change.adoptedFromStore: adopted += 1
+            case .closed(let reason): closed.append("\(reason)")
             default: break
             }
         }
-        return (refreshed, adopted)
-    }
-    guard try await controller.restore(identifier: options.identifier) != nil else {
-        throw StoreSelection.Unknown(description: "nothing to restore")
+        return (refreshed, adopted, closed)
     }
     let tallies = Tallies()
+    // A restore that refreshes can be refused (the test that kills a lease holder): that ends the node's work.
+    do {
+        guard try await controller.restore(identifier: options.identifier) != nil else {
+            throw StoreSelection.Unknown(description: "nothing to restore")
+        }
+    } catch let error as UserSessionError {
+        await tallies.failed(error, stop: true)
+    }
     let deadline = ContinuousClock.now + .seconds(options.timeLimit)
     let threshold = options.untilLifetimeOver
     await withTaskGroup(of: Void.self) { group in
@@ -139,7 +228,7 @@ func run(_ options: Options) async throws -> Int32 {
                         let lifetime = controller.credentials?.expiresAt?.timeIntervalSinceNow ?? 0
                         await tallies.saw(token, lifetime: lifetime, threshold: threshold)
                     } catch {
-                        await tallies.failed(error)
+                        await tallies.failed(error, stop: options.stopOnError)
                     }
                     try? await Task.sleep(for: .milliseconds(2))
                 }
@@ -149,7 +238,7 @@ func run(_ options: Options) async throws -> Int32 {
     let finalToken = controller.credentials?.accessToken ?? ""
     await controller.close()
     await controller.shutdown()
-    let (refreshed, adopted) = await counting.value
+    let (refreshed, adopted, closed) = await counting.value
     let result = await tallies.tally
     let summary: [String: Any] = [
         "node": options.name,
@@ -159,6 +248,8 @@ func run(_ options: Options) async throws -> Int32 {
         "errors": result.errors,
         "last_error": result.lastError,
         "settled": result.done,
+        "stopped": result.stopped,
+        "closed": closed,
         "final_token_hash": shortHash(finalToken),
     ]
     let data = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys])

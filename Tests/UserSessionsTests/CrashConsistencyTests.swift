@@ -235,20 +235,7 @@ enum CrashWriterProcess {
 
     /// The writer built by SwiftPM next to the test bundle (whatever the scratch path), else in `.build/debug`.
     static func locateExecutable(named executableName: String = executableName) -> URL? {
-        var candidates: [URL] = []
-        for start in [Bundle.main.executableURL, CommandLine.arguments.first.map { URL(fileURLWithPath: $0) }] {
-            // Linux: <scratch>/<triple>/debug/<package>PackageTests.xctest; macOS: a bundle a few levels deeper.
-            var directory = start?.deletingLastPathComponent()
-            for _ in 0..<4 {
-                guard let current = directory else { break }
-                candidates.append(current.appending(path: executableName))
-                directory = current.deletingLastPathComponent()
-            }
-        }
-        let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent()
-        candidates.append(packageRoot.appending(path: ".build/debug/\(executableName)"))
-        return candidates.first { FileManager.default.isExecutableFile(atPath: $0.path(percentEncoded: false)) }
+        locateBuiltExecutable(named: executableName)
     }
 
     /// Runs one round on a dispatch thread (it blocks in `read`, `usleep` and `waitpid`).

@@ -48,7 +48,7 @@ import UserSessionsTestSupport
         OAuthFixtureServer.Stats, [NodeProcess]
     ) {
         let executable = try #require(
-            CrashWriterProcess.locateExecutable(named: "FleetNode"),
+            locateBuiltExecutable(named: "FleetNode"),
             "FleetNode was not built next to the test bundle; build the whole package (swift build)")
         let directory = FileManager.default.temporaryDirectory.appending(
             path: "user-sessions-fleet-\(UUID().uuidString)", directoryHint: .isDirectory)
@@ -77,42 +77,11 @@ import UserSessionsTestSupport
     }
 }
 
-/// A finished `FleetNode` process: its exit status and its JSON summary line.
-struct NodeProcess: Sendable {
-    var status: Int32
-    var summaryLine: String
-
-    var summary: [String: Any] {
-        (try? JSONSerialization.jsonObject(with: Data(summaryLine.utf8))) as? [String: Any] ?? [:]
-    }
-
-    static func run(_ executable: URL, _ arguments: [String]) async throws -> NodeProcess {
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = arguments
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardInput = FileHandle.nullDevice
-        let status: Int32 = try await withCheckedThrowingContinuation { continuation in
-            process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
-            do {
-                try process.run()
-            } catch {
-                process.terminationHandler = nil
-                continuation.resume(throwing: error)
-            }
-        }
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        let line = String(decoding: data, as: UTF8.self).split(separator: "\n").last.map(String.init) ?? ""
-        return NodeProcess(status: status, summaryLine: line)
-    }
-}
-
 /// The file store's lease when its holder dies: the kernel releases a `flock` with the process, so the others take
 /// the lease at once, with no deadline to wait out.
 @Suite struct FileLeaseHolderDeathTests {
     @Test func aLeaseHolderKilledWithSIGKILLReleasesTheLeaseAtOnce() async throws {
-        let executable = try #require(CrashWriterProcess.locateExecutable(named: "FleetNode"))
+        let executable = try #require(locateBuiltExecutable(named: "FleetNode"))
         let directory = FileManager.default.temporaryDirectory.appending(
             path: "user-sessions-lease-\(UUID().uuidString)", directoryHint: .isDirectory)
         defer { try? FileManager.default.removeItem(at: directory) }

@@ -1,0 +1,129 @@
+import Foundation
+
+/// Finds an executable of this package built by SwiftPM next to the test bundle (whatever the scratch path), else in
+/// `.build/debug`: the helpers the multi-process tests start (`FleetNode`, `FileStoreCrashWriter`).
+package func locateBuiltExecutable(named executableName: String, sourceFile: String = #filePath) -> URL? {
+    var candidates: [URL] = []
+    for start in [Bundle.main.executableURL, CommandLine.arguments.first.map { URL(fileURLWithPath: $0) }] {
+        // Linux: <scratch>/<triple>/debug/<package>PackageTests.xctest; macOS: a bundle a few levels deeper.
+        var directory = start?.deletingLastPathComponent()
+        for _ in 0..<4 {
+            guard let current = directory else { break }
+            candidates.append(current.appending(path: executableName))
+            directory = current.deletingLastPathComponent()
+        }
+    }
+    let packageRoot = URL(fileURLWithPath: sourceFile).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+    candidates.append(packageRoot.appending(path: ".build/debug/\(executableName)"))
+    return candidates.first { FileManager.default.isExecutableFile(atPath: $0.path(percentEncoded: false)) }
+}
+
+/// A finished `FleetNode` process: its exit status and its JSON summary line (the last line it printed).
+package struct NodeProcess: Sendable {
+    package var status: Int32
+    package var summaryLine: String
+
+    package init(status: Int32, summaryLine: String) {
+        self.status = status
+        self.summaryLine = summaryLine
+    }
+
+    package var summary: [String: Any] {
+        (try? JSONSerialization.jsonObject(with: Data(summaryLine.utf8))) as? [String: Any] ?? [:]
+    }
+
+    /// Runs `executable` with `arguments` to its end.
+    package static func run(_ executable: URL, _ arguments: [String]) async throws -> NodeProcess {
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardInput = FileHandle.nullDevice
+        let status: Int32 = try await withCheckedThrowingContinuation { continuation in
+            process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
+            do {
+                try process.run()
+            } catch {
+                process.terminationHandler = nil
+                continuation.resume(throwing: error)
+            }
+        }
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        let line = String(decoding: data, as: UTF8.self).split(separator: "\n").last.map(String.init) ?? ""
+        return NodeProcess(status: status, summaryLine: line)
+    }
+}
+
+/// A running `FleetNode` process the test talks to line by line: it reads what the node prints, writes to its
+/// standard input, kills it.
+///
+/// `@unchecked Sendable`: the `Process`, the pipes and `buffered` are touched only by the one test task that owns
+/// this value, one call at a time (each blocking read runs on a dispatch thread while that task awaits it).
+package final class LiveNode: @unchecked Sendable {
+    package let name: String
+    private let process = Process()
+    private let output = Pipe()
+    private let input: Pipe?
+    private var buffered = Data()
+
+    /// Starts `executable`; `withInput` gives it a standard input the test writes to (else it reads end-of-file).
+    package init(_ executable: URL, _ arguments: [String], name: String, withInput: Bool = false) throws {
+        self.name = name
+        input = withInput ? Pipe() : nil
+        process.executableURL = executable
+        process.arguments = arguments + ["--name", name]
+        process.standardOutput = output
+        process.standardInput = input ?? FileHandle.nullDevice
+        try process.run()
+    }
+
+    package var processIdentifier: Int32 { process.processIdentifier }
+
+    /// The next line the node prints, or `nil` once it closed its output.
+    package func nextLine() async -> String? {
+        await withCheckedContinuation { continuation in
+            DispatchQueue.global().async { continuation.resume(returning: self.readLineNow()) }
+        }
+    }
+
+    /// Every line the node prints from now until it closes its output.
+    package func remainingLines() async -> [String] {
+        var lines: [String] = []
+        while let line = await nextLine() { lines.append(line) }
+        return lines
+    }
+
+    private func readLineNow() -> String? {
+        while true {
+            if let newline = buffered.firstIndex(of: UInt8(ascii: "\n")) {
+                let line = String(decoding: buffered[buffered.startIndex..<newline], as: UTF8.self)
+                buffered = Data(buffered[buffered.index(after: newline)...])
+                return line
+            }
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { return nil }
+            buffered.append(chunk)
+        }
+    }
+
+    /// Writes `line` to the node's standard input.
+    package func send(_ line: String) throws {
+        try input?.fileHandleForWriting.write(contentsOf: Data((line + "\n").utf8))
+    }
+
+    /// Sends SIGKILL.
+    package func kill() { _ = Foundation.kill(process.processIdentifier, SIGKILL) }
+
+    /// Waits for the process to end; returns its termination status and whether a signal ended it.
+    package func exit() async -> (status: Int32, signalled: Bool) {
+        await withCheckedContinuation { continuation in
+            DispatchQueue.global().async {
+                self.process.waitUntilExit()
+                continuation.resume(
+                    returning: (self.process.terminationStatus, self.process.terminationReason == .uncaughtSignal))
+            }
+        }
+    }
+}
