@@ -17,16 +17,7 @@ struct OAuth2RevocationTests {
     }
 
     static func revokeError(_ body: () async throws -> Void) async -> UserSessionError? {
-        do {
-            try await body()
-            Issue.record("the revocation should have failed")
-            return nil
-        } catch let error as UserSessionError {
-            return error
-        } catch {
-            Issue.record("unexpected error type \(type(of: error))")
-            return nil
-        }
+        await ExpectedFailure.error(of: "revocation", body)
     }
 
     @Test func revokingTheRefreshTokenRevokesItsWholeFamily() async throws {
@@ -86,14 +77,7 @@ struct OAuth2RevocationTests {
         }
     }
 
-    @Test(
-        arguments: [
-            (["mode": "error500"], RefreshFailureClass.transient),
-            (["mode": "status", "status": 503], .transient),
-            (["mode": "status", "status": 400], .misconfiguration),
-            (["mode": "redirect"], .transient),
-            (["mode": "invalid_client"], .misconfiguration),
-        ] as [([String: any Sendable], RefreshFailureClass)])
+    @Test(arguments: ExpectedFailure.fixtureAnswers)
     func failuresAreClassifiedAsForRefreshes(settings: [String: any Sendable], expected: RefreshFailureClass)
         async throws
     {

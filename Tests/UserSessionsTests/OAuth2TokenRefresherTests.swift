@@ -26,16 +26,7 @@ struct OAuth2TokenRefresherTests {
     }
 
     static func refreshError(_ body: () async throws -> Credentials) async -> UserSessionError? {
-        do {
-            _ = try await body()
-            Issue.record("the refresh should have failed")
-            return nil
-        } catch let error as UserSessionError {
-            return error
-        } catch {
-            Issue.record("unexpected error type \(type(of: error))")
-            return nil
-        }
+        await ExpectedFailure.error(of: "refresh", body)
     }
 
     @Test func basicAuthenticationRefreshRotatesAndComputesExpiryFromSendTime() async throws {

@@ -202,14 +202,7 @@ struct SignOutRevocationTests {
         }
     }
 
-    @Test(
-        arguments: [
-            (["mode": "error500"], RefreshFailureClass.transient),
-            (["mode": "status", "status": 503], .transient),
-            (["mode": "status", "status": 400], .misconfiguration),
-            (["mode": "invalid_client"], .misconfiguration),
-            (["mode": "redirect"], .transient),
-        ] as [([String: any Sendable], RefreshFailureClass)])
+    @Test(arguments: ExpectedFailure.fixtureAnswers)
     func anErrorAnswerIsReportedWithItsClassAndTheSignOutGoesAhead(
         settings: [String: any Sendable], expected: RefreshFailureClass
     ) async throws {
