@@ -138,7 +138,7 @@ extension PostgresTokenStore {
     }
 
     /// The advisory lock key of `identifier`'s lease: FNV-1a over a tag, the namespace and the identifier's bytes.
-    static func leaseKey(namespace: String, identifier: String) -> Int64 {
+    package static func leaseKey(namespace: String, identifier: String) -> Int64 {
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         func combine(_ byte: UInt8) {
             hash ^= UInt64(byte)

@@ -33,6 +33,12 @@ struct PostgresCoordinationTests {
         }
     }
 
+    /// The backends holding (`granted`) or waiting for the refresh lease of "alice" in `store`'s namespace.
+    static func aliceLease(_ admin: PostgresClient, granted: Bool, _ store: PostgresTokenStore) async throws -> [Int64]
+    {
+        try await PostgresTestServer.leaseBackends(admin, granted: granted, of: store, identifier: "alice")
+    }
+
     @Test func theLeaseIsHeldByOneInstanceAtATime() async throws {
         try await Self.withTwoInstances { first, second, admin in
             let log = Recorder()
@@ -51,7 +57,7 @@ struct PostgresCoordinationTests {
                 try await second.withRefreshLease(identifier: "alice") { log.append("second in") }
             }
             try await PostgresTestServer.eventually("the second instance waits for the lease") {
-                try await PostgresTestServer.leaseBackends(admin, granted: false).count == 1
+                try await Self.aliceLease(admin, granted: false, first).count == 1
             }
             #expect(log.entries == ["first in"])
             // Another identifier's lease is not held up.
@@ -60,7 +66,7 @@ struct PostgresCoordinationTests {
             try await holder.value
             try await waiter.value
             #expect(log.entries == ["first in", "bob", "first out", "second in"])
-            #expect(try await PostgresTestServer.leaseBackends(admin, granted: true).isEmpty)
+            #expect(try await Self.aliceLease(admin, granted: true, first).isEmpty)
         }
     }
 
@@ -76,11 +82,11 @@ struct PostgresCoordinationTests {
                 }
             }
             await entered.wait()
-            let holders = try await PostgresTestServer.leaseBackends(admin, granted: true)
+            let holders = try await Self.aliceLease(admin, granted: true, first)
             #expect(holders.count == 1)
             let waiter = Task { try await second.withRefreshLease(identifier: "alice") { "waiter's result" } }
             try await PostgresTestServer.eventually("the second instance waits for the lease") {
-                try await PostgresTestServer.leaseBackends(admin, granted: false).count == 1
+                try await Self.aliceLease(admin, granted: false, first).count == 1
             }
             // What the server sees when the holder's process is SIGKILLed: its connection ends.
             try await admin.query("SELECT pg_terminate_backend(\(holders[0])::int)")
@@ -122,12 +128,12 @@ struct PostgresCoordinationTests {
             await entered.wait()
             let waiter = Task { try await second.withRefreshLease(identifier: "alice") { "entered" } }
             try await PostgresTestServer.eventually("the second instance waits for the lease") {
-                try await PostgresTestServer.leaseBackends(admin, granted: false).count == 1
+                try await Self.aliceLease(admin, granted: false, first).count == 1
             }
             waiter.cancel()
             await #expect(throws: CancellationError.self) { try await waiter.value }
             try await PostgresTestServer.eventually("the waiting query is gone") {
-                try await PostgresTestServer.leaseBackends(admin, granted: false).isEmpty
+                try await Self.aliceLease(admin, granted: false, first).isEmpty
             }
             release.open()
             try await holder.value

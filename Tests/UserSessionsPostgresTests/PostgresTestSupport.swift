@@ -83,13 +83,20 @@ enum PostgresTestServer {
         throw UserSessionError(.storeFailure, "never happened: \(what)")
     }
 
-    /// The backend holding (`granted`) or waiting for an advisory lease lock (one-key form: objsubid 1).
-    static func leaseBackends(_ client: PostgresClient, granted: Bool) async throws -> [Int64] {
-        try await integers(
+    /// The backends holding (`granted`) or waiting for the refresh lease of `identifier` in `store`'s namespace. Only
+    /// that lease's lock key counts (a one-key advisory lock: the key's high half in `classid`, its low half in
+    /// `objid`), so the advisory locks other suites take at the same time (migrations, other leases) are not counted.
+    static func leaseBackends(
+        _ client: PostgresClient, granted: Bool, of store: PostgresTokenStore, identifier: String
+    ) async throws -> [Int64] {
+        let key = UInt64(bitPattern: PostgresTokenStore.leaseKey(namespace: store.namespace, identifier: identifier))
+        let (high, low) = (Int64(key >> 32), Int64(key & 0xFFFF_FFFF))
+        return try await integers(
             client,
             """
             SELECT pid::bigint FROM pg_locks
             WHERE locktype = 'advisory' AND objsubid = 1 AND granted = \(granted)
+              AND classid::bigint = \(high) AND objid::bigint = \(low)
               AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
             """)
     }
