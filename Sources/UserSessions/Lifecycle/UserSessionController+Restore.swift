@@ -75,7 +75,7 @@ extension UserSessionController {
         let stored: StoredSession?
         var revision: UInt64?
         do {
-            if let coordinated = store as? any CoordinatedTokenStore {
+            if let coordinated = gate.coordinatedStore {
                 let revised = try await coordinated.loadRevised(identifier: identifier)
                 (stored, revision) = (revised?.session, revised?.revision)
             } else {
