@@ -39,6 +39,23 @@ struct PostgresCoordinationTests {
         try await PostgresTestServer.leaseBackends(admin, granted: granted, of: store, identifier: "alice")
     }
 
+    /// Takes the refresh lease of "alice" on `store` and holds it until `release` opens, then returns `value`;
+    /// returns the holding task once the lease is held.
+    static func holdAliceLease<Value: Sendable>(
+        on store: PostgresTokenStore, until release: TestGate, returning value: Value
+    ) async -> Task<Value, any Error> {
+        let entered = TestGate()
+        let holder = Task {
+            try await store.withRefreshLease(identifier: "alice") {
+                entered.open()
+                await release.wait()
+                return value
+            }
+        }
+        await entered.wait()
+        return holder
+    }
+
     @Test func theLeaseIsHeldByOneInstanceAtATime() async throws {
         try await Self.withTwoInstances { first, second, admin in
             let log = Recorder()
@@ -72,16 +89,8 @@ struct PostgresCoordinationTests {
 
     @Test func killingTheHoldersConnectionReleasesTheLease() async throws {
         try await Self.withTwoInstances { first, second, admin in
-            let entered = TestGate()
             let release = TestGate()
-            let holder = Task {
-                try await first.withRefreshLease(identifier: "alice") {
-                    entered.open()
-                    await release.wait()
-                    return "holder's result"
-                }
-            }
-            await entered.wait()
+            let holder = await Self.holdAliceLease(on: first, until: release, returning: "holder's result")
             let holders = try await Self.aliceLease(admin, granted: true, first)
             #expect(holders.count == 1)
             let waiter = Task { try await second.withRefreshLease(identifier: "alice") { "waiter's result" } }
@@ -99,15 +108,8 @@ struct PostgresCoordinationTests {
 
     @Test func aHolderThatHangsLosesTheLeaseAtTheDeadline() async throws {
         try await Self.withTwoInstances(leaseDeadline: .seconds(1)) { first, second, admin in
-            let entered = TestGate()
             let release = TestGate()
-            let holder = Task {
-                try await first.withRefreshLease(identifier: "alice") {
-                    entered.open()
-                    await release.wait()
-                }
-            }
-            await entered.wait()
+            let holder = await Self.holdAliceLease(on: first, until: release, returning: ())
             // The holder never returns on its own; PostgreSQL ends its session after the lease deadline.
             try await second.withRefreshLease(identifier: "alice") {}
             release.open()
@@ -117,15 +119,8 @@ struct PostgresCoordinationTests {
 
     @Test func cancellingAWaiterEndsItsWaitOnTheServer() async throws {
         try await Self.withTwoInstances { first, second, admin in
-            let entered = TestGate()
             let release = TestGate()
-            let holder = Task {
-                try await first.withRefreshLease(identifier: "alice") {
-                    entered.open()
-                    await release.wait()
-                }
-            }
-            await entered.wait()
+            let holder = await Self.holdAliceLease(on: first, until: release, returning: ())
             let waiter = Task { try await second.withRefreshLease(identifier: "alice") { "entered" } }
             try await PostgresTestServer.eventually("the second instance waits for the lease") {
                 try await Self.aliceLease(admin, granted: false, first).count == 1
