@@ -16,8 +16,8 @@ import Synchronization
 ///   each other's rotations when they next refresh, under the lease, by reading the record first.
 ///
 /// Lease files are created by the first refresh of an identifier and never deleted (deleting one while another
-/// process waits on it would let two holders in); they are empty, and listings ignore them. Locks work between processes on one machine only, not
-/// over network file systems that do not support `flock`.
+/// process waits on it would let two holders in); they are empty, and listings ignore them. Locks work between
+/// processes on one machine only, not over network file systems that do not support `flock`.
 extension FileTokenStore: CoordinatedTokenStore {
     /// The stored session of `identifier` with its revision, or `nil`.
     ///
