@@ -121,8 +121,8 @@ struct SecretsTests {
         let session = UserSession(identifier: "user-1", state: .opened, userInfo: Self.userInfo)
         let leakyStore = LeakyError(token: Self.accessToken)
         let persistDetails = [
-            CredentialsGate.describePersistFailure(leakyStore),
-            CredentialsGate.describePersistFailure(
+            RefreshStateMachine.describePersistFailure(leakyStore),
+            RefreshStateMachine.describePersistFailure(
                 UserSessionError(.storeFailure, "save failed", underlying: leakyStore)),
         ]
         // What a refresh failure's event says: the message of the error parsed from an echoing endpoint.

@@ -101,7 +101,7 @@ extension UserSessionController {
     /// failure of its credentials (reported by the gate, which cancelled the step) ends it
     /// ``UserSession/State/invalid`` and the refresh failure is thrown, not the cancelled step's error.
     func unwindOpening(_ session: UserSession, failure: any Error) async -> any Error {
-        let terminal = gate.state.withLock { $0.terminalError }
+        let terminal = gate.inspect { $0.terminalError }
         await gate.deactivate()
         switch lifecycle.openingVerdict {
         case .rollBack:

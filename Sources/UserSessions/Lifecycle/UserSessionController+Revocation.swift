@@ -9,7 +9,7 @@ extension UserSessionController {
     func revokeBeforeClearing(_ identifier: String, sessionWasOpen: Bool) async {
         guard SignOutRevocation.isEnabled(configuration, gate.refresher) else { return }
         // Ending the session stops serving the credentials but keeps them in the gate until the next open.
-        let credentials = sessionWasOpen ? gate.state.withLock { $0.credentials } : nil
+        let credentials = sessionWasOpen ? gate.inspect { $0.credentials } : nil
         guard
             let failure = await SignOutRevocation.run(
                 refresher: gate.refresher, credentials: credentials, identifier: identifier, store: store,

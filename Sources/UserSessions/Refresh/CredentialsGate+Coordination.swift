@@ -34,7 +34,7 @@ extension CredentialsGate {
     ) async throws -> WriteOutcome {
         if overwrite {
             let revision = try await Self.overwrite(target.stored, identifier: target.identifier, store: store)
-            state.withLock { $0.noteWritten(target, revision: revision) }
+            noteWritten(target, revision: revision)
             return .written
         }
         var expected = target.baseRevision
@@ -42,14 +42,14 @@ extension CredentialsGate {
             do {
                 let revision = try await store.save(
                     target.stored, identifier: target.identifier, expectedRevision: expected)
-                state.withLock { $0.noteWritten(target, revision: revision) }
+                noteWritten(target, revision: revision)
                 return .written
             } catch let error as UserSessionError where error.code == .revisionConflict {
                 guard let record = try await store.loadRevised(identifier: target.identifier) else {
                     return .superseded(nil)
                 }
                 if record.session == target.stored {
-                    state.withLock { $0.noteWritten(target, revision: record.revision) }
+                    noteWritten(target, revision: record.revision)
                     return .written
                 }
                 let newer = record.revision > (target.baseRevision ?? 0)
@@ -61,6 +61,13 @@ extension CredentialsGate {
         }
         throw UserSessionError(
             .storeFailure, "the stored record kept changing during \(Self.conditionalWriteAttempts) conditional writes")
+    }
+
+    private func noteWritten(_ target: RefreshStateMachine.PersistTarget, revision: UInt64) {
+        modifyStateAndRunActions { machine in
+            machine.noteWritten(target, revision: revision)
+            return .none
+        }
     }
 
     /// Replaces whatever is stored under `identifier` with `stored`, conditionally on the revision read just
@@ -91,39 +98,32 @@ extension CredentialsGate {
 
     // MARK: - Adopting what the store holds
 
-    /// What adopting a record (or its absence) left to do once the persistence slot is released.
+    /// What adopting a record (or its absence) did.
     enum Adoption {
         case none
-        /// Credentials adopted: resume the waiters with them.
-        case adopted(waiters: [RefreshStateMachine.Waiter], credentials: Credentials)
-        /// The record was removed elsewhere: fail the waiters and close the session.
-        case removed(waiters: [RefreshStateMachine.Waiter])
+        /// Credentials were adopted (the event emitted, the waiters resumed).
+        case adopted
+        /// The record was removed elsewhere (the waiters failed): the session must close.
+        case removed
     }
 
     /// While holding the persistence slot: adopts `record` (newer credentials another process stored) for the
     /// session of `generation`, or, for `nil`, stops that session because its record was removed elsewhere.
-    /// Emits the event; hand the result to ``finishAdoption(_:generation:)`` after releasing the slot.
+    /// Hand the result to ``finishAdoption(_:generation:)`` after releasing the slot.
     func adoptHoldingSlot(_ record: RevisedSession?, generation: UInt64) -> Adoption {
         guard let record else {
-            let waiters = state.withLock { $0.clearedElsewhere(generation: generation) }
-            return waiters.map { .removed(waiters: $0) } ?? .none
+            let removed = modifyStateAndRunActions { $0.recordRemoved(generation: generation) }
+            return removed ? .removed : .none
         }
-        guard let action = state.withLock({ $0.adopt(record, generation: generation) }),
-            let credentials = record.session.credentials
-        else { return .none }
-        events.emit(.credentialsUpdated(action.change), session: nil, detail: "adopted from the token store")
-        return .adopted(waiters: action.waiters, credentials: credentials)
+        let adopted = modifyStateAndRunActions { $0.recordAdopted(record, generation: generation) }
+        return adopted ? .adopted : .none
     }
 
+    /// After the persistence slot is released: a session whose record was removed elsewhere is closed by its
+    /// controller.
     func finishAdoption(_ adoption: Adoption, generation: UInt64) async {
-        switch adoption {
-        case .none: break
-        case .adopted(let waiters, let credentials):
-            Self.resume(waiters, with: .success(credentials))
-        case .removed(let waiters):
-            Self.resume(waiters, with: .failure(RefreshStateMachine.clearedElsewhereError))
-            if let handler = storeRemovedHandler.withLock({ $0 }) { await handler(generation) }
-        }
+        guard case .removed = adoption, let handler = storeRemovedHandler.withLock({ $0 }) else { return }
+        await handler(generation)
     }
 
     /// Reads the record of the active session of `generation` and adopts it when it is newer than what the
@@ -134,7 +134,7 @@ extension CredentialsGate {
         guard let coordinatedStore else { return false }
         let adoption = await withPersistSlot { _ -> Adoption? in
             guard
-                let (identifier, held) = state.withLock({ machine -> (String, Credentials?)? in
+                let (identifier, held) = inspect({ machine -> (String, Credentials?)? in
                     machine.active && machine.generation == generation
                         ? (machine.identifier, machine.credentials) : nil
                 })
@@ -146,11 +146,11 @@ extension CredentialsGate {
                 emitWhileActive(
                     .persistenceFailed, generation: generation,
                     detail: "could not read the token store after a change notification: "
-                        + Self.describePersistFailure(error))
+                        + RefreshStateMachine.describePersistFailure(error))
                 return nil
             }
             let newer = record.map { record in
-                state.withLock { $0.storeIsNewer(record, than: held, generation: generation) }
+                inspect { $0.storeIsNewer(record, than: held, generation: generation) }
             }
             guard newer ?? true else { return nil }
             return adoptHoldingSlot(record, generation: generation)
@@ -183,7 +183,7 @@ extension CredentialsGate {
         switch change {
         case .saved(let changed, let revision):
             guard ExactIdentifier.areEqual(changed, identifier) else { return }
-            let held = state.withLock { $0.generation == generation ? $0.heldRevision : nil }
+            let held = inspect { $0.generation == generation ? $0.heldRevision : nil }
             if let held, revision <= held { return }
         case .removed(let changed):
             guard ExactIdentifier.areEqual(changed, identifier) else { return }

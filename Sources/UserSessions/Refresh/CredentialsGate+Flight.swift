@@ -10,14 +10,8 @@ extension CredentialsGate {
     private func runFlight(_ job: RefreshStateMachine.RefreshJob) async {
         // Announced only while the flight is current, ordered against `deactivate()`. A flight that ended before
         // it got here has sent nothing, so it does not call the refresher at all.
-        let started = eventOrder.withLock { _ -> Bool in
-            let current = state.withLock { machine -> Bool in
-                if machine.isCurrent(flightID: job.flightID) { return true }
-                machine.orphans.removeValue(forKey: job.flightID)
-                return false
-            }
-            if current { events.emit(.refreshStarted, session: nil, detail: nil) }
-            return current
+        let started = modifyStateAndRunActions(ordered: true) {
+            $0.flightProceeds(flightID: job.flightID, announcing: true)
         }
         guard started else { return }
         let startedAt = ContinuousClock.now
@@ -79,12 +73,10 @@ extension CredentialsGate {
     private func storedReplacement(for job: RefreshStateMachine.RefreshJob) async
         -> (session: StoredSession, credentials: Credentials)?
     {
-        let identifier = state.withLock { $0.identifier }
+        let identifier = inspect { $0.identifier }
         guard let stored = try? await store.load(identifier: identifier), let credentials = stored.credentials,
             credentials.refreshToken != nil, credentials.refreshToken != job.credentials.refreshToken,
-            state.withLock({
-                $0.isCurrent(flightID: job.flightID) && ExactIdentifier.areEqual($0.identifier, identifier)
-            })
+            inspect({ $0.isCurrent(flightID: job.flightID) && ExactIdentifier.areEqual($0.identifier, identifier) })
         else { return nil }
         return (stored, credentials)
     }
@@ -130,21 +122,14 @@ extension CredentialsGate {
     private func fail(_ job: RefreshStateMachine.RefreshJob, _ error: UserSessionError) async -> Int? {
         let now = clock.nowSeconds()
         let jitter = Double.random(in: 0...1)
-        let action = eventOrder.withLock { _ -> RefreshStateMachine.FailureAction? in
-            let action = state.withLock {
-                $0.refreshFailed(flightID: job.flightID, error: error, now: now, jitter: jitter)
-            }
-            if action != nil {
-                events.emit(.refreshFailed(error.failureClass ?? .transient), session: nil, detail: error.message)
-            }
-            return action
+        let report = modifyStateAndRunActions(ordered: true) {
+            $0.flightFailed(flightID: job.flightID, error: error, now: now, jitter: jitter)
         }
-        guard let action else { return nil }
-        Self.resume(action.waiters, with: .failure(error))
-        if action.notifyTerminal, let handler = currentTerminalFailureHandler() {
-            await handler(action.generation)
+        guard let report else { return nil }
+        if let generation = report.invalidates, let handler = currentTerminalFailureHandler() {
+            await handler(generation)
         }
-        return action.waiters.count
+        return report.waiters
     }
 
     /// Commit order: persist, publish to readers, emit, resume waiters. A flight that became stale at any point
@@ -153,7 +138,7 @@ extension CredentialsGate {
     /// `nil` when the flight was stale.
     private func commit(_ job: RefreshStateMachine.RefreshJob, _ credentials: Credentials) async -> Int? {
         // Cheap early exit, so a flight whose result goes nowhere does not even queue for the slot.
-        let wanted = state.withLock { $0.isCurrent(flightID: job.flightID) || $0.orphans[job.flightID] != nil }
+        let wanted = inspect { $0.isCurrent(flightID: job.flightID) || $0.orphans[job.flightID] != nil }
         guard wanted else { return nil }
         let step = await withPersistSlot { ticket in await commitHoldingSlot(job, credentials, ticket: ticket) }
         switch step {
@@ -168,9 +153,8 @@ extension CredentialsGate {
         case .superseded(let adoption):
             await finishAdoption(adoption, generation: job.generation)
             return nil
-        case .committed(let action):
-            Self.resume(action.waiters, with: .success(credentials))
-            return action.waiters.count
+        case .committed(let waiters):
+            return waiters
         }
     }
 
@@ -180,8 +164,8 @@ extension CredentialsGate {
         case stale
         /// A coordinated store held a newer record (or none): it stands; this is what was adopted instead.
         case superseded(Adoption)
-        /// Written (or not, reported), published and announced: resume the waiters.
-        case committed(RefreshStateMachine.CommitAction)
+        /// Written (or not, reported), published, announced, and this many waiters resumed.
+        case committed(waiters: Int)
     }
 
     /// The part of `commit` that holds the persistence slot. The events are emitted before the slot is released,
@@ -190,34 +174,24 @@ extension CredentialsGate {
         async -> CommitStep
     {
         // Checked again while holding the slot: `deactivate()` may have run while this task waited.
-        let (target, orphanTarget) = state.withLock { machine in
-            let target = machine.commitTarget(flightID: job.flightID, newCredentials: credentials)
-            let orphan =
-                target == nil ? machine.orphanCommitTarget(flightID: job.flightID, newCredentials: credentials) : nil
-            return (target, orphan)
+        let targets = modifyStateAndRunActions {
+            $0.commitTargets(flightID: job.flightID, newCredentials: credentials)
         }
-        guard let target else {
-            if let orphanTarget { _ = await write(orphanTarget, ticket: ticket) }
+        guard let target = targets.session else {
+            if let orphan = targets.orphan { _ = await write(orphan, ticket: ticket) }
             return .stale
         }
         let written = await writeOutcome(target, ticket: ticket)
         if case .superseded(let record) = written {
             return .superseded(adoptHoldingSlot(record, generation: job.generation))
         }
-        let persistError = written.error
         let now = clock.nowSeconds()
         let jitter = Double.random(in: 0...1)
-        let action = state.withLock {
-            $0.commit(
-                flightID: job.flightID, newCredentials: credentials, persisted: persistError == nil, now: now,
+        let waiters = modifyStateAndRunActions {
+            $0.flightCommitted(
+                flightID: job.flightID, newCredentials: credentials, persistError: written.error, now: now,
                 jitter: jitter)
         }
-        guard let action else { return .stale }
-        if let persistError {
-            events.emit(.persistenceFailed, session: nil, detail: Self.describePersistFailure(persistError))
-            armRetryTimer()
-        }
-        events.emit(.credentialsRefreshed, session: nil, detail: nil)
-        return .committed(action)
+        return waiters.map { .committed(waiters: $0) } ?? .stale
     }
 }

@@ -2,14 +2,25 @@ import Foundation
 
 extension RefreshStateMachine {
     /// What the gate must do after an input, once it has released the lock: resume callers, start background
-    /// work, hand the persistence slot on, report. Built under the lock, performed by
+    /// work, hand the persistence slot on, emit events. Built under the lock, performed by
     /// ``CredentialsGate/run(_:)`` outside it, in the order of its fields.
+    ///
+    /// The two calls up to the controller (a terminal failure invalidates the session; a record removed elsewhere
+    /// closes it) are asynchronous: an input returns them as its value and the gate awaits them after the actions.
     struct Actions {
+        /// An event to emit.
+        struct Event {
+            let kind: UserSessionEvent.Kind
+            var detail: String?
+        }
+
         /// The persistence slot changed hands: resume its new holder.
         var slot = PersistenceSlot.Action.none
         /// The refresh-loop breaker refused a refresh of the session of `generation`: report it (before the caller
-        /// gets the error).
+        /// gets the error), if that session is still active.
         var loopTripped: (generation: UInt64, detail: String)?
+        /// Events of the transition, emitted in this order (before any caller or waiter is resumed).
+        var events: [Event] = []
         /// One caller decided at once (served, failed, or cancelled), with its result.
         var caller: (continuation: WaiterContinuation, result: Result<Credentials, any Error>)?
         /// Waiters of a refresh that ended, resumed in arrival order with `waitersResult`.
@@ -19,6 +30,8 @@ extension RefreshStateMachine {
         var refresh: RefreshJob?
         /// A retry of a failed write to start in the background.
         var retry: PersistJob?
+        /// A write failed: arm the timer that retries it when its backoff elapses.
+        var armRetryTimer = false
         /// A record to remove again: a write left behind by a close landed after the clear.
         var removeAgain: String?
 
@@ -36,14 +49,39 @@ extension CredentialsGate {
     /// actions the transition calls for; the actions run after the lock is released, so no continuation is
     /// resumed, no task started and no event emitted while it is held.
     ///
-    /// Plain reads (the hot path's deadline check, the identifier a flight needs) read under the lock directly:
-    /// they change nothing, so they have nothing to run.
-    func modifyStateAndRunActions<Value: Sendable>(
-        _ input: (inout RefreshStateMachine) -> (Value, RefreshStateMachine.Actions)
+    /// `ordered` is for the inputs whose events must be ordered against ``deactivate()`` (a refresh starting or
+    /// failing, an event of a background write): the transition and its events then run under ``eventOrder``
+    /// too, which `deactivate()` takes for its own transition, so none of them follows the session's `.closed`.
+    @discardableResult
+    func modifyStateAndRunActions<Value>(
+        ordered: Bool = false, _ input: (inout RefreshStateMachine) -> (Value, RefreshStateMachine.Actions)
     ) -> Value {
-        let (value, actions) = state.withLock { machine in input(&machine) }
+        guard ordered else {
+            let (value, actions) = state.withLock { machine in input(&machine) }
+            run(actions)
+            return value
+        }
+        var (value, actions) = eventOrder.withLock { _ in
+            let (value, actions) = state.withLock { machine in input(&machine) }
+            emit(actions.events)
+            return (value, actions)
+        }
+        actions.events = []
         run(actions)
         return value
+    }
+
+    /// The funnel for an input that returns only actions.
+    func modifyStateAndRunActions(
+        ordered: Bool = false, _ input: (inout RefreshStateMachine) -> RefreshStateMachine.Actions
+    ) {
+        modifyStateAndRunActions(ordered: ordered) { machine in ((), input(&machine)) }
+    }
+
+    /// Reads the machine without changing it (the hot path's deadline check, the identifier a flight needs): a
+    /// read has nothing to run, so it does not go through the funnel.
+    func inspect<Value>(_ read: (borrowing RefreshStateMachine) -> Value) -> Value {
+        state.withLock { machine in read(machine) }
     }
 
     /// Performs `actions` (never under the state lock).
@@ -52,6 +90,7 @@ extension CredentialsGate {
         if let (generation, detail) = actions.loopTripped {
             emitWhileActive(.refreshLoopTripped, generation: generation, detail: detail)
         }
+        emit(actions.events)
         if let (continuation, result) = actions.caller {
             switch result {
             case .success(let credentials): continuation.resume(returning: credentials, token: credentials.accessToken)
@@ -61,6 +100,18 @@ extension CredentialsGate {
         if !actions.waiters.isEmpty { Self.resume(actions.waiters, with: actions.waitersResult) }
         if let job = actions.refresh { startFlight(job) }
         if let job = actions.retry { startPersistRetry(job) }
+        if actions.armRetryTimer { armRetryTimer() }
         if let identifier = actions.removeAgain { runInBackground { await self.removeAgain(identifier) } }
+    }
+
+    private func emit(_ events: [RefreshStateMachine.Actions.Event]) {
+        for event in events { self.events.emit(event.kind, session: nil, detail: event.detail) }
+    }
+
+    /// Emits `kind` if the session of `generation` is still active, ordered against `deactivate()`.
+    func emitWhileActive(_ kind: UserSessionEvent.Kind, generation: UInt64, detail: String?) {
+        modifyStateAndRunActions(ordered: true) { machine in
+            machine.isActive(generation: generation) ? .init(events: [.init(kind: kind, detail: detail)]) : .none
+        }
     }
 }

@@ -13,7 +13,7 @@ extension CredentialsGate {
     func runLeasedFlight(
         _ job: RefreshStateMachine.RefreshJob, store: any CoordinatedTokenStore, startedAt: ContinuousClock.Instant
     ) async {
-        let identifier = state.withLock { $0.identifier }
+        let identifier = inspect { $0.identifier }
         do {
             try await store.withRefreshLease(identifier: identifier) {
                 await self.flightUnderLease(job, identifier: identifier, store: store, startedAt: startedAt)
@@ -40,14 +40,14 @@ extension CredentialsGate {
             return
         }
         let adopt = record.map { record in
-            state.withLock { $0.storeIsNewer(record, than: job.credentials, generation: job.generation) }
+            inspect { $0.storeIsNewer(record, than: job.credentials, generation: job.generation) }
         }
         if adopt ?? true {
             let adoption = await withPersistSlot { _ in adoptHoldingSlot(record, generation: job.generation) }
             if case .none = adoption {
                 // The session changed while this flight read the record: the flight is stale, or (its session
                 // still active) refreshes after all, so its waiters never hang.
-                guard state.withLock({ $0.isCurrent(flightID: job.flightID) }) else { return }
+                guard inspect({ $0.isCurrent(flightID: job.flightID) }) else { return }
             } else {
                 await finishAdoption(adoption, generation: job.generation)
                 return
@@ -62,10 +62,6 @@ extension CredentialsGate {
 
     /// Whether `job` is still the session's flight; a superseded or ended one is forgotten (it has sent nothing).
     private func stillCurrent(_ job: RefreshStateMachine.RefreshJob) -> Bool {
-        state.withLock { machine -> Bool in
-            if machine.isCurrent(flightID: job.flightID) { return true }
-            machine.orphans.removeValue(forKey: job.flightID)
-            return false
-        }
+        modifyStateAndRunActions { $0.flightProceeds(flightID: job.flightID, announcing: false) }
     }
 }

@@ -14,22 +14,20 @@ extension CredentialsGate {
     }
 
     private func acquirePersistSlot() async -> UInt64 {
-        let (ticket, granted) = state.withLock { machine -> (UInt64, Bool) in
+        let (ticket, granted) = modifyStateAndRunActions { machine in
             let ticket = machine.slot.makeTicket()
-            return (ticket, machine.slot.tryAcquire(ticket: ticket))
+            return ((ticket, machine.slot.tryAcquire(ticket: ticket)), .none)
         }
         if granted { return ticket }
         await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
             // Stored in the queue exactly once or resumed here; the releaser removes it before resuming it.
-            modifyStateAndRunActions { machine in
-                ((), .init(slot: machine.slot.enqueue(ticket: ticket, continuation: continuation)))
-            }
+            modifyStateAndRunActions { .init(slot: $0.slot.enqueue(ticket: ticket, continuation: continuation)) }
         }
         return ticket
     }
 
     private func releasePersistSlot(_ ticket: UInt64) {
-        modifyStateAndRunActions { ((), .init(slot: $0.slot.release(ticket: ticket))) }
+        modifyStateAndRunActions { .init(slot: $0.slot.release(ticket: ticket)) }
     }
 
     /// Writes `target` to the store while holding the slot of `ticket`; returns the error when the write failed.
@@ -62,21 +60,14 @@ extension CredentialsGate {
             outcome = .failed(error)
         }
         let now = clock.nowSeconds()
-        modifyStateAndRunActions { machine in
-            guard machine.slot.finishWrite(ticket: ticket) else { return ((), .none) }
-            switch machine.repairLateWrite(target, now: now) {
-            case .none: return ((), .none)
-            case .remove(let identifier): return ((), .init(removeAgain: identifier))
-            case .rewrite(let job): return ((), .init(retry: job))
-            }
-        }
+        modifyStateAndRunActions { $0.writeReturned(target, ticket: ticket, now: now) }
         return outcome
     }
 
     /// Removes `identifier`'s record once more, after a write left behind by a close landed after the clear.
     func removeAgain(_ identifier: String) async {
         await withPersistSlot { _ in
-            let owned = state.withLock { $0.active && $0.identifier == identifier }
+            let owned = inspect { $0.active && $0.identifier == identifier }
             if !owned { try? await store.remove(identifier: identifier) }
         }
     }
@@ -110,7 +101,10 @@ extension CredentialsGate {
     /// progress lands before it. And a write that overran the close's deadline (its slot was taken away) and
     /// lands after the removal finds the epoch changed and removes the record again (``write(_:ticket:)``).
     func clear(identifier: String) async throws {
-        state.withLock { $0.beginClear(identifier: identifier) }
+        modifyStateAndRunActions { machine in
+            machine.beginClear(identifier: identifier)
+            return .none
+        }
         try await withPersistSlot { _ in try await store.remove(identifier: identifier) }
     }
 
@@ -124,17 +118,14 @@ extension CredentialsGate {
     /// - Throws: ``UserSessionError/Code/sessionNotOpen`` when no session is open (nothing is written); the
     ///   store's error when the write fails (then nothing changes).
     func update(_ credentials: Credentials) async throws {
-        let action = try await withPersistSlot { ticket -> RefreshStateMachine.UpdateAction? in
-            guard let (generation, target) = state.withLock({ $0.updateTarget(credentials) }) else {
+        try await withPersistSlot { ticket in
+            guard let (generation, target) = inspect({ $0.updateTarget(credentials) }) else {
                 throw RefreshStateMachine.notOpenError
             }
             if let error = await writeOutcome(target, ticket: ticket, overwrite: true).error { throw error }
-            guard let action = state.withLock({ $0.update(credentials, generation: generation) }) else { return nil }
             // Emitted holding the slot, so `deactivate()` (which waits for it) returns only after the event.
-            events.emit(.credentialsUpdated(action.change), session: nil, detail: nil)
-            return action
+            modifyStateAndRunActions { $0.credentialsUpdated(credentials, generation: generation) }
         }
-        if let action { Self.resume(action.waiters, with: .success(credentials)) }
     }
 
     // MARK: - Retries of failed writes
@@ -146,28 +137,23 @@ extension CredentialsGate {
 
     private func runPersistRetry(_ job: RefreshStateMachine.PersistJob) async {
         let adoption = await withPersistSlot { ticket -> Adoption in
-            guard let target = state.withLock({ $0.persistRetryTarget(generation: job.generation) }) else {
-                return .none
-            }
+            let target = modifyStateAndRunActions { ($0.persistRetryTarget(generation: job.generation), .none) }
+            guard let target else { return .none }
             let outcome = await writeOutcome(target, ticket: ticket)
             if case .superseded(let record) = outcome {
                 // Another process wrote a newer record (or removed it) since: that one stands.
                 let adoption = adoptHoldingSlot(record, generation: job.generation)
-                state.withLock { $0.persistence.retryDropped() }
+                modifyStateAndRunActions { machine in
+                    machine.persistence.retryDropped()
+                    return .none
+                }
                 return adoption
             }
-            let persistError = outcome.error
             let now = clock.nowSeconds()
             let jitter = Double.random(in: 0...1)
-            state.withLock {
-                $0.persistRetryFinished(
-                    generation: job.generation, version: target.version, succeeded: persistError == nil, now: now,
-                    jitter: jitter)
-            }
-            if let persistError {
-                emitWhileActive(
-                    .persistenceFailed, generation: job.generation, detail: Self.describePersistFailure(persistError))
-                armRetryTimer()
+            modifyStateAndRunActions(ordered: true) {
+                $0.writeRetried(
+                    generation: job.generation, version: target.version, error: outcome.error, now: now, jitter: jitter)
             }
             return .none
         }
@@ -178,12 +164,12 @@ extension CredentialsGate {
     /// session's clock reaches the retry time (initial delay, then doubling, with jitter), whether or not anyone
     /// asks for a token. A token request past that time starts the retry too; only one runs.
     func armRetryTimer() {
-        guard let retryAt = state.withLock({ $0.pendingRetryAt }) else { return }
+        guard let retryAt = inspect({ $0.pendingRetryAt }) else { return }
         let clock = self.clock
         let timer = Task { [weak self] in
             guard (try? await clock.sleep(until: retryAt)) != nil, let self else { return }
             let now = clock.nowSeconds()
-            self.modifyStateAndRunActions { ((), .init(retry: $0.schedulePersistRetryIfDue(now: now))) }
+            self.modifyStateAndRunActions { .init(retry: $0.schedulePersistRetryIfDue(now: now)) }
         }
         retryTimer.replace(with: timer)
     }

@@ -18,5 +18,5 @@ extension CredentialsGate {
 
     /// Whether a refresh is in flight or a write to the store is in progress: the registry never evicts a session
     /// while its credentials are being committed.
-    var hasWorkInProgress: Bool { state.withLock { $0.flights.isRefreshing || $0.slot.isHeld } }
+    var hasWorkInProgress: Bool { inspect { $0.flights.isRefreshing || $0.slot.isHeld } }
 }

@@ -96,11 +96,10 @@ final class CredentialsGate: Sendable {
         disarmRetryTimer()
         stopWatchingStore()
         events.setGeneration(generation)
-        modifyStateAndRunActions { machine in
-            let leftovers = machine.activate(
+        modifyStateAndRunActions {
+            $0.activated(
                 identifier: identifier, userInfo: userInfo, credentials: credentials, generation: generation,
-                adoptingOrphans: restoring, revision: revision)
-            return ((), .resume(leftovers, with: .failure(RefreshStateMachine.notOpenError)))
+                restoring: restoring, revision: revision)
         }
         startWatchingStore(identifier: identifier, generation: generation)
     }
@@ -120,13 +119,10 @@ final class CredentialsGate: Sendable {
     /// deadlines loses the persistence slot (so later writes are not blocked for ever); if it lands later, what
     /// it changed is repaired (``RefreshStateMachine/repairLateWrite(_:now:)``).
     func deactivate() async {
-        // The transition under the event lock too (see `eventOrder`); its actions after both are released.
-        let actions = eventOrder.withLock { _ in
-            state.withLock { RefreshStateMachine.Actions.resume($0.deactivate(), with: .failure(Self.notOpen)) }
-        }
+        // Ordered: no event of a refresh or background write of this session is emitted after this transition.
+        modifyStateAndRunActions(ordered: true) { $0.deactivated() }
         stopWatchingStore()
         disarmRetryTimer()
-        run(actions)
         let (timeout, deadlineClock) = (policy.storeTimeout, policy.deadlineClock)
         let flush = Task { await self.finalFlush() }
         if await Deadline.wait(for: flush, timeout: timeout, clock: deadlineClock) { return }
@@ -134,7 +130,7 @@ final class CredentialsGate: Sendable {
         if await Deadline.wait(for: flush, timeout: timeout, clock: deadlineClock) { return }
         // Cancelled under the event lock, so the flush, which checks cancellation under it, reports nothing later.
         eventOrder.withLock { _ in flush.cancel() }
-        modifyStateAndRunActions { ((), RefreshStateMachine.Actions(slot: $0.slot.abandon())) }
+        modifyStateAndRunActions { RefreshStateMachine.Actions(slot: $0.slot.abandon()) }
         events.emit(
             .persistenceFailed, session: nil,
             detail: "the token store did not finish a write within \(timeout); closing without waiting for it")
@@ -145,12 +141,13 @@ final class CredentialsGate: Sendable {
         await withPersistSlot { ticket in
             // Cancelled once `deactivate()` stopped waiting: the session is closed without this write, and writing
             // now could land after a later `remove`.
-            guard !Task.isCancelled, let flush = state.withLock({ $0.takeFinalFlush() }),
+            guard !Task.isCancelled, let flush = modifyStateAndRunActions({ ($0.takeFinalFlush(), .none) }),
                 let error = await write(flush, ticket: ticket)
             else { return }
             eventOrder.withLock { _ in
                 if !Task.isCancelled {
-                    events.emit(.persistenceFailed, session: nil, detail: Self.describePersistFailure(error))
+                    events.emit(
+                        .persistenceFailed, session: nil, detail: RefreshStateMachine.describePersistFailure(error))
                 }
             }
         }
@@ -192,10 +189,7 @@ final class CredentialsGate: Sendable {
     }
 
     func slowFreshAccessTokenAndGeneration(now: Double) -> (token: String?, generation: UInt64) {
-        modifyStateAndRunActions { machine in
-            let outcome = machine.tokenRequested(now: now)
-            return ((outcome.token, machine.generation), .init(refresh: outcome.refresh, retry: outcome.persist))
-        }
+        modifyStateAndRunActions { $0.tokenAsked(now: now) }
     }
 
     /// A valid access token, refreshing (single-flight) when needed.
@@ -229,7 +223,7 @@ final class CredentialsGate: Sendable {
 
     /// The current credentials, if a session is open.
     func currentCredentials() -> Credentials? {
-        state.withLock { $0.active ? $0.credentials : nil }
+        inspect { $0.active ? $0.credentials : nil }
     }
 
     /// Makes sure the active credentials are usable, refreshing them if they are expired (used by `restore`).
@@ -237,7 +231,7 @@ final class CredentialsGate: Sendable {
     /// - Throws: ``UserSessionError/Code/credentialsUnusable`` when they are expired and cannot be refreshed, or
     ///   the refresh's error. A terminal failure here does not call the terminal-failure handler.
     func ensureUsable() async throws {
-        let hasCredentials = state.withLock { !$0.active || $0.hasCredentials }
+        let hasCredentials = inspect { !$0.active || $0.hasCredentials }
         guard hasCredentials else { return }
         _ = try await credentials(for: .restore)
     }
@@ -283,9 +277,7 @@ final class CredentialsGate: Sendable {
     /// `Task.isCancelled` afterwards (`enqueueForToken`) or under the same lock (`enqueue`) and resumes the
     /// continuation itself.
     private func cancelWaiter(id: UInt64) {
-        modifyStateAndRunActions { machine in
-            ((), .init(caller: machine.cancelWaiter(id: id).map { ($0, .failure(CancellationError())) }))
-        }
+        modifyStateAndRunActions { $0.waiterCancelled(id: id) }
     }
 
     /// The token path of `enqueue`, for the common case under contention: a refresh is in flight and this caller
@@ -296,10 +288,8 @@ final class CredentialsGate: Sendable {
     @inline(never)
     private func enqueueForToken(waiterID: UInt64, continuation: UnsafeContinuation<String, any Error>) {
         let now = clock.nowSeconds()
-        let joined = modifyStateAndRunActions { machine -> (Bool, RefreshStateMachine.Actions) in
-            guard machine.demandJoinsFlight(now: now) else { return (false, .none) }
-            machine.register(waiterID: waiterID, continuation: .token(continuation))
-            return (true, .none)
+        let joined = modifyStateAndRunActions {
+            $0.joinFlight(now: now, waiterID: waiterID, continuation: .token(continuation))
         }
         guard joined else {
             enqueue(.demand, now: now, waiterID: waiterID, continuation: .token(continuation))
@@ -319,31 +309,10 @@ final class CredentialsGate: Sendable {
         _ request: RefreshStateMachine.Request, now: Double, waiterID: UInt64,
         continuation: RefreshStateMachine.WaiterContinuation
     ) -> UInt64 {
-        modifyStateAndRunActions { machine -> (UInt64, RefreshStateMachine.Actions) in
-            let generation = machine.generation
-            if Task.isCancelled { return (generation, .init(caller: (continuation, .failure(CancellationError())))) }
-            switch machine.decide(request, now: now) {
-            case .serve(let credentials):
-                return (generation, .init(caller: (continuation, .success(credentials))))
-            case .wait(let job):
-                machine.register(waiterID: waiterID, continuation: continuation)
-                return (generation, .init(refresh: job))
-            case .fail(let error, let loopTripped):
-                return (
-                    generation,
-                    .init(
-                        loopTripped: loopTripped ? (generation, error.message) : nil,
-                        caller: (continuation, .failure(error)))
-                )
-            }
-        }
-    }
-
-    /// Emits `kind` if the session of `generation` is still active, ordered against `deactivate()`.
-    func emitWhileActive(_ kind: UserSessionEvent.Kind, generation: UInt64, detail: String?) {
-        eventOrder.withLock { _ in
-            guard state.withLock({ $0.active && $0.generation == generation }) else { return }
-            events.emit(kind, session: nil, detail: detail)
+        // Cancellation is read under the lock: see `cancelWaiter(id:)`.
+        modifyStateAndRunActions {
+            $0.requested(
+                request, now: now, waiterID: waiterID, continuation: continuation, cancelled: Task.isCancelled)
         }
     }
 
@@ -360,9 +329,4 @@ final class CredentialsGate: Sendable {
     }
 
     static var notOpen: UserSessionError { RefreshStateMachine.notOpenError }
-
-    static func describePersistFailure(_ error: any Error) -> String {
-        if let error = error as? UserSessionError { return "writing credentials failed: \(error)" }
-        return "writing credentials failed: \(String(describing: type(of: error)))"
-    }
 }

@@ -64,14 +64,14 @@ extension RefreshStateMachine {
             // The session deactivated while the write was in progress (`deactivate()` waits for it). If the write
             // failed, hand the credentials to `deactivate()`'s final flush rather than drop the rotated token.
             if wroteForThisSession, !persisted, !active {
-                credentials = newCredentials
+                setCredentials(newCredentials)
                 persistence.keepForFinalFlush()
             }
             return nil
         }
         let (flight, waiters) = flights.succeeded()
         setCredentials(newCredentials, issuedAt: flight.startedAt)
-        successTimes.append(now)
+        breaker.recordSuccess(at: now)
         let policy = self.policy
         persistence.published(written: persisted, now: now) { policy.backoff(attempt: $0, jitter: jitter) }
         recomputeDeadline()

@@ -8,15 +8,14 @@ extension RefreshStateMachine {
     mutating func noteWritten(_ target: PersistTarget, revision: UInt64) {
         guard active, generation == target.generation, ExactIdentifier.areEqual(identifier, target.identifier)
         else { return }
-        heldRevision = max(heldRevision ?? 0, revision)
-        storedRefreshToken = target.stored.credentials?.refreshToken
+        base = StoredBase(
+            revision: max(base.revision ?? 0, revision), refreshToken: target.stored.credentials?.refreshToken)
     }
 
     /// The opening session's first write landed as `revision`.
     mutating func noteOpeningRevision(_ revision: UInt64, identifier: String) {
         guard active, ExactIdentifier.areEqual(self.identifier, identifier) else { return }
-        heldRevision = revision
-        storedRefreshToken = credentials?.refreshToken
+        base = StoredBase(revision: revision, refreshToken: credentials?.refreshToken)
     }
 
     /// The session's record was removed from the coordinated store by someone else: the session of `generation`
@@ -50,8 +49,8 @@ extension RefreshStateMachine {
             let newCredentials = record.session.credentials
         else { return nil }
         guard var action = update(newCredentials, generation: generation) else { return nil }
-        if record.revision > 0 { heldRevision = record.revision }
-        storedRefreshToken = newCredentials.refreshToken
+        if record.revision > 0 { base.revision = record.revision }
+        base.refreshToken = newCredentials.refreshToken
         action.change.adoptedFromStore = true
         return action
     }

@@ -24,17 +24,14 @@ extension RefreshStateMachine {
         PersistTarget(
             identifier: identifier, stored: StoredSession(userInfo: userInfo, credentials: credentials),
             version: version, generation: generation, epoch: persistence.epoch, baseRevision: heldRevision,
-            baseRefreshToken: storedRefreshToken)
+            baseRefreshToken: base.refreshToken)
     }
 
     /// After `deactivate()`, once the persistence slot is held: the one last write of credentials that could not
     /// be stored before, if any. Clears them from memory.
     mutating func takeFinalFlush() -> PersistTarget? {
         guard !active else { return nil }
-        defer {
-            credentials = nil
-            token = ""
-        }
+        defer { setCredentials(nil) }
         guard let version = persistence.takeFinalFlush(), let credentials else { return nil }
         return target(credentials, version: version)
     }

@@ -88,22 +88,12 @@ struct RefreshStateMachine {
 
     // MARK: Session
 
-    var generation: UInt64 = 0
-    var active = false
-    var identifier = ""
-    var userInfo = UserInfo(id: "")
-    var credentials: Credentials?
-    /// A copy of `credentials?.accessToken` for the hot path.
-    var token = ""
-    var expiresAt = Double.infinity
-    /// The lifetime of the current credentials (expiry minus issue time), when known.
-    var lifetime: Double?
-    /// The lead time, soft window and loop-breaker window for the current credentials: the configured ones,
-    /// scaled down to the credentials' lifetime when it is known (see ``applyLifetime()``).
-    var leadTime: Double
-    var softWindow: Double
-    var loopWindow: Double
-    /// The hot path serves ``token`` without looking at anything else while `now < nextActionAt`.
+    /// Which session the machine serves, if any (see ``Phase``).
+    var phase = Phase.none
+    /// The session's credentials with what derives from them: the hot path's token, the expiry, the lead time and
+    /// windows scaled to their lifetime (see ``Held``). Replaced as a whole when the credentials change.
+    var held: Held
+    /// The hot path serves ``Held/token`` without looking at anything else while `now < nextActionAt`.
     ///
     /// It is the earliest moment something must happen: the soft window opens (after any backoff), the lead time
     /// starts, the token expires, or a failed write is due for a retry. `-infinity` when no token may be served.
@@ -113,8 +103,8 @@ struct RefreshStateMachine {
 
     /// The refresh in progress and what past failures left (see ``FlightMachine``).
     var flights = FlightMachine()
-    /// When the last successful refreshes happened, oldest first, for the refresh-loop breaker.
-    var successTimes: [Double] = []
+    /// The refresh-loop breaker: when the last successful refreshes happened (see ``LoopBreaker``).
+    var breaker = LoopBreaker()
 
     // MARK: Persistence
 
@@ -127,19 +117,14 @@ struct RefreshStateMachine {
 
     // MARK: Coordination (a ``CoordinatedTokenStore``)
 
-    /// The revision of the stored record the active session's credentials were read from or last written as;
-    /// `nil` when unknown (a store without coordination).
-    var heldRevision: UInt64?
-    /// The refresh token of the stored record at ``heldRevision``, as far as this session knows: a conflicting
-    /// write finding it still stored may write over that record, since it holds nothing newer.
-    var storedRefreshToken: String?
+    /// The stored record the active session's credentials were read from or last written as (see
+    /// ``StoredBase``); empty for a store without coordination.
+    var base = StoredBase()
 
     init(policy: Policy, hasRefresher: Bool) {
         self.policy = policy
         self.hasRefresher = hasRefresher
-        leadTime = policy.leadTime
-        softWindow = policy.softWindow
-        loopWindow = policy.loopWindow
+        held = Held(nil, policy: policy)
     }
 
     /// Whether the newest credentials are not in the store yet.
@@ -149,7 +134,7 @@ struct RefreshStateMachine {
     /// for optionals and copies the whole credentials (five reference-counted fields) to compare them with `nil`,
     /// under the lock, on every token request that misses the hot path.
     var hasCredentials: Bool {
-        if case .some = credentials { return true }
+        if case .some = held.credentials { return true }
         return false
     }
 
@@ -173,13 +158,9 @@ struct RefreshStateMachine {
         let leftovers = flights.reset(
             adopting: adoptOrphan(
                 identifier: identifier, refreshToken: adoptingOrphans ? credentials?.refreshToken : nil))
-        heldRevision = revision
-        storedRefreshToken = credentials?.refreshToken
-        self.generation = generation
-        self.identifier = identifier
-        self.userInfo = userInfo
-        active = true
-        successTimes = []
+        base = StoredBase(revision: revision, refreshToken: credentials?.refreshToken)
+        phase = .active(Identity(generation: generation, identifier: identifier, userInfo: userInfo))
+        breaker = LoopBreaker()
         setCredentials(credentials)
         persistence.activated()
         recomputeDeadline()
@@ -189,7 +170,7 @@ struct RefreshStateMachine {
     /// The session stops: no token is served, the flight in progress (if any) will be discarded. Returns the
     /// waiters to fail.
     mutating func deactivate() -> [Waiter] {
-        active = false
+        if case .active(let identity) = phase { phase = .ended(identity) }
         let (flight, waiters) = flights.abandon()
         if let flight { orphan(flight) }
         nextActionAt = -.infinity
@@ -347,16 +328,11 @@ struct RefreshStateMachine {
             && breakerAllows(now: now)
     }
 
-    /// The refresh-loop breaker: at most `loopMaximum` successful refreshes within `loopWindow`.
+    /// The refresh-loop breaker: at most `loopMaximum` successful refreshes within the loop window.
     private mutating func breakerAllows(now: Double) -> Bool {
-        let horizon = now - loopWindow
-        if let first = successTimes.first, first <= horizon { successTimes.removeAll { $0 <= horizon } }
-        return successTimes.count < policy.loopMaximum
+        breaker.allows(now: now, window: loopWindow, maximum: policy.loopMaximum)
     }
 
     /// When the breaker lets the next refresh through, or `-infinity` if it does now.
-    var breakerFreeAt: Double {
-        guard successTimes.count >= policy.loopMaximum else { return -.infinity }
-        return successTimes[successTimes.count - policy.loopMaximum] + loopWindow
-    }
+    var breakerFreeAt: Double { breaker.freeAt(window: loopWindow, maximum: policy.loopMaximum) }
 }
