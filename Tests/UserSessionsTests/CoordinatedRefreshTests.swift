@@ -71,7 +71,7 @@ import Testing
         #expect(try await rig.gate.accessToken() == "at-x")
         #expect(rig.refresher.calls == 0)
         #expect(rig.store.leaseAcquisitions == 1)
-        #expect(rig.gate.state.withLock { $0.heldRevision } == newer)
+        #expect(rig.gate.inspect { $0.heldRevision } == newer)
         let kinds = await rig.kinds(until: Self.isAdoption)
         #expect(kinds.contains(.refreshStarted))
         #expect(!kinds.contains(.credentialsRefreshed))
@@ -87,7 +87,7 @@ import Testing
         #expect(saves.first?.expected == rig.revision)
         let stored = try #require(rig.store.record("user"))
         #expect(stored.session.credentials?.accessToken == "at-1")
-        #expect(rig.gate.state.withLock { $0.heldRevision } == stored.revision)
+        #expect(rig.gate.inspect { $0.heldRevision } == stored.revision)
     }
 
     @Test func aConflictOnCommitAdoptsTheNewerStoredCredentialsAndKeepsThem() async throws {
@@ -223,7 +223,7 @@ import Testing
             Rig.session(Rig.credentials("0", expiresAt: Date() + 3600)), identifier: "user")
         let controller = UserSessionController(store: store, refresher: ScriptedRefresher())
         _ = try await controller.restore(identifier: "user")
-        #expect(controller.gate.state.withLock { $0.heldRevision } == revision)
+        #expect(controller.gate.inspect { $0.heldRevision } == revision)
         await controller.close()
     }
 }

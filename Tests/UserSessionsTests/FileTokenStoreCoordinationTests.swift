@@ -151,7 +151,7 @@ import Testing
                 identifier: "u", userInfo: UserInfo(id: "u"), credentials: Self.session("a").credentials))
         let record = try #require(try await store.loadRevised(identifier: "u"))
         #expect(record.session.credentials?.accessToken == "a")
-        #expect(controller.gate.state.withLock { $0.heldRevision } == record.revision)
+        #expect(controller.gate.inspect { $0.heldRevision } == record.revision)
         await controller.close()
     }
 

@@ -55,7 +55,7 @@ struct PersistenceFenceTests {
         try await withHangGuard("the late commit") { await late?.value }
         #expect(rig.store.calls(.save) == saves)
         #expect(await rig.store.stored("user") == nil)
-        #expect(controller.gate.state.withLock { $0.orphans.isEmpty })
+        #expect(controller.gate.inspect { $0.orphans.isEmpty })
     }
 
     // MARK: - Item 16: a write left behind does not hold the persistence slot for ever
@@ -142,8 +142,9 @@ struct PersistenceFenceTests {
     @Test func aFlightThatStartsAfterDeactivationIsNeitherRunNorAnnounced() async throws {
         let harness = RefreshHarness()
         harness.activate(expiresIn: 200)
-        let outcome = harness.gate.state.withLock {
-            $0.tokenRequested(now: harness.time.now.timeIntervalSinceReferenceDate)
+        // The machine's own input, without running its actions: the flight is started by hand below.
+        let outcome = harness.gate.modifyStateAndRunActions {
+            ($0.tokenRequested(now: harness.time.now.timeIntervalSinceReferenceDate), .none)
         }
         let job = try #require(outcome.refresh)
         await harness.gate.deactivate()

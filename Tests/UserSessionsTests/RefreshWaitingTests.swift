@@ -8,7 +8,7 @@ import Testing
 struct RefreshWaitingTests {
     /// Waiters still parked (cancelled ones stay as tombstones without a continuation).
     static func parkedWaiters(_ harness: RefreshHarness) -> Int {
-        harness.gate.state.withLock { $0.flights.waiters.count(where: { $0.continuation != nil }) }
+        harness.gate.inspect { $0.flights.waiters.count(where: { $0.continuation != nil }) }
     }
 
     @Test func tokenAndCredentialsWaitersShareOneRefreshAndAllGetItsResult() async throws {
@@ -88,7 +88,7 @@ struct RefreshWaitingTests {
             await #expect(throws: CancellationError.self) { try await callers[index].value }
         }
         #expect(Self.parkedWaiters(harness) == 4)
-        let ids = harness.gate.state.withLock { $0.flights.waiters.map(\.id) }
+        let ids = harness.gate.inspect { $0.flights.waiters.map(\.id) }
         #expect(ids == ids.sorted())
         refresherGate.open()
         #expect(try await first.value == "at-1")

@@ -118,7 +118,7 @@ struct SessionBoundaryTests {
         let second = Task { try await controller.restore() }
         // The second restore waits for the same refresh; release it only once the restore is waiting.
         try await withHangGuard("the second restore waiting") {
-            while !controller.gate.state.withLock({ $0.flights.waiters.contains { $0.continuation != nil } }) {
+            while !controller.gate.inspect({ $0.flights.waiters.contains { $0.continuation != nil } }) {
                 await Task.yield()
             }
         }

@@ -90,7 +90,10 @@ extension CredentialsGate {
             return
         }
         let revision = try await Self.overwrite(stored, identifier: identifier, store: coordinatedStore)
-        state.withLock { $0.noteOpeningRevision(revision, identifier: identifier) }
+        modifyStateAndRunActions { machine in
+            machine.noteOpeningRevision(revision, identifier: identifier)
+            return .none
+        }
     }
 
     /// `closeAndClear()`'s removal of `identifier`'s record (its session is already deactivated), fenced against

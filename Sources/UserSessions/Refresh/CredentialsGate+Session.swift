@@ -5,7 +5,7 @@ extension CredentialsGate {
     /// stay with that session).
     nonisolated(nonsending) func accessTokenAndGeneration() async throws -> (token: String, generation: UInt64) {
         let now = clock.nowSeconds()
-        let fresh = state.withLock { machine -> (String, UInt64)? in
+        let fresh = inspect { machine -> (String, UInt64)? in
             now < machine.nextActionAt ? (machine.token, machine.generation) : nil
         }
         if let fresh { return fresh }

@@ -16,7 +16,9 @@ import Synchronization
 /// The controller calls ``activate(identifier:userInfo:credentials:generation:)`` when a session opens (before
 /// its services start) and ``deactivate()`` first thing when it closes, is replaced or becomes invalid.
 final class CredentialsGate: Sendable {
-    let state: Mutex<RefreshStateMachine>
+    /// The machine. Private: it changes only through ``modifyStateAndRunActions(ordered:_:)`` and is read only
+    /// through ``inspect(_:)`` and the hot path.
+    private let state: Mutex<RefreshStateMachine>
     /// Waiter ids, increasing, allocated without the lock so that the cancellation handler knows its id.
     private let waiterIDs = Atomic<UInt64>(0)
     /// When a token was last asked for, as the bit pattern of seconds since the reference date; see `noteDemand`.
@@ -151,6 +153,47 @@ final class CredentialsGate: Sendable {
                 }
             }
         }
+    }
+
+    // MARK: - The funnel
+
+    /// The funnel every input of the machine goes through: `input` runs under the lock and returns a value and the
+    /// actions the transition calls for; the actions run after the lock is released, so no continuation is
+    /// resumed, no task started and no event emitted while it is held.
+    ///
+    /// `ordered` is for the inputs whose events must be ordered against ``deactivate()`` (a refresh starting or
+    /// failing, an event of a background write): the transition and its events then run under ``eventOrder``
+    /// too, which `deactivate()` takes for its own transition, so none of them follows the session's `.closed`.
+    @discardableResult
+    func modifyStateAndRunActions<Value>(
+        ordered: Bool = false, _ input: (inout RefreshStateMachine) -> (Value, RefreshStateMachine.Actions)
+    ) -> Value {
+        guard ordered else {
+            let (value, actions) = state.withLock { machine in input(&machine) }
+            run(actions)
+            return value
+        }
+        var (value, actions) = eventOrder.withLock { _ in
+            let (value, actions) = state.withLock { machine in input(&machine) }
+            emit(actions.events)
+            return (value, actions)
+        }
+        actions.events = []
+        run(actions)
+        return value
+    }
+
+    /// The funnel for an input that returns only actions.
+    func modifyStateAndRunActions(
+        ordered: Bool = false, _ input: (inout RefreshStateMachine) -> RefreshStateMachine.Actions
+    ) {
+        modifyStateAndRunActions(ordered: ordered) { machine in ((), input(&machine)) }
+    }
+
+    /// Reads the machine without changing it (the hot path's deadline check, the identifier a flight needs): a
+    /// read has nothing to run, so it does not go through the funnel.
+    func inspect<Value>(_ read: (borrowing RefreshStateMachine) -> Value) -> Value {
+        state.withLock { machine in read(machine) }
     }
 
     // MARK: - Reading

@@ -187,7 +187,8 @@ extension RefreshStateMachine {
     mutating func writeRetried(
         generation: UInt64, version: UInt64, error: (any Error)?, now: Double, jitter: Double
     ) -> Actions {
-        persistRetryFinished(generation: generation, version: version, succeeded: error == nil, now: now, jitter: jitter)
+        persistRetryFinished(
+            generation: generation, version: version, succeeded: error == nil, now: now, jitter: jitter)
         guard let error else { return .none }
         var actions = Actions(armRetryTimer: true)
         if isActive(generation: generation) {

@@ -55,7 +55,7 @@ final class RefreshHarness: Sendable {
 
     /// Yields until `count` callers wait for the refresh in flight.
     func awaitWaiters(_ count: Int) async {
-        while gate.state.withLock({ $0.flights.waiters.count(where: { $0.continuation != nil }) }) < count {
+        while gate.inspect({ $0.flights.waiters.count(where: { $0.continuation != nil }) }) < count {
             await Task.yield()
         }
     }
