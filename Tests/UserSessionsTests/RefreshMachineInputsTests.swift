@@ -1,0 +1,136 @@
+import Foundation
+import Testing
+
+@testable import UserSessions
+
+/// The machine's inputs as the gate's funnel feeds them: each returns the actions the gate performs afterwards.
+/// Synchronous, like ``RefreshStateMachineTests``.
+struct RefreshMachineInputsTests {
+    static let start = RefreshStateMachineTests.start
+
+    private static func kinds(_ actions: RefreshStateMachine.Actions) -> [UserSessionEvent.Kind] {
+        actions.events.map(\.kind)
+    }
+
+    @Test func aCommitWhoseWriteFailedReportsTheFailureBeforeTheRefreshAndArmsTheRetry() throws {
+        var machine = RefreshStateMachineTests.machine(expiresIn: 200)
+        let job = try #require(machine.tokenAsked(now: Self.start).1.refresh)
+        let new = RefreshStateMachineTests.refreshed(1, expiresAt: Self.start + 3600)
+        let targets = machine.commitTargets(flightID: job.flightID, newCredentials: new).0
+        #expect(targets.session?.stored.credentials?.refreshToken == "rt-1")
+        #expect(targets.orphan == nil)
+        let (waiters, actions) = machine.flightCommitted(
+            flightID: job.flightID, newCredentials: new, persistError: UserSessionError(.storeFailure, "disk full"),
+            now: Self.start, jitter: 0)
+        #expect(waiters == 0)
+        #expect(Self.kinds(actions) == [.persistenceFailed, .credentialsRefreshed])
+        #expect(actions.armRetryTimer)
+        #expect(machine.token == "at-1")
+        #expect(machine.isDirty)
+    }
+
+    @Test func aWrittenCommitOnlyAnnouncesTheRefresh() throws {
+        var machine = RefreshStateMachineTests.machine(expiresIn: 200)
+        let job = try #require(machine.tokenAsked(now: Self.start).1.refresh)
+        let new = RefreshStateMachineTests.refreshed(1, expiresAt: Self.start + 3600)
+        _ = machine.commitTargets(flightID: job.flightID, newCredentials: new)
+        let (_, actions) = machine.flightCommitted(
+            flightID: job.flightID, newCredentials: new, persistError: nil, now: Self.start, jitter: 0)
+        #expect(Self.kinds(actions) == [.credentialsRefreshed])
+        #expect(!actions.armRetryTimer)
+        #expect(!machine.isDirty)
+    }
+
+    @Test func aTerminalFailureNamesTheSessionToInvalidateAndATransientOneDoesNot() throws {
+        for (failureClass, invalidates) in [(RefreshFailureClass.terminal, UInt64(7)), (.transient, nil)] {
+            var machine = RefreshStateMachineTests.machine(expiresIn: 200)
+            let job = try #require(machine.tokenAsked(now: Self.start).1.refresh)
+            let error = UserSessionError(.refreshFailed, "refused", failureClass: failureClass)
+            let (report, actions) = machine.flightFailed(
+                flightID: job.flightID, error: error, now: Self.start, jitter: 0)
+            #expect(report?.invalidates == invalidates)
+            #expect(Self.kinds(actions) == [.refreshFailed(failureClass)])
+        }
+    }
+
+    @Test func aStaleFlightReportsNothing() throws {
+        var machine = RefreshStateMachineTests.machine(expiresIn: 200)
+        let job = try #require(machine.tokenAsked(now: Self.start).1.refresh)
+        let waiters = machine.deactivated()
+        #expect(waiters.waiters.isEmpty)
+        let error = UserSessionError(.refreshFailed, "down", failureClass: .transient)
+        let (report, actions) = machine.flightFailed(flightID: job.flightID, error: error, now: Self.start, jitter: 0)
+        #expect(report == nil)
+        #expect(actions.events.isEmpty)
+        // The ended session's flight was kept as an orphan; its failure forgets it.
+        #expect(machine.orphans.isEmpty)
+    }
+
+    @Test func aFlightThatNoLongerBelongsToTheSessionIsForgottenBeforeItSends() throws {
+        var machine = RefreshStateMachineTests.machine(expiresIn: 200)
+        let job = try #require(machine.tokenAsked(now: Self.start).1.refresh)
+        let (goesOn, announced) = machine.flightProceeds(flightID: job.flightID, announcing: true)
+        #expect(goesOn)
+        #expect(Self.kinds(announced) == [.refreshStarted])
+        _ = machine.deactivated()
+        #expect(machine.orphans[job.flightID] != nil)
+        let (stale, silent) = machine.flightProceeds(flightID: job.flightID, announcing: true)
+        #expect(!stale)
+        #expect(silent.events.isEmpty)
+        #expect(machine.orphans[job.flightID] == nil)
+    }
+
+    @Test func aRequestFromACancelledTaskGetsCancellationWithoutStartingARefresh() async throws {
+        var machine = RefreshStateMachineTests.machine(expiresIn: 30)
+        var startedRefresh = true
+        let result: Bool
+        do {
+            _ = try await withUnsafeThrowingContinuation {
+                (continuation: UnsafeContinuation<Credentials, any Error>) in
+                let (_, actions) = machine.requested(
+                    .demand, now: Self.start, waiterID: 1, continuation: .credentials(continuation), cancelled: true)
+                startedRefresh = actions.refresh != nil
+                if let (caller, result) = actions.caller, case .failure(let error) = result {
+                    caller.resume(throwing: error)
+                } else {
+                    continuation.resume(throwing: UserSessionError(.wrongState, "no caller action"))
+                }
+            }
+            result = false
+        } catch {
+            result = error is CancellationError
+        }
+        #expect(!startedRefresh)
+        #expect(result)
+        #expect(!machine.flights.isRefreshing)
+    }
+
+    @Test func aRetriedWriteThatFailsIsReportedOnlyWhileItsSessionIsActive() {
+        for active in [true, false] {
+            var machine = RefreshStateMachineTests.machine(expiresIn: 3600)
+            if !active { _ = machine.deactivated() }
+            let actions = machine.writeRetried(
+                generation: 7, version: 1, error: UserSessionError(.storeFailure, "down"), now: Self.start, jitter: 0)
+            #expect(actions.armRetryTimer)
+            #expect(Self.kinds(actions) == (active ? [.persistenceFailed] : []))
+        }
+    }
+
+    @Test func theSessionsDataFollowsItsPhase() {
+        var machine = RefreshStateMachineTests.machine(expiresIn: 3600)
+        guard case .active(let identity) = machine.phase else {
+            Issue.record("an activated machine is active")
+            return
+        }
+        #expect(identity.generation == 7)
+        _ = machine.deactivated()
+        guard case .ended(let ended) = machine.phase else {
+            Issue.record("a deactivated machine has ended")
+            return
+        }
+        #expect(ended.identifier == "user")
+        #expect(!machine.active)
+        #expect(machine.nextActionAt == -.infinity)
+        #expect(machine.credentials?.accessToken == "at-0")
+    }
+}
