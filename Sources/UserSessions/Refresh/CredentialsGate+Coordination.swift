@@ -64,10 +64,7 @@ extension CredentialsGate {
     }
 
     private func noteWritten(_ target: RefreshStateMachine.PersistTarget, revision: UInt64) {
-        modifyStateAndRunActions { machine in
-            machine.noteWritten(target, revision: revision)
-            return .none
-        }
+        modifyStateAndRunActions { $0.written(target, revision: revision) }
     }
 
     /// Replaces whatever is stored under `identifier` with `stored`, conditionally on the revision read just

@@ -14,10 +14,7 @@ extension CredentialsGate {
     }
 
     private func acquirePersistSlot() async -> UInt64 {
-        let (ticket, granted) = modifyStateAndRunActions { machine in
-            let ticket = machine.slot.makeTicket()
-            return ((ticket, machine.slot.tryAcquire(ticket: ticket)), .none)
-        }
+        let (ticket, granted) = modifyStateAndRunActions { $0.slotRequested() }
         if granted { return ticket }
         await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
             // Stored in the queue exactly once or resumed here; the releaser removes it before resuming it.
@@ -104,10 +101,7 @@ extension CredentialsGate {
     /// progress lands before it. And a write that overran the close's deadline (its slot was taken away) and
     /// lands after the removal finds the epoch changed and removes the record again (``write(_:ticket:)``).
     func clear(identifier: String) async throws {
-        modifyStateAndRunActions { machine in
-            machine.beginClear(identifier: identifier)
-            return .none
-        }
+        modifyStateAndRunActions { $0.clearBegun(identifier: identifier) }
         try await withPersistSlot { _ in try await store.remove(identifier: identifier) }
     }
 
@@ -140,16 +134,13 @@ extension CredentialsGate {
 
     private func runPersistRetry(_ job: RefreshStateMachine.PersistJob) async {
         let adoption = await withPersistSlot { ticket -> Adoption in
-            let target = modifyStateAndRunActions { ($0.persistRetryTarget(generation: job.generation), .none) }
+            let target = modifyStateAndRunActions { $0.retryTargetTaken(generation: job.generation) }
             guard let target else { return .none }
             let outcome = await writeOutcome(target, ticket: ticket)
             if case .superseded(let record) = outcome {
                 // Another process wrote a newer record (or removed it) since: that one stands.
                 let adoption = adoptHoldingSlot(record, generation: job.generation)
-                modifyStateAndRunActions { machine in
-                    machine.persistence.retryDropped()
-                    return .none
-                }
+                modifyStateAndRunActions { $0.retrySuperseded() }
                 return adoption
             }
             let now = clock.nowSeconds()

@@ -143,7 +143,7 @@ final class CredentialsGate: Sendable {
         await withPersistSlot { ticket in
             // Cancelled once `deactivate()` stopped waiting: the session is closed without this write, and writing
             // now could land after a later `remove`.
-            guard !Task.isCancelled, let flush = modifyStateAndRunActions({ ($0.takeFinalFlush(), .none) }),
+            guard !Task.isCancelled, let flush = modifyStateAndRunActions({ $0.finalFlushTaken() }),
                 let error = await write(flush, ticket: ticket)
             else { return }
             eventOrder.withLock { _ in

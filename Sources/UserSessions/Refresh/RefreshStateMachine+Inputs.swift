@@ -170,6 +170,42 @@ extension RefreshStateMachine {
 
     // MARK: - Writes
 
+    /// A writer asks for the persistence slot: its ticket, and whether it holds the slot now (else it queues with
+    /// ``PersistenceSlot/enqueue(ticket:continuation:)``).
+    mutating func slotRequested() -> ((ticket: UInt64, granted: Bool), Actions) {
+        let ticket = slot.makeTicket()
+        return ((ticket, slot.tryAcquire(ticket: ticket)), .none)
+    }
+
+    /// `closeAndClear()` is about to remove `identifier`'s record (see ``beginClear(identifier:)``).
+    mutating func clearBegun(identifier: String) -> Actions {
+        beginClear(identifier: identifier)
+        return .none
+    }
+
+    /// A write of `target` landed as `revision` in a coordinated store (see ``noteWritten(_:revision:)``).
+    mutating func written(_ target: PersistTarget, revision: UInt64) -> Actions {
+        noteWritten(target, revision: revision)
+        return .none
+    }
+
+    /// Once the slot is held for a retry of the session of `generation`: what to write (see
+    /// ``persistRetryTarget(generation:)``).
+    mutating func retryTargetTaken(generation: UInt64) -> (PersistTarget?, Actions) {
+        (persistRetryTarget(generation: generation), .none)
+    }
+
+    /// A retried write found a newer record in a coordinated store, which stands: the retry is dropped.
+    mutating func retrySuperseded() -> Actions {
+        persistence.retryDropped()
+        return .none
+    }
+
+    /// Once the slot is held after `deactivate()`: the final flush's target (see ``takeFinalFlush()``).
+    mutating func finalFlushTaken() -> (PersistTarget?, Actions) {
+        (takeFinalFlush(), .none)
+    }
+
     /// A write of `target` in the slot of `ticket` returned. If its slot had been taken away, its late landing is
     /// repaired (see ``repairLateWrite(_:now:)``).
     mutating func writeReturned(_ target: PersistTarget, ticket: UInt64, now: Double) -> Actions {
