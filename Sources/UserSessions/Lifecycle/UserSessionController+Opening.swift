@@ -53,7 +53,7 @@ extension UserSessionController {
             identifier: identifier, state: .opened, userInfo: source.userInfo, openedAt: openedAt)
         lifecycle.openingActivated(generation: generation)
         do {
-            try await activate(source, generation: generation)
+            try await activateAndRunFirstStep(source, generation: generation)
         } catch {
             throw await unwindOpening(session, failure: error)
         }
@@ -71,7 +71,7 @@ extension UserSessionController {
 
     /// Makes the credentials of `source` readable through the gate, then runs its opening step (cancellable, see
     /// ``runOpeningStep(_:)``). Throws the error to unwind with.
-    private func activate(_ source: OpeningSource, generation: UInt64) async throws {
+    private func activateAndRunFirstStep(_ source: OpeningSource, generation: UInt64) async throws {
         let gate = self.gate
         switch source {
         case .prototype(let prototype):

@@ -70,7 +70,8 @@ extension UserSessionController {
         }
     }
 
-    /// The part of restore that runs in the caller's turn, once no session is opened.
+    /// The part of restore that runs in the caller's turn, once no session is opened: reads and checks the stored
+    /// session, then opens it through ``openInTurn(_:services:openedAt:)``.
     func restoreInTurn(identifier: String) async throws -> UserSession {
         let stored: StoredSession?
         var revision: UInt64?
