@@ -70,7 +70,8 @@ extension UserSessionController {
         }
     }
 
-    /// The part of restore that runs in the caller's turn, once no session is opened.
+    /// The part of restore that runs in the caller's turn, once no session is opened: reads and checks the stored
+    /// session, then opens it through ``openInTurn(_:services:openedAt:)``.
     func restoreInTurn(identifier: String) async throws -> UserSession {
         let stored: StoredSession?
         var revision: UInt64?
@@ -97,43 +98,8 @@ extension UserSessionController {
             }
             needsRefresh = true
         }
-
-        let services = self.services
-        lifecycle.beginOpening()
-        generation += 1
-        let generation = generation
-        let session = UserSession(identifier: identifier, state: .opened, userInfo: stored.userInfo, openedAt: now)
-        lifecycle.openingActivated(generation: generation)
-        gate.activate(
-            identifier: identifier, userInfo: stored.userInfo, credentials: stored.credentials, generation: generation,
-            restoring: true, revision: revision)
-
-        if needsRefresh {
-            // In a task of its own so that a close arriving now (or the caller's cancellation) stops the wait at
-            // once; the shared refresh itself keeps running and commits its result.
-            let gate = self.gate
-            let refreshing = Task { try await gate.ensureUsable() }
-            cancelOpeningWork = { refreshing.cancel() }
-            let result = await withTaskCancellationHandler {
-                await refreshing.result
-            } onCancel: {
-                refreshing.cancel()
-            }
-            cancelOpeningWork = nil
-            // A refresh that outlives a failed or cancelled restore still writes its rotated credentials to this
-            // user's record (the gate keeps it as an orphan), so the next restore sends the new refresh token.
-            if case .failure(let error) = result { throw await unwindOpening(session, failure: error) }
-        }
-        let (store, configuration) = (self.store, self.configuration)
-        do {
-            try await runOpeningStep {
-                try await Self.persistCurrentIdentifierAndCreateDirectories(
-                    identifier, store: store, configuration: configuration)
-            }
-        } catch {
-            throw await unwindOpening(
-                session, failure: Self.storeError(error, "could not persist the current identifier"))
-        }
-        return try await startServicesAndCommit(session, services: services, generation: generation)
+        return try await openInTurn(
+            .stored(stored, identifier: identifier, revision: revision, needsRefresh: needsRefresh),
+            services: services, openedAt: now)
     }
 }

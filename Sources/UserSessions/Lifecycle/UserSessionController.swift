@@ -141,33 +141,8 @@ public actor UserSessionController {
 
         let services = self.services
         await endRunningSession(state: .closed, event: .closed(.replaced))
-
-        lifecycle.beginOpening()
-        generation += 1
-        let generation = generation
-        let session = UserSession(
-            identifier: prototype.identifier, state: .opened, userInfo: prototype.userInfo,
-            openedAt: configuration.clock.now())
-        lifecycle.openingActivated(generation: generation)
-        let (store, configuration, gate) = (self.store, self.configuration, self.gate)
-        // Reserved before the credentials become readable, so no refresh commit of this session can be written
-        // before this first write.
-        let slot = await gate.reserveOpeningWrite()
-        gate.activate(
-            identifier: prototype.identifier, userInfo: prototype.userInfo, credentials: prototype.credentials,
-            generation: generation)
-        do {
-            try await runOpeningStep {
-                try await gate.writeOpening(
-                    StoredSession(userInfo: prototype.userInfo, credentials: prototype.credentials),
-                    identifier: prototype.identifier, ticket: slot)
-                try await Self.persistCurrentIdentifierAndCreateDirectories(
-                    prototype.identifier, store: store, configuration: configuration)
-            }
-        } catch {
-            throw await unwindOpening(session, failure: Self.storeError(error, "could not persist the session"))
-        }
-        return try await startServicesAndCommit(session, services: services, generation: generation)
+        return try await openInTurn(
+            .prototype(prototype), services: services, openedAt: configuration.clock.now())
     }
 
     // MARK: - Close

@@ -6,8 +6,11 @@ extension CredentialsGate {
     /// Runs `body` holding the persistence slot (``PersistenceSlot``), waiting for it in arrival order, and
     /// releases it when `body` returns or throws. `body` gets the slot's ticket, for ``write(_:ticket:)``.
     ///
-    /// The only way to hold the slot, except the opening write's reservation (``reserveOpeningWrite()``).
-    func withPersistSlot<Value>(_ body: (UInt64) async throws -> Value) async rethrows -> Value {
+    /// The only way to hold the slot. It runs on the caller's executor, so an actor can hold the slot while it
+    /// works on its own state (the controller activates an opening session inside it).
+    nonisolated(nonsending) func withPersistSlot<Value>(_ body: (UInt64) async throws -> Value) async rethrows
+        -> Value
+    {
         let ticket = await acquirePersistSlot()
         defer { releasePersistSlot(ticket) }
         return try await body(ticket)
@@ -71,26 +74,16 @@ extension CredentialsGate {
 
     // MARK: - Writes of the lifecycle
 
-    /// Reserves the slot for the first write of a session that is about to open, before its credentials become
-    /// readable: nothing of the new session (a refresh commit) can then be written before it. Hand the ticket to
-    /// ``writeOpening(_:identifier:ticket:)``.
-    func reserveOpeningWrite() async -> UInt64 {
-        await acquirePersistSlot()
-    }
-
-    /// The opening session's first write, in the slot reserved by ``reserveOpeningWrite()``; releases the slot.
-    /// The controller calls it exactly once for each reservation, whatever happens to the open.
-    func writeOpening(_ stored: StoredSession, identifier: String, ticket: UInt64) async throws {
-        defer { releasePersistSlot(ticket) }
+    /// The opening session's first write. The controller makes it holding the slot (``withPersistSlot(_:)``), which
+    /// it takes before the session's credentials become readable: nothing of the new session (a refresh commit)
+    /// can then be written before it.
+    func writeOpening(_ stored: StoredSession, identifier: String) async throws {
         guard let coordinatedStore else {
             try await store.save(stored, identifier: identifier)
             return
         }
         let revision = try await Self.overwrite(stored, identifier: identifier, store: coordinatedStore)
-        modifyStateAndRunActions { machine in
-            machine.noteOpeningRevision(revision, identifier: identifier)
-            return .none
-        }
+        modifyStateAndRunActions { $0.openingWritten(revision: revision, identifier: identifier) }
     }
 
     /// `closeAndClear()`'s removal of `identifier`'s record (its session is already deactivated), fenced against

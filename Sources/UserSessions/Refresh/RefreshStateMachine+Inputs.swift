@@ -189,6 +189,12 @@ extension RefreshStateMachine {
         return .none
     }
 
+    /// The opening session's first write landed as `revision` (see ``noteOpeningRevision(_:identifier:)``).
+    mutating func openingWritten(revision: UInt64, identifier: String) -> Actions {
+        noteOpeningRevision(revision, identifier: identifier)
+        return .none
+    }
+
     /// Once the slot is held for a retry of the session of `generation`: what to write (see
     /// ``persistRetryTarget(generation:)``).
     mutating func retryTargetTaken(generation: UInt64) -> (PersistTarget?, Actions) {
