@@ -78,5 +78,5 @@ enum IdentifierEncoding {
             || byte == UInt8(ascii: "-")
     }
 
-    private static let escaping = HexEscaping(escape: UInt8(ascii: "_"), uppercase: false, keeps: isKept)
+    private static let escaping = HexEscaping(escape: UInt8(ascii: "_"), uppercase: false) { isKept($0) }
 }
