@@ -217,6 +217,33 @@ import Testing
             "\(UserSessionEvent.Kind.credentialsUpdated(adopted))" == "credentialsUpdated(adoptedFromStore, extended)")
     }
 
+    /// An open writes over whatever is stored, conditionally on the revision it read: a conflict makes it read the
+    /// revision again and retry, and conflicts that never end fail the open with a typed error after a bounded
+    /// number of attempts, opening nothing.
+    @Test func anOpeningWriteRetriesAConflictAndGivesUpOnEndlessConflicts() async throws {
+        let prototype = UserSessionPrototype(
+            identifier: "user", userInfo: UserInfo(id: "user"),
+            credentials: Rig.credentials("1", expiresAt: Date() + 3600))
+        let store = ScriptedCoordinatedStore()
+        store.writeElsewhere(Rig.session(Rig.credentials("0", expiresAt: Date() + 3600)), identifier: "user")
+        store.conflictOnNextConditionalSave()
+        let controller = UserSessionController(store: store, refresher: ScriptedRefresher())
+        _ = try await controller.open(prototype)
+        #expect(store.conditionalSaves.map(\.revision) == [nil, 2])
+        #expect(store.record("user")?.session.credentials?.accessToken == "at-1")
+        #expect(controller.gate.inspect { $0.heldRevision } == 2)
+        await controller.close()
+
+        let endless = ScriptedCoordinatedStore()
+        endless.conflictOnEveryConditionalSave()
+        let refused = UserSessionController(store: endless, refresher: ScriptedRefresher())
+        let error = await #expect(throws: UserSessionError.self) { try await refused.open(prototype) }
+        #expect(error?.code == .revisionConflict)
+        #expect(endless.conditionalSaves.count == CredentialsGate.conditionalWriteAttempts)
+        #expect(refused.session.state != .opened)
+        #expect(endless.record("user") == nil)
+    }
+
     @Test func aRestoredSessionHoldsTheRevisionItWasReadAt() async throws {
         let store = ScriptedCoordinatedStore()
         let revision = store.writeElsewhere(

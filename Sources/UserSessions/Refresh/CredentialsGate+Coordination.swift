@@ -82,15 +82,15 @@ extension CredentialsGate {
             try await store.save(stored, identifier: identifier)
             return try await store.loadRevised(identifier: identifier)?.revision ?? 0
         }
-        for attempt in 1...conditionalWriteAttempts {
+        // Every attempt but the last retries a conflict with the revision read again; the last one throws it.
+        for _ in 1..<conditionalWriteAttempts {
             do {
                 return try await store.save(stored, identifier: identifier, expectedRevision: expected)
             } catch let error as UserSessionError where error.code == .revisionConflict {
-                if attempt == conditionalWriteAttempts { throw error }
                 expected = try await store.loadRevised(identifier: identifier)?.revision
             }
         }
-        throw UserSessionError(.storeFailure, "unreachable")
+        return try await store.save(stored, identifier: identifier, expectedRevision: expected)
     }
 
     // MARK: - Adopting what the store holds

@@ -17,6 +17,7 @@ final class ScriptedCoordinatedStore: CoordinatedTokenStore {
         var leaseAcquisitions = 0
         var subscribers: [AsyncStream<TokenStoreChange>.Continuation] = []
         var failNextConditionalWithConflict = false
+        var conflictsOnEveryConditionalSave = false
     }
     private let state = Mutex(State())
     /// One arrival per task that starts waiting for a lease someone else holds.
@@ -72,6 +73,11 @@ final class ScriptedCoordinatedStore: CoordinatedTokenStore {
         state.withLock { $0.failNextConditionalWithConflict = true }
     }
 
+    /// Makes every conditional save throw `revisionConflict` (as if other processes kept writing).
+    func conflictOnEveryConditionalSave() {
+        state.withLock { $0.conflictsOnEveryConditionalSave = true }
+    }
+
     func record(_ identifier: String) -> RevisedSession? { state.withLock { $0.records[identifier] } }
     var conditionalSaves: [(identifier: String, expected: UInt64?, revision: UInt64?)] {
         state.withLock { $0.conditionalSaves }
@@ -97,7 +103,7 @@ final class ScriptedCoordinatedStore: CoordinatedTokenStore {
 
     func save(_ session: StoredSession, identifier: String, expectedRevision: UInt64?) async throws -> UInt64 {
         try state.withLock { state in
-            if state.failNextConditionalWithConflict {
+            if state.failNextConditionalWithConflict || state.conflictsOnEveryConditionalSave {
                 state.failNextConditionalWithConflict = false
                 state.conditionalSaves.append((identifier, expectedRevision, nil))
                 throw UserSessionError(.revisionConflict, "scripted conflict")
