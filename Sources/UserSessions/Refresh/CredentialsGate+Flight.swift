@@ -75,8 +75,10 @@ extension CredentialsGate {
     {
         let identifier = inspect { $0.identifier }
         guard let stored = try? await store.load(identifier: identifier), let credentials = stored.credentials,
-            credentials.refreshToken != nil, credentials.refreshToken != job.credentials.refreshToken,
-            inspect({ $0.isCurrent(flightID: job.flightID) && ExactIdentifier.areEqual($0.identifier, identifier) })
+            inspect({
+                $0.mayRetryWithStored(
+                    flightID: job.flightID, identifier: identifier, sent: job.credentials, stored: credentials)
+            })
         else { return nil }
         return (stored, credentials)
     }

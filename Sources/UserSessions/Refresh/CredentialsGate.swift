@@ -370,6 +370,4 @@ final class CredentialsGate: Sendable {
             for waiter in waiters { waiter.continuation?.resume(throwing: error) }
         }
     }
-
-    static var notOpen: UserSessionError { RefreshStateMachine.notOpenError }
 }

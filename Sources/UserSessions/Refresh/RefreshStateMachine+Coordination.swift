@@ -55,11 +55,12 @@ extension RefreshStateMachine {
         return action
     }
 
-    /// The fallback for stores without coordination: a refresh of `flightID` was refused as `invalid_grant`, and
-    /// the store holds `stored`, whose refresh token differs from the one that refresh sent (another process
-    /// rotated it within the server's reuse grace period). Returns whether the flight is still the session's.
-    func mayRetryWithStored(flightID: UInt64, sent: Credentials, stored: Credentials) -> Bool {
-        guard isCurrent(flightID: flightID), stored.isRefreshable || stored.expiresAt != nil else { return false }
-        return stored.refreshToken != sent.refreshToken && stored != credentials
+    /// The fallback for stores without coordination: a refresh of `flightID` that sent `sent` was refused as
+    /// `invalid_grant`, and the store holds `stored` under `identifier`. Whether `stored` may take over: it has a
+    /// refresh token other than the one sent (another process rotated it within the server's reuse grace period),
+    /// and the flight is still the session's, whose identifier is still `identifier`.
+    func mayRetryWithStored(flightID: UInt64, identifier: String, sent: Credentials, stored: Credentials) -> Bool {
+        guard isCurrent(flightID: flightID), ExactIdentifier.areEqual(self.identifier, identifier) else { return false }
+        return stored.refreshToken != nil && stored.refreshToken != sent.refreshToken
     }
 }

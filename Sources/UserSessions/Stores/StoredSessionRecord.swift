@@ -43,9 +43,4 @@ package enum StoredSessionRecord {
     package static func validate(identifier: String) throws {
         try IdentifierEncoding.validate(identifier)
     }
-
-    /// Whether two identifiers are the same: equal UTF-8 bytes, never Unicode equivalence.
-    package static func areSameIdentifier(_ lhs: String, _ rhs: String) -> Bool {
-        ExactIdentifier.areEqual(lhs, rhs)
-    }
 }
