@@ -133,4 +133,47 @@ struct RefreshMachineInputsTests {
         #expect(machine.nextActionAt == -.infinity)
         #expect(machine.credentials?.accessToken == "at-0")
     }
+
+    // MARK: - Identifiers compare by their bytes
+
+    static let composed = "caf\u{E9}"
+    static let decomposed = "cafe\u{301}"
+
+    /// A machine whose active session is `identifier` (generation 2), with credentials in the soft window.
+    static func machine(activeAs identifier: String) -> RefreshStateMachine {
+        var machine = RefreshStateMachine(
+            policy: UserSessionController.Configuration().refreshPolicy.refresh, hasRefresher: true)
+        _ = machine.activate(
+            identifier: identifier, userInfo: UserInfo(id: identifier),
+            credentials: RefreshStateMachineTests.refreshed(0, expiresAt: start + 200), generation: 2)
+        return machine
+    }
+
+    /// `"café"` composed and decomposed are equal Swift strings but two users to every store. A late write of the
+    /// composed user's record, landing after that user was cleared, is removed again even while the decomposed
+    /// user is active; it is not taken for the active user's own record.
+    @Test func aLateWriteOfAClearedUserIsUndoneWhateverUserLooksAlike() {
+        #expect(Self.composed == Self.decomposed)
+        var machine = Self.machine(activeAs: Self.decomposed)
+        let late = RefreshStateMachine.PersistTarget(
+            identifier: Self.composed,
+            stored: StoredSession(userInfo: UserInfo(id: Self.composed), credentials: nil), version: 1,
+            generation: 1, epoch: machine.persistence.epoch)
+        machine.beginClear(identifier: Self.composed)
+        #expect(machine.repairLateWrite(late, now: Self.start) == .remove(identifier: Self.composed))
+    }
+
+    /// The refresh still running for the composed user (an orphan) is not dropped when the decomposed user opens:
+    /// it still writes its rotated token to the composed user's record.
+    @Test func anOrphanSurvivesTheActivationOfAUserThatOnlyLooksTheSame() throws {
+        var machine = Self.machine(activeAs: Self.composed)
+        let job = try #require(machine.tokenAsked(now: Self.start).1.refresh)
+        _ = machine.deactivated()
+        _ = machine.activated(
+            identifier: Self.decomposed, userInfo: UserInfo(id: Self.decomposed), credentials: nil, generation: 3,
+            restoring: false, revision: nil)
+        let target = machine.orphanCommitTarget(
+            flightID: job.flightID, newCredentials: RefreshStateMachineTests.refreshed(1, expiresAt: Self.start + 3600))
+        #expect(target.map { ExactIdentifier.areEqual($0.identifier, Self.composed) } == true)
+    }
 }

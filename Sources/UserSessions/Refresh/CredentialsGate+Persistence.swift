@@ -67,7 +67,7 @@ extension CredentialsGate {
     /// Removes `identifier`'s record once more, after a write left behind by a close landed after the clear.
     func removeAgain(_ identifier: String) async {
         await withPersistSlot { _ in
-            let owned = inspect { $0.active && $0.identifier == identifier }
+            let owned = inspect { $0.active && ExactIdentifier.areEqual($0.identifier, identifier) }
             if !owned { try? await store.remove(identifier: identifier) }
         }
     }

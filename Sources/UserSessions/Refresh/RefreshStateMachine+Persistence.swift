@@ -62,7 +62,7 @@ extension RefreshStateMachine {
     mutating func adoptOrphan(identifier: String, refreshToken: String?) -> Flight? {
         guard !orphans.isEmpty else { return nil }
         var adopted: Flight?
-        for (id, orphan) in orphans where orphan.identifier == identifier {
+        for (id, orphan) in orphans where ExactIdentifier.areEqual(orphan.identifier, identifier) {
             orphans.removeValue(forKey: id)
             if let refreshToken, orphan.flight.sentRefreshToken == refreshToken, orphan.epoch == persistence.epoch,
                 adopted.map({ $0.id < id }) ?? true
@@ -90,7 +90,7 @@ extension RefreshStateMachine {
     /// taken before and lands late (a store that overran the close's deadline) is undone (``repairLateWrite(_:now:)``).
     mutating func beginClear(identifier: String) {
         persistence.fence()
-        orphans = orphans.filter { $0.value.identifier != identifier }
+        orphans = orphans.filter { !ExactIdentifier.areEqual($0.value.identifier, identifier) }
     }
 
     /// What a write that landed after its slot was taken away must do to repair the order of writes.
@@ -105,7 +105,7 @@ extension RefreshStateMachine {
     /// A write of `target` whose slot ``PersistenceSlot/abandon()`` took away returned: what its late landing
     /// must repair.
     mutating func repairLateWrite(_ target: PersistTarget, now: Double) -> WriteRepair {
-        let ownsRecord = active && identifier == target.identifier
+        let ownsRecord = active && ExactIdentifier.areEqual(identifier, target.identifier)
         if ownsRecord, generation != target.generation || target.epoch != persistence.epoch {
             // A newer session of this identifier may have written since: write its credentials again, now.
             persistence.mustRewrite(now: now)
