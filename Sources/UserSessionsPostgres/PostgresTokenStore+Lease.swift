@@ -139,17 +139,12 @@ extension PostgresTokenStore {
 
     /// The advisory lock key of `identifier`'s lease: FNV-1a over a tag, the namespace and the identifier's bytes.
     package static func leaseKey(namespace: String, identifier: String) -> Int64 {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        func combine(_ byte: UInt8) {
-            hash ^= UInt64(byte)
-            hash = hash &* 0x100_0000_01b3
-        }
-        for byte in "user-sessions.lease".utf8 { combine(byte) }
-        combine(0)
-        for byte in namespace.utf8 { combine(byte) }
-        combine(0)
-        for byte in identifier.utf8 { combine(byte) }
-        return Int64(bitPattern: hash)
+        var hash = StableHash64("user-sessions.lease")
+        hash.combine(0)
+        hash.combine(namespace)
+        hash.combine(0)
+        hash.combine(identifier)
+        return Int64(bitPattern: hash.value)
     }
 
     static func milliseconds(_ duration: Duration) -> Int {

@@ -67,12 +67,7 @@ struct Options {
 /// A short, stable hash of a token for output (FNV-1a, 64 bits, first 12 hex digits): equal tokens give equal
 /// hashes, and the token cannot be read back from it.
 func shortHash(_ token: String) -> String {
-    var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-    for byte in token.utf8 {
-        hash ^= UInt64(byte)
-        hash = hash &* 0x100_0000_01b3
-    }
-    return String(String(hash, radix: 16).suffix(12))
+    String(StableHash64(token).hexDigits.suffix(12))
 }
 
 /// What the tasks saw, shared between them (an actor, so ThreadSanitizer sees its synchronization).

@@ -222,11 +222,6 @@ struct PostgresFleetTests {
 
 /// The hash FleetNode prints for a token (FNV-1a, 64 bits, first 12 hex digits).
 func shortHash(_ token: String) -> String {
-    var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-    for byte in token.utf8 {
-        hash ^= UInt64(byte)
-        hash = hash &* 0x100_0000_01b3
-    }
-    return String(String(hash, radix: 16).suffix(12))
+    String(StableHash64(token).hexDigits.suffix(12))
 }
 #endif

@@ -48,6 +48,19 @@ struct IdentifierEncodingTests {
         #expect(StableHash128(String(repeating: "x", count: 300)).hexDigits == "0ca87c95ae2960615decdb050f1a92bd")
     }
 
+    @Test func hash64MatchesTheFNV1a64ReferenceValues() {
+        #expect(StableHash64("").hexDigits == "cbf29ce484222325")
+        #expect(StableHash64("a").hexDigits == "af63dc4c8601ec8c")
+        #expect(StableHash64("foobar").hexDigits == "85944171f73967e8")
+        // The PostgreSQL store's lease key is this sequence: a fleet's processes must all derive the same key.
+        var lease = StableHash64("user-sessions.lease")
+        lease.combine(0)
+        lease.combine("tenant")
+        lease.combine(0)
+        lease.combine("alice")
+        #expect(lease.value == 0x3881_ca39_5e87_bf2c)
+    }
+
     @Test(arguments: ["", "a\u{0}b", "\u{0}", String(repeating: "a", count: 64 * 1024 + 1)])
     func rejectsUnusableIdentifiers(_ identifier: String) {
         let error = #expect(throws: UserSessionError.self) { try IdentifierEncoding.name(for: identifier) }

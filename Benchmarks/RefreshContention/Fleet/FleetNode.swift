@@ -134,12 +134,7 @@ struct FleetNodeSummary: Codable, Sendable {
 /// Short hashes of tokens (FNV-1a, 64 bits): equal tokens hash equal, and a hash does not give the token back.
 enum FleetToken {
     static func hash(_ token: String) -> String {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in token.utf8 {
-            hash ^= UInt64(byte)
-            hash = hash &* 0x100_0000_01b3
-        }
-        return String(hash, radix: 16)
+        StableHash64(token).hexDigits
     }
 }
 
