@@ -1,9 +1,9 @@
 #if PostgreSQL
 import PostgresNIO
-import Synchronization
 import UserSessions
 
-/// Runs one store operation against a deadline without ever waiting for an operation that ignores cancellation.
+/// Runs one store operation against a deadline without ever waiting for an operation that ignores cancellation
+/// (`Deadline.abandon(after:clock:timedOut:_:)`).
 ///
 /// A task group would wait for its child even after the deadline, and a `PostgresClient` waiting for a connection
 /// to a server that is down may never return. So the operation runs in its own task; the deadline or the caller's
@@ -12,76 +12,10 @@ enum PostgresOperationDeadline {
     static func run<Value: Sendable>(
         _ timeout: Duration, what: String, _ operation: @escaping @Sendable () async throws -> Value
     ) async throws -> Value {
-        let race = OperationRace<Value>()
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
-                race.start(continuation)
-                let work = Task {
-                    do {
-                        race.finish(.success(try await operation()))
-                    } catch {
-                        race.finish(.failure(error))
-                    }
-                }
-                let timer = Task {
-                    try? await Task.sleep(for: timeout)
-                    race.finish(
-                        .failure(
-                            UserSessionError(
-                                .storeFailure, "PostgreSQL did not answer within \(timeout) while \(what)")))
-                }
-                race.attach(work: work, timer: timer)
-            }
-        } onCancel: {
-            race.finish(.failure(CancellationError()))
-        }
-    }
-}
-
-/// The one-shot race between an operation, its deadline and the caller's cancellation: whichever comes first resumes
-/// the caller and cancels the other tasks.
-private final class OperationRace<Value: Sendable>: Sendable {
-    private struct State {
-        var continuation: CheckedContinuation<Value, any Error>?
-        var tasks: [Task<Void, Never>] = []
-        var outcome: Result<Value, any Error>?
-    }
-    private let state = Mutex(State())
-
-    func start(_ continuation: CheckedContinuation<Value, any Error>) {
-        let early = state.withLock { state -> Result<Value, any Error>? in
-            if let outcome = state.outcome { return outcome }
-            state.continuation = continuation
-            return nil
-        }
-        if let early { continuation.resume(with: early) }
-    }
-
-    func attach(work: Task<Void, Never>, timer: Task<Void, Never>) {
-        let cancelNow = state.withLock { state -> Bool in
-            if state.outcome != nil { return true }
-            state.tasks = [work, timer]
-            return false
-        }
-        if cancelNow {
-            work.cancel()
-            timer.cancel()
-        }
-    }
-
-    func finish(_ outcome: Result<Value, any Error>) {
-        let (continuation, tasks) = state.withLock {
-            state -> (CheckedContinuation<Value, any Error>?, [Task<Void, Never>]) in
-            guard state.outcome == nil else { return (nil, []) }
-            state.outcome = outcome
-            defer {
-                state.continuation = nil
-                state.tasks = []
-            }
-            return (state.continuation, state.tasks)
-        }
-        for task in tasks { task.cancel() }
-        continuation?.resume(with: outcome)
+        try await Deadline.abandon(
+            after: timeout,
+            timedOut: { UserSessionError(.storeFailure, "PostgreSQL did not answer within \(timeout) while \(what)") },
+            operation)
     }
 }
 

@@ -59,4 +59,55 @@ struct DeadlineTests {
         ) { 42 }
         #expect(value == 42)
     }
+
+    /// An operation that ignores cancellation: it ends only when `release` opens.
+    private static func stubborn(_ release: AsyncGate, started: ArrivalCounter) async -> String {
+        started.arrive()
+        await release.wait()
+        return "late"
+    }
+
+    @Test func abandonReturnsAtTheDeadlineWithoutWaitingForAnOperationThatIgnoresCancellation() async throws {
+        let time = ManualTime()
+        let (release, started) = (AsyncGate(), ArrivalCounter())
+        let running = Task {
+            try await Deadline.abandon(
+                after: .seconds(5), clock: time.deadlineClock, timedOut: { HTTPTransportError(.timedOut) }
+            ) { await Self.stubborn(release, started: started) }
+        }
+        try await withHangGuard("the operation and the deadline's timer") {
+            await started.wait(for: 1)
+            await time.sleeps.wait(for: 1)
+        }
+        time.advance(by: 5)
+        await #expect(throws: HTTPTransportError(.timedOut)) { try await running.value }
+        release.open()
+    }
+
+    @Test func abandonReturnsAtOnceWhenTheCallerIsCancelled() async throws {
+        let time = ManualTime()
+        let (release, started) = (AsyncGate(), ArrivalCounter())
+        let running = Task {
+            try await Deadline.abandon(
+                after: .seconds(5), clock: time.deadlineClock, timedOut: { HTTPTransportError(.timedOut) }
+            ) { await Self.stubborn(release, started: started) }
+        }
+        try await withHangGuard("the operation") { await started.wait(for: 1) }
+        running.cancel()
+        await #expect(throws: CancellationError.self) { try await running.value }
+        release.open()
+    }
+
+    @Test func abandonReturnsTheValueOrTheErrorOfAnOperationThatEndsInTime() async throws {
+        let time = ManualTime()
+        let value = try await Deadline.abandon(
+            after: .seconds(5), clock: time.deadlineClock, timedOut: { HTTPTransportError(.timedOut) }
+        ) { 42 }
+        #expect(value == 42)
+        await #expect(throws: HTTPTransportError(.responseTooLarge)) {
+            try await Deadline.abandon(
+                after: .seconds(5), clock: time.deadlineClock, timedOut: { HTTPTransportError(.timedOut) }
+            ) { () async throws -> Int in throw HTTPTransportError(.responseTooLarge) }
+        }
+    }
 }

@@ -17,10 +17,12 @@ package struct DeadlineClock: Sendable {
     package static let realTime = DeadlineClock { duration in try await Task.sleep(for: duration) }
 }
 
-/// The package's one deadline helper. Three ways to put a deadline on work, all timed by a ``DeadlineClock``:
+/// The package's one deadline helper. Four ways to put a deadline on work, all timed by a ``DeadlineClock``:
 /// - ``timer(after:clock:_:)``: call something once the deadline passes, unless cancelled first;
 /// - ``wait(for:timeout:clock:)``: wait for a task at most until the deadline and leave it behind after that;
-/// - ``run(within:clock:timedOut:_:)``: run an operation and cancel it at the deadline.
+/// - ``run(within:clock:timedOut:_:)``: run an operation and cancel it at the deadline;
+/// - ``abandon(after:clock:timedOut:_:)``: run an operation, and at the deadline (or the caller's cancellation)
+///   cancel it and return at once, without waiting for it.
 package enum Deadline {
     /// Calls `expire` once `timeout` has passed on `clock`, unless the returned task is cancelled first.
     @discardableResult
@@ -43,13 +45,14 @@ package enum Deadline {
     package static func wait<Success, Failure>(
         for task: Task<Success, Failure>, timeout: Duration, clock: DeadlineClock = .realTime
     ) async -> Bool {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-            let race = DeadlineRace(continuation)
+        let race = DeadlineRace<Bool>()
+        return await withCheckedContinuation { continuation in
+            race.start(continuation)
             Task {
                 _ = await task.result
-                race.finish(inTime: true)
+                race.finish(true)
             }
-            race.attach(timer: timer(after: timeout, clock: clock) { race.finish(inTime: false) })
+            race.attach([timer(after: timeout, clock: clock) { race.finish(false) }])
         }
     }
 
@@ -78,41 +81,80 @@ package enum Deadline {
         }
         return try await task.value
     }
+
+    /// Runs `operation` in a task of its own and returns what it returns, unless `timeout` passes on `clock` first
+    /// (then this throws `timedOut()`) or the calling task is cancelled (then `CancellationError`). In both cases
+    /// the operation is cancelled and this returns at once, without waiting for it: for operations that may not
+    /// end promptly on cancellation (a connection pool waiting for a server that is down), which then finish on
+    /// their own time with nobody waiting for them.
+    package static func abandon<Value: Sendable>(
+        after timeout: Duration,
+        clock: DeadlineClock = .realTime,
+        timedOut: @escaping @Sendable () -> any Error,
+        _ operation: @escaping @Sendable () async throws -> Value
+    ) async throws -> Value {
+        let race = DeadlineRace<Result<Value, any Error>>()
+        let result = await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                race.start(continuation)
+                let work = Task {
+                    do {
+                        race.finish(.success(try await operation()))
+                    } catch {
+                        race.finish(.failure(error))
+                    }
+                }
+                race.attach([work, timer(after: timeout, clock: clock) { race.finish(.failure(timedOut())) }])
+            }
+        } onCancel: {
+            race.finish(.failure(CancellationError()))
+        }
+        return try result.get()
+    }
 }
 
-/// The one-shot race between a task and its deadline: whichever comes first resumes the continuation.
-private final class DeadlineRace: Sendable {
+/// The one-shot race between work, its deadline and (for ``Deadline/abandon(after:clock:timedOut:_:)``) the caller's
+/// cancellation: whichever finishes first resumes the continuation with its outcome and cancels the attached tasks.
+/// It may finish before the continuation or the tasks arrive; they are then resumed or cancelled on arrival.
+private final class DeadlineRace<Outcome: Sendable>: Sendable {
     private struct State {
-        var continuation: CheckedContinuation<Bool, Never>?
-        var timer: Task<Void, Never>?
-        var finished = false
+        var continuation: CheckedContinuation<Outcome, Never>?
+        var tasks: [Task<Void, Never>] = []
+        var outcome: Outcome?
     }
-    private let state: Mutex<State>
+    private let state = Mutex(State())
 
-    init(_ continuation: CheckedContinuation<Bool, Never>) {
-        state = Mutex(State(continuation: continuation))
+    func start(_ continuation: CheckedContinuation<Outcome, Never>) {
+        let early = state.withLock { state -> Outcome? in
+            if let outcome = state.outcome { return outcome }
+            state.continuation = continuation
+            return nil
+        }
+        if let early { continuation.resume(returning: early) }
     }
 
-    /// Keeps the timer so that a task finishing in time can cancel it (it would otherwise sleep on).
-    func attach(timer: Task<Void, Never>) {
+    /// Keeps `tasks` so that the first outcome cancels them (a timer would otherwise sleep on).
+    func attach(_ tasks: [Task<Void, Never>]) {
         let cancelNow = state.withLock { state -> Bool in
-            if state.finished { return true }
-            state.timer = timer
+            if state.outcome != nil { return true }
+            state.tasks = tasks
             return false
         }
-        if cancelNow { timer.cancel() }
+        if cancelNow { for task in tasks { task.cancel() } }
     }
 
-    func finish(inTime: Bool) {
-        let (continuation, timer) = state.withLock { state in
-            state.finished = true
+    func finish(_ outcome: Outcome) {
+        let (continuation, tasks) = state.withLock {
+            state -> (CheckedContinuation<Outcome, Never>?, [Task<Void, Never>]) in
+            guard state.outcome == nil else { return (nil, []) }
+            state.outcome = outcome
             defer {
                 state.continuation = nil
-                state.timer = nil
+                state.tasks = []
             }
-            return (state.continuation, state.timer)
+            return (state.continuation, state.tasks)
         }
-        timer?.cancel()
-        continuation?.resume(returning: inTime)
+        for task in tasks { task.cancel() }
+        continuation?.resume(returning: outcome)
     }
 }
