@@ -1,7 +1,6 @@
 #if PostgreSQL
 import Foundation
 import PostgresNIO
-import Synchronization
 import UserSessions
 
 extension PostgresTokenStore {
@@ -107,7 +106,7 @@ final class ChangeHub: Sendable {
         var isListening = false
         var waiters: [Int: CheckedContinuation<Void, any Error>] = [:]
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     /// Adds a subscriber; starts the listener with `start` when none runs.
     func subscribe(

@@ -1,6 +1,5 @@
 #if PostgreSQL
 import PostgresNIO
-import Synchronization
 import UserSessions
 
 extension PostgresTokenStore {
@@ -158,7 +157,7 @@ final class SchemaPreparation: Sendable {
         case running(Task<Void, any Error>)
         case ready
     }
-    private let state = Mutex(State.idle)
+    private let state = Locked(State.idle)
 
     func ensure(_ store: PostgresTokenStore) async throws {
         let task = state.withLock { state -> Task<Void, any Error>? in

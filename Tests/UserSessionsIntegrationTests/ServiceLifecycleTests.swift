@@ -1,7 +1,6 @@
 #if ServiceLifecycle
 import ServiceLifecycle
 import ServiceLifecycleTestKit
-import Synchronization
 import Testing
 import UserSessions
 import UserSessionsServiceLifecycle
@@ -12,7 +11,7 @@ final class ProbeServer: Service {
     let registry: UserSessionRegistry
     let started: AsyncStream<Void>
     private let startedContinuation: AsyncStream<Void>.Continuation
-    private let sessionOpenAtShutdown = Mutex<Bool?>(nil)
+    private let sessionOpenAtShutdown = Locked<Bool?>(nil)
 
     init(registry: UserSessionRegistry) {
         self.registry = registry

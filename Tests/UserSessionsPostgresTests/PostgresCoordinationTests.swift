@@ -1,7 +1,6 @@
 #if PostgreSQL
 import Foundation
 import PostgresNIO
-import Synchronization
 import Testing
 import UserSessions
 import UserSessionsPostgres
@@ -226,7 +225,7 @@ struct PostgresCoordinationTests {
 
 /// An ordered record of what happened, shared between tasks.
 final class Recorder: Sendable {
-    private let state = Mutex<[String]>([])
+    private let state = Locked<[String]>([])
     func append(_ entry: String) { state.withLock { $0.append(entry) } }
     var entries: [String] { state.withLock { $0 } }
 }

@@ -3,7 +3,6 @@ import Foundation
 import InMemoryLogging
 import Logging
 import PostgresNIO
-import Synchronization
 import Testing
 import UserSessions
 import UserSessionsPostgres
@@ -123,7 +122,7 @@ func capturingLogger() -> (Logger, InMemoryLogHandler) {
 
 /// A one-shot gate for ordering the lease tests: tasks wait until the test opens it.
 final class TestGate: Sendable {
-    private let state = Mutex<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+    private let state = Locked<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
 
     func wait() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in

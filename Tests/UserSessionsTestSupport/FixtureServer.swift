@@ -1,6 +1,6 @@
 import Dispatch
 import Foundation
-import Synchronization
+import UserSessions
 
 #if canImport(Glibc)
 import Glibc
@@ -118,7 +118,7 @@ package final class FixtureServer: Sendable {
     /// blocks on a full pipe. Returns `nil` on end of file or timeout.
     private static func readFirstLine(of pipe: Pipe, timeout: Duration) async -> String? {
         let descriptor = pipe.fileHandleForReading.fileDescriptor
-        let pending = Mutex<CheckedContinuation<String?, Never>?>(nil)
+        let pending = Locked<CheckedContinuation<String?, Never>?>(nil)
         let deliver: @Sendable (String?) -> Void = { line in
             let continuation = pending.withLock { slot -> CheckedContinuation<String?, Never>? in
                 defer { slot = nil }

@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Testing
 
 @testable import UserSessions
@@ -7,7 +6,7 @@ import Testing
 /// A service that fails the test if it is started twice without a stop in between, or stopped when not running.
 private final class ExclusiveService: UserSessionService {
     let name: String
-    private let state = Mutex((running: false, starts: 0, stops: 0, violations: 0))
+    private let state = Locked((running: false, starts: 0, stops: 0, violations: 0))
 
     init(name: String) { self.name = name }
 

@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Testing
 
 @testable import UserSessions
@@ -12,7 +11,7 @@ import FoundationNetworking
 private final class RecordingTransport: HTTPTransport {
     private let inner: any HTTPTransport
     private let adjust: @Sendable (inout HTTPTransportRequest) -> Void
-    private let seen = Mutex<[HTTPTransportRequest]>([])
+    private let seen = Locked<[HTTPTransportRequest]>([])
 
     init(
         _ inner: any HTTPTransport = URLSessionHTTPTransport(),

@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Testing
 
 @testable import UserSessions
@@ -355,7 +354,7 @@ struct RefreshStateMachineTests {
 
 /// Callers parked on unsafe continuations, one per id, whose continuations a test hands to a state machine.
 private final class ParkedCallers: Sendable {
-    private let continuations = Mutex<[UInt64: UnsafeContinuation<String, any Error>]>([:])
+    private let continuations = Locked<[UInt64: UnsafeContinuation<String, any Error>]>([:])
     /// One arrival per caller that has parked.
     let arrivals = ArrivalCounter()
 

@@ -1,12 +1,11 @@
 import Foundation
-import Synchronization
 import Testing
 
 @testable import UserSessions
 
 /// Collects a registry event stream in the background; tests wait for a number of elements or the end.
 final class RegistryEventLog: Sendable {
-    private let received = Mutex<[UserSessionRegistry.Event]>([])
+    private let received = Locked<[UserSessionRegistry.Event]>([])
     let arrivals = ArrivalCounter()
     let finished = AsyncGate()
 

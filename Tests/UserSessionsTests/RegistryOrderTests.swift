@@ -34,7 +34,7 @@ func storeSession(_ prototype: UserSessionPrototype, in store: any TokenStore) a
 
 /// Lets a services factory reach the registry it belongs to (made after the factory).
 final class RegistryHolder: Sendable {
-    private let held = Mutex<UserSessionRegistry?>(nil)
+    private let held = Locked<UserSessionRegistry?>(nil)
     init() {}
     var registry: UserSessionRegistry? {
         get { held.withLock { $0 } }
@@ -169,7 +169,7 @@ struct RegistryOrderTests {
     /// trap with "Recursive call to lock Mutex".
     @Test func servicesFactoryMayCallTheRegistry() async throws {
         let holder = RegistryHolder()
-        let seen = Mutex<[Int]>([])
+        let seen = Locked<[Int]>([])
         let registry = UserSessionRegistry(store: InMemoryTokenStore()) { identifier in
             let registry = holder.registry
             seen.withLock { $0.append(registry?.count ?? -1) }

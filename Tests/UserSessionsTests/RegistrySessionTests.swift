@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Testing
 
 @testable import UserSessions
@@ -8,7 +7,7 @@ import Testing
 final class CountingTokenStore: TokenStore {
     let base = InMemoryTokenStore()
     let loads = ArrivalCounter()
-    private let loadGate = Mutex<AsyncGate?>(nil)
+    private let loadGate = Locked<AsyncGate?>(nil)
 
     init() {}
 

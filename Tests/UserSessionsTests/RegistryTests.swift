@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Testing
 
 @testable import UserSessions
@@ -119,7 +118,7 @@ struct RegistryTests {
 
 /// Counts refreshes per user; each refresh rotates the tokens and moves the expiry an hour past `time`.
 private final class PerUserRefresher: TokenRefresher {
-    private let counts = Mutex<[String: Int]>([:])
+    private let counts = Locked<[String: Int]>([:])
     let time: ManualTime
 
     init(time: ManualTime) { self.time = time }

@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Testing
 
 @testable import UserSessions
@@ -27,7 +26,7 @@ struct ReplayTests {
 
     @Test func authenticationFailureRefreshesOnceAndReplays() async throws {
         let (controller, refresher, _) = try await Self.makeController()
-        let seen = Mutex<[String]>([])
+        let seen = Locked<[String]>([])
         let result = try await controller.withAccessToken(isAuthenticationFailure: Self.isUnauthorized) { token in
             seen.withLock { $0.append(token) }
             if token == "at-0" { throw Unauthorized() }
@@ -40,7 +39,7 @@ struct ReplayTests {
 
     @Test func replacedTokenIsReplayedWithoutRefresh() async throws {
         let (controller, refresher, _) = try await Self.makeController()
-        let seen = Mutex<[String]>([])
+        let seen = Locked<[String]>([])
         let result = try await controller.withAccessToken(isAuthenticationFailure: Self.isUnauthorized) { token in
             seen.withLock { $0.append(token) }
             if token == "at-0" {
@@ -57,7 +56,7 @@ struct ReplayTests {
 
     @Test func secondAuthenticationFailureIsThrown() async throws {
         let (controller, refresher, _) = try await Self.makeController()
-        let attempts = Mutex(0)
+        let attempts = Locked(0)
         await #expect(throws: Unauthorized.self) {
             try await controller.withAccessToken(isAuthenticationFailure: Self.isUnauthorized) { _ -> Int in
                 attempts.withLock { $0 += 1 }
@@ -70,7 +69,7 @@ struct ReplayTests {
 
     @Test func otherErrorsPassThroughUntouched() async throws {
         let (controller, refresher, _) = try await Self.makeController()
-        let attempts = Mutex(0)
+        let attempts = Locked(0)
         await #expect(throws: Unrelated.self) {
             try await controller.withAccessToken(isAuthenticationFailure: Self.isUnauthorized) { _ -> Int in
                 attempts.withLock { $0 += 1 }

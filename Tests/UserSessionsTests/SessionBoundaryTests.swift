@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Testing
 
 @testable import UserSessions
@@ -31,7 +30,7 @@ struct SessionBoundaryTests {
         _ = try await controller.open(Self.prototype("alice", time: time))
         let inOperation = ArrivalCounter()
         let proceed = AsyncGate()
-        let seen = Mutex<[String]>([])
+        let seen = Locked<[String]>([])
         let operation = Task {
             try await controller.withAccessToken(isAuthenticationFailure: { $0 is Unauthorized }) { token in
                 seen.withLock { $0.append(token) }

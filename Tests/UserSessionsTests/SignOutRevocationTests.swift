@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Testing
 
 @testable import UserSessions
@@ -307,7 +306,7 @@ struct SignOutRevocationTests {
 /// A refresher that can revoke, and whose revocation fails with `error` (which may print the token).
 final class LeakyRevoker: TokenRefresher {
     let error: any Error
-    private let tokens = Mutex<[String]>([])
+    private let tokens = Locked<[String]>([])
 
     init(error: any Error) {
         self.error = error
@@ -328,7 +327,7 @@ final class LeakyRevoker: TokenRefresher {
 
 /// An observer that records the kinds of the events it sees.
 final class RecordingObserver: UserSessionObserver {
-    private let seen = Mutex<[UserSessionEvent.Kind]>([])
+    private let seen = Locked<[UserSessionEvent.Kind]>([])
 
     var kinds: [UserSessionEvent.Kind] { seen.withLock { $0 } }
 

@@ -1,5 +1,3 @@
-import Synchronization
-
 /// Fans events out to every subscriber, each through its own bounded buffer (an ``EventSubscription``) read as an
 /// `AsyncStream`.
 ///
@@ -27,7 +25,7 @@ final class EventHub: Sendable {
         var currentEvent: UserSessionEvent { UserSessionEvent(kind: .current, session: session, sequence: sequence) }
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
     let defaultBufferSize: Int
     /// Called with every emitted event, after the lock is released.
     let observers: [any UserSessionObserver]
@@ -150,11 +148,11 @@ final class EventSubscription: Sendable {
         }
     }
 
-    private let state: Mutex<State>
+    private let state: Locked<State>
     private let capacity: Int
 
     init(current: UserSessionEvent, capacity: Int) {
-        self.state = Mutex(State(current: current))
+        self.state = Locked(State(current: current))
         self.capacity = capacity
     }
 

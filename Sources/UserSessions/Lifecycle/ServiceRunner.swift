@@ -1,5 +1,3 @@
-import Synchronization
-
 /// How starting a session's services ended.
 enum ServiceStartOutcome: Sendable {
     /// Every service started, in order.

@@ -1,5 +1,3 @@
-import Synchronization
-
 extension CredentialsGate {
     // MARK: - Background work
 

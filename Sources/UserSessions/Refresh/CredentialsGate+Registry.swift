@@ -1,5 +1,3 @@
-import Synchronization
-
 extension CredentialsGate {
     /// Records that a token was asked for at `now` (seconds since the reference date), for the registry's idle
     /// eviction.

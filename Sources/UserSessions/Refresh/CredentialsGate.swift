@@ -7,7 +7,7 @@ import Synchronization
 /// authentication failure, `refreshCredentials()`, `restore` — goes through this one object, so however many
 /// callers find the token expiring, the refresher is called once.
 ///
-/// The rules live in ``RefreshStateMachine``, held in a `Mutex`. Every input goes through one funnel,
+/// The rules live in ``RefreshStateMachine``, held in a `Locked` (the package's lock). Every input goes through one funnel,
 /// ``modifyStateAndRunActions(_:)``: the transition runs under the lock and returns ``RefreshStateMachine/Actions``,
 /// which the gate performs after releasing it: it starts refreshes in unstructured tasks (so cancelling the caller
 /// that triggered one never cancels it), writes to the store (holding the persistence slot through
@@ -18,18 +18,18 @@ import Synchronization
 final class CredentialsGate: Sendable {
     /// The machine. Private: it changes only through ``modifyStateAndRunActions(ordered:_:)`` and is read only
     /// through ``inspect(_:)`` and the hot path.
-    private let state: Mutex<RefreshStateMachine>
+    private let state: Locked<RefreshStateMachine>
     /// Waiter ids, increasing, allocated without the lock so that the cancellation handler knows its id.
     private let waiterIDs = Atomic<UInt64>(0)
     /// When a token was last asked for, as the bit pattern of seconds since the reference date; see `noteDemand`.
     let lastDemandBits = Atomic<UInt64>(0)
-    private let terminalFailureHandler = Mutex<(@Sendable (UInt64) async -> Void)?>(nil)
-    let backgroundWork = Mutex(BackgroundWork())
+    private let terminalFailureHandler = Locked<(@Sendable (UInt64) async -> Void)?>(nil)
+    let backgroundWork = Locked(BackgroundWork())
     /// Orders the events of refreshes (started, failed, loop tripped) and of late writes against `deactivate()`:
     /// one is emitted only while its session is active, checked and emitted under this lock, which `deactivate()`
     /// takes too. So none of them ever follows the session's `.closed` or `.invalidated`. Never taken on the hot
     /// path; taken before `state`, never after it.
-    let eventOrder = Mutex(())
+    let eventOrder = Locked(())
     /// The background timer that retries a failed write when its backoff elapses.
     let retryTimer = TaskSlot()
     let refresher: (any TokenRefresher)?
@@ -41,12 +41,12 @@ final class CredentialsGate: Sendable {
     let changeSubscription = TaskSlot()
     /// What the gate calls when the active session's record was removed elsewhere; the controller then closes that
     /// session (`.closed(.clearedElsewhere)`).
-    let storeRemovedHandler = Mutex<(@Sendable (UInt64) async -> Void)?>(nil)
+    let storeRemovedHandler = Locked<(@Sendable (UInt64) async -> Void)?>(nil)
     let events: EventHub
     let policy: Policy
     let clock: SessionClock
     /// The task of the latest refresh or write retry, kept only so tests can await it.
-    let lastBackgroundTask = Mutex<Task<Void, Never>?>(nil)
+    let lastBackgroundTask = Locked<Task<Void, Never>?>(nil)
 
     /// Everything the gate takes from the controller's configuration, as plain values.
     struct Policy: Sendable {
@@ -66,7 +66,7 @@ final class CredentialsGate: Sendable {
         self.events = events
         self.policy = policy
         self.clock = policy.clock
-        self.state = Mutex(RefreshStateMachine(policy: policy.refresh, hasRefresher: refresher != nil))
+        self.state = Locked(RefreshStateMachine(policy: policy.refresh, hasRefresher: refresher != nil))
     }
 
     /// Sets what the gate calls when a refresh fails terminally; the controller then invalidates the session of

@@ -2,7 +2,7 @@ import Foundation
 
 /// The refresh rules of one session's credentials, as a pure state machine.
 ///
-/// ``CredentialsGate`` holds it in a `Mutex`, feeds it inputs (a token request, a refresh that returned, a write
+/// ``CredentialsGate`` holds it in a `Locked`, feeds it inputs (a token request, a refresh that returned, a write
 /// that finished, …) and performs the actions it returns (start a refresh, write to the store, emit events, resume
 /// waiters) after releasing the lock. Nothing here suspends, reads a clock or calls user code: the time and the
 /// jitter come in as arguments, so every transition can be tested synchronously.

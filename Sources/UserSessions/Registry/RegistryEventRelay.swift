@@ -1,5 +1,3 @@
-import Synchronization
-
 /// Carries every held controller's events to the subscribers of ``UserSessionRegistry/events(bufferSize:)``.
 ///
 /// Forwarding: while there is at least one subscriber, each attached controller has one forwarder, a task reading
@@ -40,7 +38,7 @@ final class RegistryEventRelay: Sendable {
         var finished = false
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
     private let controllerBufferSize: Int
 
     init(controllerBufferSize: Int) {

@@ -42,7 +42,7 @@ public final class UserSessionRegistry: Sendable {
     /// of for this long. `nil`: sessions are never closed for being idle.
     public let idleTimeout: Duration?
     let makeServices: @Sendable (String) -> [any UserSessionService]
-    let state = Mutex(RegistryState())
+    let state = Locked(RegistryState())
     let relay: RegistryEventRelay
     /// Ids of callers waiting for a get-or-restore, allocated outside the lock for their cancellation handlers.
     let waiterIDs = Atomic<UInt64>(0)

@@ -1,5 +1,3 @@
-import Synchronization
-
 /// A ``TokenStore`` that keeps everything in memory, for tests and ephemeral servers.
 ///
 /// Identifiers are compared by their UTF-8 bytes, as in every store: `"caf\u{E9}"` and `"cafe\u{301}"` are two
@@ -9,7 +7,7 @@ public final class InMemoryTokenStore: TokenStore {
         var sessions: [ExactIdentifier: StoredSession] = [:]
         var currentIdentifier: String?
     }
-    private let contents = Mutex(Contents())
+    private let contents = Locked(Contents())
 
     /// Creates an empty store.
     public init() {}

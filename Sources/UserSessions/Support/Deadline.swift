@@ -1,5 +1,3 @@
-import Synchronization
-
 /// What a deadline waits on: real time in production, a clock that moves only when a test says so in tests.
 ///
 /// Every timeout of the package (stopping a service, flushing the last write, an HTTP exchange, a transport's own
@@ -122,7 +120,7 @@ private final class DeadlineRace<Outcome: Sendable>: Sendable {
         var tasks: [Task<Void, Never>] = []
         var outcome: Outcome?
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     func start(_ continuation: CheckedContinuation<Outcome, Never>) {
         let early = state.withLock { state -> Outcome? in

@@ -1,9 +1,7 @@
-import Synchronization
-
 /// A place for at most one background task (a timer, a subscription): putting a task in, or clearing it, cancels
 /// the one it held, outside the lock.
 struct TaskSlot: ~Copyable, Sendable {
-    private let task = Mutex<Task<Void, Never>?>(nil)
+    private let task = Locked<Task<Void, Never>?>(nil)
 
     /// Holds `task` (or nothing) from now on and cancels the task held before.
     func replace(with task: Task<Void, Never>?) {

@@ -46,11 +46,11 @@ struct LeakyError: Error, CustomStringConvertible {
 
 /// A refresher that answers from a script, one result per call, then rotated credentials.
 final class ScriptedRefresher: TokenRefresher {
-    private let script: Mutex<[Result<Credentials, any Error>]>
+    private let script: Locked<[Result<Credentials, any Error>]>
     private let callCount = Atomic<Int>(0)
 
     init(_ script: [Result<Credentials, any Error>] = []) {
-        self.script = Mutex(script)
+        self.script = Locked(script)
     }
 
     var calls: Int { callCount.load(ordering: .relaxed) }
@@ -107,7 +107,7 @@ final class FlakyStore: TokenStore {
 final class ObservationProbe: UserSessionObserver {
     let reports: AsyncStream<UserSessionRefreshReport>
     private let reportContinuation: AsyncStream<UserSessionRefreshReport>.Continuation
-    private let observedEvents = Mutex<[UserSessionEvent]>([])
+    private let observedEvents = Locked<[UserSessionEvent]>([])
 
     init() {
         (reports, reportContinuation) = AsyncStream.makeStream()

@@ -1,4 +1,4 @@
-import Synchronization
+import UserSessions
 
 /// A one-shot gate: tasks ``wait()`` until the test calls ``open()``. Waiting after opening returns at once.
 final class AsyncGate: Sendable {
@@ -6,7 +6,7 @@ final class AsyncGate: Sendable {
         var isOpen = false
         var waiters: [CheckedContinuation<Void, Never>] = []
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     init() {}
 
@@ -42,7 +42,7 @@ final class ArrivalCounter: Sendable {
         var count = 0
         var waiters: [(target: Int, continuation: CheckedContinuation<Void, Never>)] = []
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     init() {}
 

@@ -1,5 +1,3 @@
-import Synchronization
-
 @testable import UserSessions
 
 /// Collects every element of an event stream in the background and lets a test wait, without sleeping, until the
@@ -12,8 +10,8 @@ final class EventProbe: Sendable {
             [(condition: @Sendable ([UserSessionEvent], Bool) -> Bool, continuation: CheckedContinuation<Void, Never>)] =
                 []
     }
-    private let state = Mutex(State())
-    private let reader = Mutex<Task<Void, Never>?>(nil)
+    private let state = Locked(State())
+    private let reader = Locked<Task<Void, Never>?>(nil)
 
     /// Starts reading `stream`.
     init(_ stream: AsyncStream<UserSessionEvent>) {

@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Testing
 
 @testable import UserSessions
@@ -51,7 +50,7 @@ final class FaultPlanStore: TokenStore {
         var corruptCurrentIdentifier = false
         var saves: [(identifier: String, session: StoredSession)] = []
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
     let base = InMemoryTokenStore()
     private let hangGate = AsyncGate()
     private let cancellableHold = CancellableHold()
@@ -212,7 +211,7 @@ final class RotatingRefresher: TokenRefresher {
         var hangs: Set<Int> = []
         var received: [String?] = []
     }
-    private let state: Mutex<State>
+    private let state: Locked<State>
     private let gate = AsyncGate()
     private let now: @Sendable () -> Date
     private let lifetime: TimeInterval
@@ -222,7 +221,7 @@ final class RotatingRefresher: TokenRefresher {
     let finished = ArrivalCounter()
 
     init(validRefreshToken: String, lifetime: TimeInterval = 3600, now: @escaping @Sendable () -> Date) {
-        state = Mutex(State(validRefreshToken: validRefreshToken))
+        state = Locked(State(validRefreshToken: validRefreshToken))
         self.lifetime = lifetime
         self.now = now
     }

@@ -1,7 +1,6 @@
 // The worked example of the article "Implementing a TokenStore", compiled and tested here so the article stays true.
 // Keep the two in step.
 import Foundation
-import Synchronization
 import UserSessions
 
 /// The part of a key-value client the store needs.
@@ -83,7 +82,7 @@ struct KeyValueTokenStore: TokenStore {
 
 /// An in-memory ``KeyValueClient`` for the example store.
 final class InMemoryKeyValueClient: KeyValueClient {
-    private let values = Mutex<[String: Data]>([:])
+    private let values = Locked<[String: Data]>([:])
 
     func get(_ key: String) async throws -> Data? { values.withLock { $0[key] } }
     func set(_ key: String, _ value: Data) async throws { values.withLock { $0[key] = value } }

@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 
 @testable import UserSessions
 
@@ -16,12 +15,12 @@ final class ManualTime: Sendable {
         var nextID: UInt64 = 0
         var sleepers: [Sleeper] = []
     }
-    private let state: Mutex<State>
+    private let state: Locked<State>
     /// One arrival per sleep that starts waiting (not for one whose deadline had passed already).
     let sleeps = ArrivalCounter()
 
     init(_ start: Date = Date(timeIntervalSinceReferenceDate: 800_000_000)) {
-        state = Mutex(State(now: start))
+        state = Locked(State(now: start))
     }
 
     /// The current time.

@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 
 @testable import UserSessions
 
@@ -11,7 +10,7 @@ final class RefreshHarness: Sendable {
     let hub = EventHub(defaultBufferSize: 10_000)
     let gate: CredentialsGate
     let events: AsyncStream<UserSessionEvent>
-    let terminalGenerations = Mutex<[UInt64]>([])
+    let terminalGenerations = Locked<[UInt64]>([])
     let terminalCalls = ArrivalCounter()
 
     init(

@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 
 @testable import UserSessions
 
@@ -19,7 +18,7 @@ final class ScriptedCoordinatedStore: CoordinatedTokenStore {
         var failNextConditionalWithConflict = false
         var conflictsOnEveryConditionalSave = false
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
     /// One arrival per task that starts waiting for a lease someone else holds.
     let leaseWaits = ArrivalCounter()
     /// One arrival per ``changes()`` call.
@@ -28,7 +27,7 @@ final class ScriptedCoordinatedStore: CoordinatedTokenStore {
     let leaseReleases = ArrivalCounter()
     /// One arrival per read held at the gate set by ``pauseNextRead(until:)``.
     let pausedReads = ArrivalCounter()
-    private let readPause = Mutex<AsyncGate?>(nil)
+    private let readPause = Locked<AsyncGate?>(nil)
 
     init() {}
 

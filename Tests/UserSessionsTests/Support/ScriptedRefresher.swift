@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 
 @testable import UserSessions
 
@@ -21,7 +20,7 @@ final class ScriptedRefresher: TokenRefresher {
         var steps: [Step]
         var received: [Credentials] = []
     }
-    private let state: Mutex<State>
+    private let state: Locked<State>
     private let now: @Sendable () -> Date
     private let lifetime: TimeInterval
     /// One arrival per call, as the call starts.
@@ -30,7 +29,7 @@ final class ScriptedRefresher: TokenRefresher {
     let finished = ArrivalCounter()
 
     init(steps: [Step] = [], lifetime: TimeInterval = 3600, now: @escaping @Sendable () -> Date = { Date() }) {
-        self.state = Mutex(State(steps: steps))
+        self.state = Locked(State(steps: steps))
         self.lifetime = lifetime
         self.now = now
     }

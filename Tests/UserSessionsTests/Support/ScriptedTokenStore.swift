@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 
 @testable import UserSessions
 
@@ -12,7 +11,7 @@ final class ScriptedTokenStore: TokenStore {
         var removes: [String] = []
         var failuresLeft = 0
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     init() {}
 

@@ -1,11 +1,10 @@
 import Foundation
-import Synchronization
 
 @testable import UserSessions
 
 /// An ordered, thread-safe log of what services did ("start:A", "started:A", "stop:A", "stopped:A").
 final class ServiceLog: Sendable {
-    private let entries = Mutex<[String]>([])
+    private let entries = Locked<[String]>([])
 
     init() {}
 
@@ -26,7 +25,7 @@ final class CancellableHold: Sendable {
         var released = false
         var waiters: [UUID: CheckedContinuation<Void, any Error>] = [:]
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     init() {}
 
@@ -107,7 +106,7 @@ struct ServiceBoom: Error, Equatable {}
 
 /// A refresher that hands out new credentials valid for an hour, counting calls.
 final class LifecycleTestRefresher: TokenRefresher {
-    private let calls = Mutex(0)
+    private let calls = Locked(0)
     let now: @Sendable () -> Date
 
     init(now: @escaping @Sendable () -> Date = { Date() }) {
@@ -138,7 +137,7 @@ final class FaultyTokenStore: TokenStore {
         var loadCurrentIdentifier: UserSessionError?
     }
     let base = InMemoryTokenStore()
-    private let faults = Mutex(Faults())
+    private let faults = Locked(Faults())
 
     init() {}
 

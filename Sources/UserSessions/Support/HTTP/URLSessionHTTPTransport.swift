@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -36,7 +35,7 @@ public struct URLSessionHTTPTransport: HTTPTransport, Sendable {
 extension URLSessionHTTPTransport {
     /// The session and its delegate; invalidates the session when released.
     final class Client: Sendable {
-        // URLSession is documented as thread-safe; the delegate keeps its state in a Mutex.
+        // URLSession is documented as thread-safe; the delegate keeps its state in a `Locked`.
         private let session: URLSession
         private let delegate: Delegate
 
@@ -98,7 +97,7 @@ extension URLSessionHTTPTransport {
             var timer: Task<Void, Never>?
         }
 
-        private let pending = Mutex<[Int: Pending]>([:])
+        private let pending = Locked<[Int: Pending]>([:])
 
         func register(
             _ task: URLSessionTask, _ continuation: CheckedContinuation<HTTPTransportResponse, any Error>, limit: Int
