@@ -132,6 +132,8 @@ struct FaultInjectionLifecycleTests {
         // Nobody releases the store: the close must still return, after two store deadlines, and say so.
         try await withHangGuard("close") { await controller.close() }
         #expect(controller.session.state == .closed)
+        // The probe reads events on its own task: wait for the last one before counting.
+        try await rig.waitForEvent(.closed(.requested))
         #expect(rig.count(.persistenceFailed) == 2)
         #expect(rig.probe.events.contains { $0.kind == .persistenceFailed && $0.detail?.contains("did not") == true })
         #expect(rig.log.names("stopped:") == ["0"])

@@ -86,6 +86,10 @@ struct FaultInjectionRefreshTests {
         #expect(rig.refresher.received == ["rt-0", "rt-1"])
         #expect(try await controller.accessToken() == "at-2")
         #expect(await rig.storedRefreshToken == "rt-0")
+        // Events reach the probe through its own reading task: wait for them rather than count what arrived so far.
+        try await withHangGuard("two persistence failures reported") {
+            await rig.probe.wait { events in events.count { $0.kind == .persistenceFailed } == 2 }
+        }
         #expect(rig.count(.persistenceFailed) == 2)
 
         // A retry while the store is still down fails and is reported; the credentials stay in memory.
