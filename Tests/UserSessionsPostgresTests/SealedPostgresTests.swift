@@ -73,9 +73,7 @@ struct SealedPostgresTokenStoreTests {
             for session in sessions { #expect(try await store.load(identifier: session.userInfo.id) == session) }
             let rows = try await Self.rows(admin, namespace)
             #expect(rows.count == 3)
-            let secrets =
-                sessions.flatMap { [$0.credentials?.accessToken, $0.credentials?.refreshToken].compactMap { $0 } }
-                + [SealedPostgresKeys.base64A]
+            let secrets = sessions.flatMap { SecretScan.tokens(of: $0.credentials) } + [SealedPostgresKeys.base64A]
             for row in rows {
                 #expect(SecretScan.leaked(secrets, in: row).isEmpty, "a row leaks a secret")
                 #expect(String(decoding: row, as: UTF8.self).contains("sealed:1:a:"))

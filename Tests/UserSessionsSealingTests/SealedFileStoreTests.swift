@@ -38,6 +38,7 @@ struct SealedFileStoreTests {
             let files = try SealingFixtures.rawFiles(under: directory)
             #expect(files.count >= 3)
             let secrets = SealingFixtures.secrets(of: sessions)
+            #expect(secrets.count >= sessions.count * 2 + 2, "both tokens of every session, and the keys")
             for (url, bytes) in files {
                 #expect(SecretScan.leaked(secrets, in: bytes).isEmpty, "\(url.lastPathComponent) leaks a secret")
             }

@@ -20,6 +20,10 @@ enum SealingFixtures {
     static func ringBA() throws -> SealingKeyRing { try SealingKeyRing(current: keyB(), previous: [keyA()]) }
 
     /// Credentials whose tokens are long, distinct and easy to find in raw bytes.
+    ///
+    /// Every token field of `Credentials` belongs here: sealing seals the credentials' whole JSON form, and
+    /// ``secrets(of:)`` finds every `…_token` member, so a new token field (such as an id token) needs only its line
+    /// here to be checked by every test.
     static func session(_ user: String) -> StoredSession {
         StoredSession(
             userInfo: UserInfo(id: user, email: "\(user)@example.com", name: "User \(user)"),
@@ -31,10 +35,9 @@ enum SealingFixtures {
                 grantedPermissions: ["read"], declinedPermissions: ["admin"]))
     }
 
-    /// The secrets of `session`: its tokens, and the key material as it is handed in.
+    /// The secrets of `sessions`: every token of their credentials, and the key material as it is handed in.
     static func secrets(of sessions: [StoredSession]) -> [String] {
-        sessions.flatMap { [$0.credentials?.accessToken, $0.credentials?.refreshToken].compactMap { $0 } }
-            + [base64A, base64B]
+        sessions.flatMap { SecretScan.tokens(of: $0.credentials) } + [base64A, base64B]
     }
 
     /// Every regular file under `directory`, read as it is on disk.

@@ -1,3 +1,6 @@
+import Foundation
+import UserSessions
+
 /// Looks for secrets in raw stored bytes (a file, a row, a data file of the token cache): a secret leaks when the
 /// bytes contain it whole or any 8-byte piece of its UTF-8 form (so a token split, truncated or partly encoded is
 /// found too).
@@ -21,5 +24,15 @@ package enum SecretScan {
         return (0...(haystack.count - needle.count)).contains { start in
             haystack[start..<(start + needle.count)].elementsEqual(needle)
         }
+    }
+
+    /// Every token `credentials` carry, found in their JSON form (each member named `…_token` but `token_type`), so a
+    /// token field the credentials gain later is looked for too.
+    package static func tokens(of credentials: Credentials?) -> [String] {
+        guard let credentials, let data = try? JSONEncoder().encode(credentials),
+            let members = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
+        else { return [] }
+        return members.filter { $0.key.hasSuffix("_token") && $0.key != "token_type" }.compactMap { $0.value as? String }
+            .sorted()
     }
 }
