@@ -32,7 +32,7 @@ package enum SecretScan {
         guard let credentials, let data = try? JSONEncoder().encode(credentials),
             let members = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
         else { return [] }
-        return members.filter { $0.key.hasSuffix("_token") && $0.key != "token_type" }.compactMap { $0.value as? String }
-            .sorted()
+        let tokens = members.filter { $0.key.hasSuffix("_token") && $0.key != "token_type" }
+        return tokens.compactMap { $0.value as? String }.sorted()
     }
 }
