@@ -32,9 +32,12 @@ public struct SealedTokenStore<Base: TokenStore>: TokenStore, CustomStringConver
 
     /// Seals the records of `base` with `keyRing`, bound to `namespace`.
     ///
-    /// - Parameter namespace: names the application or tenant the records belong to, such as `"billing-prod"`.
-    ///   A record opens only under the namespace it was written with: keep it stable, and give stores that must
-    ///   never exchange records different namespaces.
+    /// - Parameters:
+    ///   - base: The store that keeps the sealed records.
+    ///   - keyRing: The keys: writes seal with its current key, loads open with the key a record names.
+    ///   - namespace: Names the application or tenant the records belong to, such as `"billing-prod"`. A record
+    ///     opens only under the namespace it was written with: keep it stable, and give stores that must never
+    ///     exchange records different namespaces.
     public init(base: Base, keyRing: SealingKeyRing, namespace: String) {
         self.base = base
         self.keyRing = keyRing
