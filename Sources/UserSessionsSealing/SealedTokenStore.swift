@@ -29,6 +29,9 @@ public struct SealedTokenStore<Base: TokenStore>: TokenStore, CustomStringConver
     public let keyRing: SealingKeyRing
     /// The namespace every record is bound to (authenticated with it, never stored by the wrapper).
     public let namespace: String
+    /// Whether records whose credentials are in the clear load as they are (to move a store to sealing) instead of
+    /// throwing ``SealedRecordProblem/notSealed``.
+    public let acceptsUnsealedRecords: Bool
 
     /// Seals the records of `base` with `keyRing`, bound to `namespace`.
     ///
@@ -38,10 +41,15 @@ public struct SealedTokenStore<Base: TokenStore>: TokenStore, CustomStringConver
     ///   - namespace: Names the application or tenant the records belong to, such as `"billing-prod"`. A record
     ///     opens only under the namespace it was written with: keep it stable, and give stores that must never
     ///     exchange records different namespaces.
-    public init(base: Base, keyRing: SealingKeyRing, namespace: String) {
+    ///   - acceptsUnsealedRecords: For turning sealing on over a store that already holds records: `true` loads a
+    ///     record whose credentials are in the clear as it is, and it is sealed on its next write or by
+    ///     ``resealAll()``. Turn it off once ``resealAll()`` is complete: while it is on, whoever can write the store
+    ///     can plant credentials in the clear. Default `false`: such a record is refused.
+    public init(base: Base, keyRing: SealingKeyRing, namespace: String, acceptsUnsealedRecords: Bool = false) {
         self.base = base
         self.keyRing = keyRing
         self.namespace = namespace
+        self.acceptsUnsealedRecords = acceptsUnsealedRecords
     }
 
     public func load(identifier: String) async throws -> StoredSession? {
@@ -80,6 +88,7 @@ public struct SealedTokenStore<Base: TokenStore>: TokenStore, CustomStringConver
     /// The opened form of `stored`, a record the base store holds under `identifier`.
     func open(_ stored: StoredSession, identifier: String) throws -> StoredSession {
         guard let credentials = stored.credentials else { return stored }
+        if acceptsUnsealedRecords, !SealedRecordFormat.isSealed(credentials) { return stored }
         var opened = stored
         opened.credentials = try SealedRecordFormat.open(
             credentials, identifier: identifier, namespace: namespace, ring: keyRing)

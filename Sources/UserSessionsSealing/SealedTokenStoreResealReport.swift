@@ -2,7 +2,8 @@
 /// What ``SealedTokenStore/resealAll()`` did, identifier by identifier (identifiers are not secret; no token is
 /// here).
 public struct SealedTokenStoreResealReport: Sendable, Hashable {
-    /// Records opened with an older key and sealed again with the current one.
+    /// Records opened with an older key (or found in the clear, with
+    /// ``SealedTokenStore/acceptsUnsealedRecords``) and sealed with the current one.
     public var resealed: [String]
     /// Records already sealed with the current key (or holding no credentials), left as they were.
     public var alreadyCurrent: [String]

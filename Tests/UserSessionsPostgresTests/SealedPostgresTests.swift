@@ -186,14 +186,7 @@ struct SealedPostgresFleetTests {
                     "--until-lifetime-over", "600", "--time-limit", "60", "--stop-on-error",
                     "--sealing-key", "a:\(SealedPostgresKeys.base64A)",
                 ]
-                let nodes = try await withThrowingTaskGroup(of: NodeProcess.self) { group in
-                    for name in ["a", "b", "c", "d"] {
-                        group.addTask { try await NodeProcess.run(executable, arguments + ["--name", name]) }
-                    }
-                    var nodes: [NodeProcess] = []
-                    for try await node in group { nodes.append(node) }
-                    return nodes
-                }
+                let nodes = try await PostgresFleetTests.runFourNodes(executable, arguments)
                 let stats = try await server.stats()
                 for node in nodes {
                     #expect(node.status == 0, "\(node.summaryLine)")

@@ -152,6 +152,26 @@ struct SealedFileStoreTests {
         }
     }
 
+    @Test func aStoreOfRecordsInTheClearMovesToSealingWithAcceptsUnsealedRecordsAndResealAll() async throws {
+        try await Self.withDirectory { directory in
+            let plain = FileTokenStore(directory: directory)
+            for user in ["alice", "bob"] { try await plain.save(SealingFixtures.session(user), identifier: user) }
+            let strict = Self.sealed(directory, try SealingFixtures.ringA())
+            #expect(await SealingFixtures.problem { _ = try await strict.load(identifier: "alice") } == .notSealed)
+            let moving = SealedTokenStore(
+                base: plain, keyRing: try SealingFixtures.ringA(), namespace: "tests", acceptsUnsealedRecords: true)
+            #expect(try await moving.load(identifier: "alice") == SealingFixtures.session("alice"))
+            #expect(try await moving.resealAll().resealed.sorted() == ["alice", "bob"])
+            for user in ["alice", "bob"] {
+                #expect(try await strict.load(identifier: user) == SealingFixtures.session(user))
+            }
+            let secrets = SealingFixtures.secrets(of: ["alice", "bob"].map(SealingFixtures.session))
+            for (url, bytes) in try SealingFixtures.rawFiles(under: directory) {
+                #expect(SecretScan.leaked(secrets, in: bytes).isEmpty, "\(url.lastPathComponent) leaks a secret")
+            }
+        }
+    }
+
     @Test func errorsAndDescriptionsNeverContainKeyMaterialOrTokens() async throws {
         try await Self.withDirectory { directory in
             let store = Self.sealed(directory, try SealingFixtures.ringBA())
