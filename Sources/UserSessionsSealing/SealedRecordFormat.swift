@@ -75,7 +75,8 @@ enum SealedRecordFormat {
 
     /// The identifier of the key that sealed `credentials`, or `nil` when they are not sealed in this format.
     static func keyID(of credentials: Credentials) -> String? {
-        parse(credentials.accessToken).map(\.keyID)
+        guard case .sealed(let keyID, _) = parse(credentials.accessToken) else { return nil }
+        return keyID
     }
 
     /// Opens sealed `credentials` stored under `identifier` in `namespace` with the keys of `ring`.
@@ -85,14 +86,15 @@ enum SealedRecordFormat {
     static func open(
         _ credentials: Credentials, identifier: String, namespace: String, ring: SealingKeyRing
     ) throws -> Credentials {
-        guard isSealed(credentials) else { throw failure(.notSealed) }
-        let text = credentials.accessToken
-        let parts = text.dropFirst(prefix.count).split(separator: ":", omittingEmptySubsequences: false)
-        if let first = parts.first, let found = Int(first), found > version {
+        let envelope: (keyID: String, combined: Data)
+        switch parse(credentials.accessToken) {
+        case .notSealed: throw failure(.notSealed)
+        case .malformed: throw failure(.malformed)
+        case .newerVersion(let found):
             throw UserSessionError(
                 .unsupportedFormatVersion, "the record is sealed in format version \(found), newer than this release's")
+        case .sealed(let keyID, let combined): envelope = (keyID, combined)
         }
-        guard let envelope = parse(text) else { throw failure(.malformed) }
         guard let key = ring.key(id: envelope.keyID) else { throw failure(.unknownKey(id: envelope.keyID)) }
         let box: AES.GCM.SealedBox
         do {
@@ -117,13 +119,26 @@ enum SealedRecordFormat {
         }
     }
 
-    private static func parse(_ text: String) -> (keyID: String, combined: Data)? {
-        guard text.hasPrefix(prefix) else { return nil }
-        let parts = text.dropFirst(prefix.count).split(separator: ":", omittingEmptySubsequences: false)
-        guard parts.count == 3, parts[0] == "\(version)", SealingKey.isValid(id: String(parts[1])),
-            let combined = Data(base64Encoded: String(parts[2]))
-        else { return nil }
-        return (String(parts[1]), combined)
+    /// What an access token field holds.
+    private enum Parsed {
+        case notSealed
+        case malformed
+        case newerVersion(Int)
+        case sealed(keyID: String, combined: Data)
+    }
+
+    /// Splits `sealed:<version>:<key id>:<base64>` on its UTF-8 bytes (the base64 part is never scanned for `:`).
+    private static func parse(_ text: String) -> Parsed {
+        let parts = text.utf8.split(separator: UInt8(ascii: ":"), maxSplits: 3, omittingEmptySubsequences: false)
+        guard parts.count >= 2, parts[0].elementsEqual("sealed".utf8) else { return .notSealed }
+        guard let found = Int(String(decoding: parts[1], as: UTF8.self)) else { return .malformed }
+        if found > version { return .newerVersion(found) }
+        guard found == version, parts.count == 4 else { return .malformed }
+        let keyID = String(decoding: parts[2], as: UTF8.self)
+        guard SealingKey.isValid(id: keyID), let combined = Data(base64Encoded: Data(parts[3])) else {
+            return .malformed
+        }
+        return .sealed(keyID: keyID, combined: combined)
     }
 
     private static func failure(_ problem: SealedRecordProblem) -> UserSessionError {
