@@ -29,4 +29,14 @@ check_catalog() {
 }
 
 check_catalog UserSessions .build-docs
+
+# Resolving with the Sealing trait writes swift-crypto's pins into Package.resolved, and SwiftPM checks out every
+# pinned package even for a build with default traits: put Package.resolved back as it was (or remove it), so that
+# the default-traits steps after this one still fetch nothing.
+resolved_before=$(mktemp)
+if [ -f Package.resolved ]; then cp Package.resolved "$resolved_before"; else rm -f "$resolved_before"; fi
+restore_resolved() {
+    if [ -f "$resolved_before" ]; then mv "$resolved_before" Package.resolved; else rm -f Package.resolved; fi
+}
+trap restore_resolved EXIT
 check_catalog UserSessionsSealing .build-docs-sealing --traits Sealing
