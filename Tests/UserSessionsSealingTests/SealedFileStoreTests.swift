@@ -144,6 +144,10 @@ struct SealedFileStoreTests {
             await #expect(throws: UserSessionError(.storeCorrupt, "")) { _ = try await controller.restore() }
             #expect(controller.session.state != .opened)
             await controller.shutdown()
+            // A registry's lookup reports it the same way, and keeps it too.
+            let registry = UserSessionRegistry(store: withoutA)
+            await #expect(throws: UserSessionError(.storeCorrupt, "")) { _ = try await registry.session(for: "alice") }
+            await registry.shutdown()
             let report = try await withoutA.resealAll()
             #expect(report.unopenable == ["alice"] && !report.isComplete)
             #expect(try SealingFixtures.rawFiles(under: directory) == filesBefore, "the record is kept as it was")
