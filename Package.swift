@@ -29,6 +29,10 @@ let traits: Set<Trait> = [
         name: "PostgreSQL",
         description: "UserSessionsPostgres: a PostgresNIO token store shared by a fleet of server instances."
     ),
+    .trait(
+        name: "Sealing",
+        description: "UserSessionsSealing: any token store keeps its tokens sealed with AES-256-GCM (swift-crypto)."
+    ),
 ]
 
 // CI and documentation builds may switch every trait on with ENABLE_ALL_TRAITS=1 (same as `--enable-all-traits`).
@@ -45,6 +49,7 @@ let package = Package(
         .library(name: "UserSessionsServiceLifecycle", targets: ["UserSessionsServiceLifecycle"]),
         .library(name: "UserSessionsAsyncHTTPClient", targets: ["UserSessionsAsyncHTTPClient"]),
         .library(name: "UserSessionsPostgres", targets: ["UserSessionsPostgres"]),
+        .library(name: "UserSessionsSealing", targets: ["UserSessionsSealing"]),
     ],
     traits: traits.union([.default(enabledTraits: defaultTraits)]),
     dependencies: [
@@ -53,6 +58,8 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        // 4.x and 5.x: the range vapor/jwt-kit 5.8 accepts as well, so both traits resolve one swift-crypto.
+        .package(url: "https://github.com/apple/swift-crypto", "4.0.0"..<"6.0.0"),
     ],
     targets: [
         .target(name: "UserSessions"),
@@ -96,6 +103,13 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
             ]
         ),
+        .target(
+            name: "UserSessionsSealing",
+            dependencies: [
+                "UserSessions",
+                .product(name: "Crypto", package: "swift-crypto", condition: .when(traits: ["Sealing"])),
+            ]
+        ),
         .executableTarget(
             name: "RefreshContention",
             dependencies: [
@@ -109,6 +123,8 @@ let package = Package(
                 .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
+                // The sealing workload's rows; without the trait the target builds no other package.
+                .target(name: "UserSessionsSealing", condition: .when(traits: ["Sealing"])),
             ],
             path: "Benchmarks/RefreshContention"
         ),
@@ -131,6 +147,8 @@ let package = Package(
                 .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
+                // `--sealed KEY_BASE64` wraps the store in a SealedTokenStore (UserSessionsSealingTests).
+                .target(name: "UserSessionsSealing", condition: .when(traits: ["Sealing"])),
             ],
             path: "Tests/FleetNode"
         ),
@@ -171,7 +189,8 @@ let package = Package(
             ]
         ),
         // The PostgreSQL store's tests; every file is behind `#if PostgreSQL`, and they run only when
-        // USER_SESSIONS_POSTGRES_URL names a server (Scripts/with-postgres.sh starts a throwaway one).
+        // USER_SESSIONS_POSTGRES_URL names a server (Scripts/with-postgres.sh starts a throwaway one). With the Sealing
+        // trait too, the sealed PostgreSQL store's tests (`#if PostgreSQL && Sealing`).
         .testTarget(
             name: "UserSessionsPostgresTests",
             dependencies: [
@@ -181,6 +200,19 @@ let package = Package(
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "InMemoryLogging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
+                .target(name: "UserSessionsSealing", condition: .when(traits: ["Sealing"])),
+            ]
+        ),
+        // The sealed store's tests over the file store and the remote store; every file is behind `#if Sealing`.
+        // Its PostgreSQL tests (sealed rows, the sealed fleet) are in UserSessionsPostgresTests, behind
+        // `#if PostgreSQL && Sealing`.
+        .testTarget(
+            name: "UserSessionsSealingTests",
+            dependencies: [
+                "UserSessions",
+                "UserSessionsSealing",
+                "UserSessionsTestSupport",
+                .product(name: "Crypto", package: "swift-crypto", condition: .when(traits: ["Sealing"])),
             ]
         ),
     ],

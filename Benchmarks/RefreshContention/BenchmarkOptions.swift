@@ -9,6 +9,7 @@ struct BenchmarkOptions {
         case sessions
         case restoreStorm = "restore"
         case fleet
+        case sealing
     }
 
     var quick = false
@@ -26,14 +27,15 @@ struct BenchmarkOptions {
     var chartsDirectory: String? = ".build/benchmarks"
 
     static let usage = """
-        usage: RefreshContention [--quick] [--json] [--only hot,contention,storm,fanout,sessions,restore,fleet]
+        usage: RefreshContention [--quick] [--json] [--only hot,contention,storm,fanout,sessions,restore,fleet,sealing]
                                  [--waiters N,N,...] [--requests N,N,...] [--users U,U,...]
                                  [--charts DIR | --no-charts]
 
           --quick     a reduced set that finishes within about a minute on two cores
           --json      print one JSON document on standard output (progress goes to standard error)
           --only      run only the named workloads (restore: the restore storm after a restart; fleet: K
-                      processes sharing one user through one store, left out of --quick unless named)
+                      processes sharing one user through one store, left out of --quick unless named; sealing:
+                      a store's writes and reads plain and sealed, with the Sealing trait)
           --waiters   the numbers of callers for the contention workload (default 10,100,1000,10000,100000)
           --requests  the numbers of first requests for the restore storm (default 1000,10000)
           --users     the numbers of stored users for the restore storm (default 1,1000)

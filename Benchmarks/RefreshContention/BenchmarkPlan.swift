@@ -31,6 +31,9 @@ struct BenchmarkPlan: Sendable {
     var fleetDuration: Duration = .seconds(4)
     var fleetTokenLifetime: Duration = .milliseconds(200)
     var fleetHotPathCalls = 1_000_000
+    /// Workload H: writes and reads per repetition through the in-memory store (the file store makes a fiftieth,
+    /// the PostgreSQL store a twentieth).
+    var sealingOperations = 20_000
     /// The longest a single run may take before it is reported as hung.
     var runLimit: Duration = .seconds(120)
 
@@ -47,6 +50,7 @@ struct BenchmarkPlan: Sendable {
         fanoutTransitions: 40,
         fleetDuration: .seconds(2),
         fleetHotPathCalls: 200_000,
+        sealingOperations: 2_000,
         runLimit: .seconds(20)
     )
 }

@@ -59,6 +59,11 @@ struct RefreshContentionBenchmark {
             report.add(await FleetWorkload(plan: plan).run(progress: progress), plan: plan)
             progress.finish()
         }
+        if options.workloads.contains(.sealing) {
+            let progress = ProgressLine(workload: "sealing", total: SealingWorkload.weight(plan))
+            report.add(await SealingWorkload(plan: plan).run(progress: progress), plan: plan)
+            progress.finish()
+        }
         report.evaluateTargets()
         report.exitStatus = report.invariantViolations.isEmpty ? (report.failures.isEmpty ? 0 : 2) : 1
         if let directory = options.chartsDirectory {

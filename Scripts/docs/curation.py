@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
-"""DocC curation for the UserSessions module: checks that every public symbol declared in Sources/UserSessions is
-in a topic group, and (with --draft TYPE…) prints a first draft of a type's curation page to edit by hand.
+"""DocC curation for a module of the package (UserSessions unless MODULE names another, such as
+UserSessionsSealing): checks that every public symbol declared in the module is in a topic group, and (with
+--draft TYPE…) prints a first draft of a type's curation page to edit by hand.
 
 Reads the symbol graph and the converted archive that Scripts/docs/check.sh produces:
     curation.py SYMBOL_GRAPH_DIR ARCHIVE_DIR                 # check; exit 1 and list what is not curated
     curation.py SYMBOL_GRAPH_DIR ARCHIVE_DIR --draft Credentials UserSessionError/Code
+    MODULE=UserSessionsSealing curation.py SYMBOL_GRAPH_DIR ARCHIVE_DIR
 """
 import glob
 import json
 import os
 import sys
 from collections import defaultdict
+
+MODULE = os.environ.get("MODULE", "UserSessions")
 
 CONFORMANCE_MEMBERS = {
     "description", "debugDescription", "customMirror", "==(_:_:)", "<(_:_:)", "hash(into:)", "init(from:)",
@@ -19,7 +23,7 @@ CONFORMANCE_MEMBERS = {
 
 
 def load(graph_dir, archive_dir):
-    graph = json.load(open(os.path.join(graph_dir, "UserSessions.symbols.json")))
+    graph = json.load(open(os.path.join(graph_dir, f"{MODULE}.symbols.json")))
     ours = {}
     for symbol in graph["symbols"]:
         if symbol.get("accessLevel") != "public" or "location" not in symbol:
@@ -92,7 +96,7 @@ def draft(type_path, ours, parent, url_of):
             group = "Methods"
         groups[group].append(link(symbol, url_of.get(precise, "")))
     type_link = "/".join(type_symbol["pathComponents"][:-1] + [link(type_symbol, url_of.get(type_id, ""))])
-    lines = [f"# ``UserSessions/{type_link}``", "", "## Topics"]
+    lines = [f"# ``{MODULE}/{type_link}``", "", "## Topics"]
     order = ["Creating", "Cases", "Properties", "Methods", "Predefined values", "Nested types",
              "Describing and comparing"]
     for group in order:

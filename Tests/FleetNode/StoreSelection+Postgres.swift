@@ -5,6 +5,10 @@ import PostgresNIO
 import UserSessions
 import UserSessionsPostgres
 
+#if Sealing
+import UserSessionsSealing
+#endif
+
 extension StoreSelection {
     /// `postgres:URL[#namespace]`: a ``PostgresTokenStore`` over a client of this process's own, as one instance of
     /// a fleet would have. The URL is `postgres://user[:password]@host[:port]/database`; the namespace defaults to
@@ -40,6 +44,9 @@ extension StoreSelection {
 
     static func waitUntilPostgresListening(_ store: any TokenStore) async throws {
         if let store = store as? PostgresTokenStore { try await store.listening() }
+        #if Sealing
+        if let store = store as? SealedTokenStore<PostgresTokenStore> { try await store.base.listening() }
+        #endif
     }
 }
 #endif

@@ -43,6 +43,16 @@ enum StoreSelection {
         #endif
     }
 
+    /// `store`, or `store` sealed with `key` (`ID:BASE64`) when one is given.
+    static func sealing(_ store: any TokenStore, key: String?) throws -> any TokenStore {
+        guard let key else { return store }
+        #if Sealing
+        return try sealed(store, key: key)
+        #else
+        throw Unknown(description: "--sealing-key needs the Sealing trait (swift build --traits Sealing)")
+        #endif
+    }
+
     #if PostgreSQL
     static let knownKinds = "file, uncoordinated-file, postgres"
     #else

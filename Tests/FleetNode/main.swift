@@ -7,8 +7,9 @@
 //
 // Usage: FleetNode --store file:DIR|postgres:URL#NAMESPACE --identifier ID --token-endpoint URL [--client-id ID] [--client-secret S]
 //                  [--tasks 100] [--until-lifetime-over 600] [--time-limit 120] [--name NODE]
-//                  [--hold-lease | --sign-out-mode] [--report-refresh] [--stop-on-error]
-// (`postgres:` only in a build with the PostgreSQL trait.)
+//                  [--hold-lease | --sign-out-mode] [--report-refresh] [--stop-on-error] [--sealing-key ID:BASE64]
+// (`postgres:` only in a build with the PostgreSQL trait; `--sealing-key`, which wraps the store in a
+// SealedTokenStore of namespace "fleet" with that one key, only with the Sealing trait.)
 import Foundation
 import UserSessions
 
@@ -22,6 +23,8 @@ struct Options {
     var untilLifetimeOver = 600.0
     var timeLimit = 120.0
     var name = "node"
+    /// `ID:BASE64`: seal the store's records with this key (the Sealing trait).
+    var sealingKey: String?
     /// Only take the refresh lease of `identifier`, say "holding" on standard output, and wait to be killed.
     var holdLease = false
     /// Restore the user, say "open" on standard output, then either clear it everywhere when standard input says
@@ -58,6 +61,7 @@ struct Options {
             case "--until-lifetime-over": untilLifetimeOver = Double(value) ?? untilLifetimeOver
             case "--time-limit": timeLimit = Double(value) ?? timeLimit
             case "--name": name = value
+            case "--sealing-key": sealingKey = value
             default: throw StoreSelection.Unknown(description: "unknown option \(flag)")
             }
         }
@@ -171,7 +175,9 @@ struct NoRefresher: TokenRefresher {
 }
 
 func run(_ options: Options) async throws -> Int32 {
-    try await StoreSelection.withStore(for: options.store) { store in try await run(options, store: store) }
+    try await StoreSelection.withStore(for: options.store) { store in
+        try await run(options, store: StoreSelection.sealing(store, key: options.sealingKey))
+    }
 }
 
 func run(_ options: Options, store: any TokenStore) async throws -> Int32 {

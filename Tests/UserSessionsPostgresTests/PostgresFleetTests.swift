@@ -60,14 +60,7 @@ struct PostgresFleetTests {
                     "--token-endpoint", server.tokenEndpoint.absoluteString, "--tasks", "100",
                     "--until-lifetime-over", "600", "--time-limit", "60", "--stop-on-error",
                 ]
-                let nodes = try await withThrowingTaskGroup(of: NodeProcess.self) { group in
-                    for name in ["a", "b", "c", "d"] {
-                        group.addTask { try await NodeProcess.run(executable, arguments + ["--name", name]) }
-                    }
-                    var nodes: [NodeProcess] = []
-                    for try await node in group { nodes.append(node) }
-                    return nodes
-                }
+                let nodes = try await Self.runFourNodes(executable, arguments)
                 let stats = try await server.stats()
                 let adopted = nodes.map { $0.summary["adopted"] as? Int ?? 0 }.reduce(0, +)
                 let stored = try await store.load(identifier: Self.identifier)
@@ -209,6 +202,18 @@ struct PostgresFleetTests {
                         + "\(stats.reuseDetected) reuse detection, \(stats.invalidGrant) invalid_grant; "
                         + "survivors ended with: \(errors.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" })")
             }
+        }
+    }
+
+    /// Runs four nodes named `a` to `d` with `arguments` at once, each to its end.
+    static func runFourNodes(_ executable: URL, _ arguments: [String]) async throws -> [NodeProcess] {
+        try await withThrowingTaskGroup(of: NodeProcess.self) { group in
+            for name in ["a", "b", "c", "d"] {
+                group.addTask { try await NodeProcess.run(executable, arguments + ["--name", name]) }
+            }
+            var nodes: [NodeProcess] = []
+            for try await node in group { nodes.append(node) }
+            return nodes
         }
     }
 

@@ -114,6 +114,7 @@ extension BenchmarkReport {
 
         if let section = restoreStormSection() { sections.append(section) }
         if let section = fleetSection() { sections.append(section) }
+        if let section = sealingSection() { sections.append(section) }
 
         if !notes.isEmpty {
             sections.append((["Notes"] + notes.map { "  \($0)" }).joined(separator: "\n"))

@@ -14,6 +14,7 @@ struct BenchmarkReport: Encodable {
     var restoreStorm: [RestoreStormRow] = []
     var fleet: [FleetRow] = []
     var fleetHotPath: [FleetHotPathRow] = []
+    var sealing: [SealingRow] = []
     /// Each strategy and floor, and the real library or idiom it reproduces.
     var strategies = Explanations.strategies
     /// What this mode left out or how to read a figure.

@@ -7,10 +7,11 @@ Protocol:
   errors: {"status": "false", "errorCode": "...", "errorMessage": "..."}
           30001 invalid input, 50001 write failure, 50002 nothing stored, 50003 unsupported method
 
-Records are files in a temporary directory named after unique_id; a unique_id that is empty, contains "/", "\\",
+Records are files named after unique_id in a temporary directory (or in the directory --storage names, which the
+server removes when it exits); a unique_id that is empty, contains "/", "\\",
 NUL or "..", or starts with "." is refused with 30001.
 
-Usage: token_cache_server.py [--mode MODE]. Binds 127.0.0.1 on a free port and prints the port as the first line of
+Usage: token_cache_server.py [--mode MODE] [--storage DIRECTORY]. Binds 127.0.0.1 on a free port and prints the port as the first line of
 stdout. Exits when stdin reaches end of file (the test process went away) or on SIGTERM.
 
 Modes (also switchable at run time with GET /__control?mode=MODE[&code=CODE]):
@@ -419,14 +420,21 @@ class Handler(BaseHTTPRequestHandler):
 
 def main():
     mode = "normal"
+    storage = None
     arguments = sys.argv[1:]
-    if len(arguments) == 2 and arguments[0] == "--mode" and arguments[1] in MODES:
-        mode = arguments[1]
-    elif arguments:
-        print("usage: token_cache_server.py [--mode MODE]", file=sys.stderr)
-        sys.exit(2)
+    while arguments:
+        if len(arguments) >= 2 and arguments[0] == "--mode" and arguments[1] in MODES:
+            mode = arguments[1]
+        elif len(arguments) >= 2 and arguments[0] == "--storage" and os.path.isdir(arguments[1]):
+            # A directory of the test's own, so that it can read the data files as they are on disk.
+            storage = arguments[1]
+        else:
+            print("usage: token_cache_server.py [--mode MODE] [--storage DIRECTORY]", file=sys.stderr)
+            sys.exit(2)
+        arguments = arguments[2:]
     STATE["mode"] = mode
-    storage = tempfile.mkdtemp(prefix="token-cache-")
+    if storage is None:
+        storage = tempfile.mkdtemp(prefix="token-cache-")
     Handler.storage = storage
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True

@@ -1,0 +1,163 @@
+#if Sealing
+import Crypto
+import Foundation
+import UserSessions
+
+/// The sealed form of a record's credentials (format version 1).
+///
+/// A sealed record is a `StoredSession` like any other, so every store keeps it unchanged:
+/// - `user_info` stays as it was;
+/// - the credentials keep, in the clear, only what carries no secret: token type, expiry, last refresh, source and
+///   permissions (a store may index or show them). The refresh token and every other secret field are absent;
+/// - the access token field holds `sealed:1:<key id>:<base64 of nonce ‖ ciphertext ‖ tag>`: AES-256-GCM with a
+///   fresh random 12-byte nonce per write and a 16-byte tag, under the key named by `<key id>`.
+///
+/// The plaintext is the whole `Credentials` in the package's JSON form (its `Codable`
+/// conformance, sorted keys), so every field the credentials carry, secret or not, is sealed and comes back exactly;
+/// what a load returns is what was sealed, never the clear copy. The associated data is
+/// `"swift-user-sessions.sealed" 0x00 "1" 0x00`, then the namespace and the identifier's UTF-8 bytes, each after
+/// its length as a 4-byte big-endian integer: a record opens only under the namespace and identifier it was written
+/// for.
+enum SealedRecordFormat {
+    static let version = 1
+    static let prefix = "sealed:"
+    static let domain = "swift-user-sessions.sealed"
+
+    /// The clear copy of `credentials` for the store, with `envelope` in place of the access token.
+    ///
+    /// Built field by field with the initializer, so a field the credentials gain later (such as an id token) is
+    /// left out of the clear copy until it is added here deliberately: it is in the sealed part either way.
+    static func clearCopy(of credentials: Credentials, envelope: String) -> Credentials {
+        Credentials(
+            accessToken: envelope,
+            refreshToken: nil,
+            tokenType: credentials.tokenType,
+            expiresAt: credentials.expiresAt,
+            lastRefreshedAt: credentials.lastRefreshedAt,
+            source: credentials.source,
+            grantedPermissions: credentials.grantedPermissions,
+            declinedPermissions: credentials.declinedPermissions
+        )
+    }
+
+    /// Seals `credentials` for `identifier` in `namespace` under `key`.
+    static func seal(
+        _ credentials: Credentials, identifier: String, namespace: String, key: SealingKey
+    ) throws -> Credentials {
+        let plaintext: Data
+        do {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
+            plaintext = try encoder.encode(credentials)
+        } catch {
+            throw UserSessionError(.storeFailure, "the credentials could not be encoded for sealing")
+        }
+        let combined: Data?
+        do {
+            combined = try AES.GCM.seal(
+                plaintext, using: key.key, nonce: AES.GCM.Nonce(),
+                authenticating: associatedData(identifier: identifier, namespace: namespace)
+            ).combined
+        } catch {
+            throw UserSessionError(.storeFailure, "sealing the credentials failed")
+        }
+        guard let combined else {
+            throw UserSessionError(.storeFailure, "sealing the credentials gave no combined form")
+        }
+        let envelope = "\(prefix)\(version):\(key.id):\(combined.base64EncodedString())"
+        return clearCopy(of: credentials, envelope: envelope)
+    }
+
+    /// Whether `credentials` are in the sealed form (of any version).
+    static func isSealed(_ credentials: Credentials) -> Bool {
+        credentials.accessToken.hasPrefix(prefix)
+    }
+
+    /// The identifier of the key that sealed `credentials`, or `nil` when they are not sealed in this format.
+    static func keyID(of credentials: Credentials) -> String? {
+        guard case .sealed(let keyID, _) = parse(credentials.accessToken) else { return nil }
+        return keyID
+    }
+
+    /// Opens sealed `credentials` stored under `identifier` in `namespace` with the keys of `ring`.
+    ///
+    /// - Throws: `UserSessionError.Code.storeCorrupt` with a ``SealedRecordProblem`` as the
+    ///   underlying error; `UserSessionError.Code.unsupportedFormatVersion` for a newer format.
+    static func open(
+        _ credentials: Credentials, identifier: String, namespace: String, ring: SealingKeyRing
+    ) throws -> Credentials {
+        let envelope: (keyID: String, combined: Data)
+        switch parse(credentials.accessToken) {
+        case .notSealed: throw failure(.notSealed)
+        case .malformed: throw failure(.malformed)
+        case .newerVersion(let found):
+            throw UserSessionError(
+                .unsupportedFormatVersion, "the record is sealed in format version \(found), newer than this release's")
+        case .sealed(let keyID, let combined): envelope = (keyID, combined)
+        }
+        guard let key = ring.key(id: envelope.keyID) else { throw failure(.unknownKey(id: envelope.keyID)) }
+        let box: AES.GCM.SealedBox
+        do {
+            box = try AES.GCM.SealedBox(combined: envelope.combined)
+        } catch {
+            throw failure(.malformed)
+        }
+        let plaintext: Data
+        do {
+            plaintext = try AES.GCM.open(
+                box, using: key.key, authenticating: associatedData(identifier: identifier, namespace: namespace))
+        } catch {
+            throw failure(.authenticationFailed)
+        }
+        do {
+            return try JSONDecoder().decode(Credentials.self, from: plaintext)
+        } catch let error as UserSessionError where error.code == .unsupportedFormatVersion {
+            throw error
+        } catch {
+            // Authenticated, so written by a release with our key; the message must not echo the plaintext.
+            throw UserSessionError(.storeCorrupt, "the sealed credentials authenticate but do not decode")
+        }
+    }
+
+    /// What an access token field holds.
+    private enum Parsed {
+        case notSealed
+        case malformed
+        case newerVersion(Int)
+        case sealed(keyID: String, combined: Data)
+    }
+
+    /// Splits `sealed:<version>:<key id>:<base64>` on its UTF-8 bytes (the base64 part is never scanned for `:`).
+    private static func parse(_ text: String) -> Parsed {
+        let parts = text.utf8.split(separator: UInt8(ascii: ":"), maxSplits: 3, omittingEmptySubsequences: false)
+        guard parts.count >= 2, parts[0].elementsEqual("sealed".utf8) else { return .notSealed }
+        guard let found = Int(String(decoding: parts[1], as: UTF8.self)) else { return .malformed }
+        if found > version { return .newerVersion(found) }
+        guard found == version, parts.count == 4 else { return .malformed }
+        let keyID = String(decoding: parts[2], as: UTF8.self)
+        guard SealingKey.isValid(id: keyID), let combined = Data(base64Encoded: Data(parts[3])) else {
+            return .malformed
+        }
+        return .sealed(keyID: keyID, combined: combined)
+    }
+
+    private static func failure(_ problem: SealedRecordProblem) -> UserSessionError {
+        UserSessionError(.storeCorrupt, "the sealed record cannot be opened: \(problem)", underlying: problem)
+    }
+
+    /// The associated data: domain, version, then the namespace and identifier bytes, each after its length.
+    static func associatedData(identifier: String, namespace: String) -> Data {
+        var data = Data(domain.utf8)
+        data.append(0)
+        data.append(contentsOf: "\(version)".utf8)
+        data.append(0)
+        for field in [namespace, identifier] {
+            let bytes = Array(field.utf8)
+            let count = UInt32(clamping: bytes.count)
+            data.append(contentsOf: [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: count >> $0) })
+            data.append(contentsOf: bytes)
+        }
+        return data
+    }
+}
+#endif

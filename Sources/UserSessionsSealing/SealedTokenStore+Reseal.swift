@@ -1,0 +1,69 @@
+#if Sealing
+import UserSessions
+
+extension SealedTokenStore {
+    /// How many times a record that another writer keeps changing is read and sealed again before the call gives up.
+    static var resealAttempts: Int { 5 }
+
+    /// Seals every stored record that an older key sealed again with the ring's current key, so that the older keys
+    /// can be retired.
+    ///
+    /// Lists the records with the base store's `storedIdentifiers()`. Each record is read, opened and written back
+    /// sealed with the current key; over a `CoordinatedTokenStore` the write is conditional on the
+    /// revision read, so a refresh that writes the record meanwhile is never overwritten with older credentials (the
+    /// refresh sealed with the current key anyway). Over a plain store, run it while no other process writes.
+    /// A record that does not open is left as it is and listed in ``SealedTokenStoreResealReport/unopenable``.
+    ///
+    /// - Throws: the base store's errors, such as `UserSessionError.Code.storeFailure` from a store
+    ///   that cannot list its records (the remote token cache).
+    public func resealAll() async throws -> SealedTokenStoreResealReport {
+        var report = SealedTokenStoreResealReport()
+        for identifier in try await base.storedIdentifiers() {
+            do {
+                if try await reseal(identifier: identifier) {
+                    report.resealed.append(identifier)
+                } else {
+                    report.alreadyCurrent.append(identifier)
+                }
+            } catch let error as UserSessionError
+                where error.code == .storeCorrupt || error.code == .unsupportedFormatVersion
+            {
+                report.unopenable.append(identifier)
+            }
+        }
+        return report
+    }
+
+    /// Seals the record of `identifier` again with the current key; `false` when there was nothing to do.
+    private func reseal(identifier: String) async throws -> Bool {
+        if let coordinated = base as? any CoordinatedTokenStore {
+            return try await reseal(identifier: identifier, conditionallyIn: coordinated)
+        }
+        guard let stored = try await base.load(identifier: identifier), !isSealedWithCurrentKey(stored) else {
+            return false
+        }
+        let opened = try open(stored, identifier: identifier)
+        try await base.save(try seal(opened, identifier: identifier), identifier: identifier)
+        return true
+    }
+
+    private func reseal(identifier: String, conditionallyIn store: any CoordinatedTokenStore) async throws -> Bool {
+        for attempt in 1...Self.resealAttempts {
+            guard let revised = try await store.loadRevised(identifier: identifier),
+                !isSealedWithCurrentKey(revised.session)
+            else { return false }
+            let opened = try open(revised.session, identifier: identifier)
+            do {
+                _ = try await store.save(
+                    try seal(opened, identifier: identifier), identifier: identifier,
+                    expectedRevision: revised.revision)
+                return true
+            } catch let error as UserSessionError where error.code == .revisionConflict && attempt < Self.resealAttempts
+            {
+                continue
+            }
+        }
+        return false
+    }
+}
+#endif
