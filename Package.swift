@@ -29,6 +29,10 @@ let traits: Set<Trait> = [
         name: "PostgreSQL",
         description: "UserSessionsPostgres: a PostgresNIO token store shared by a fleet of server instances."
     ),
+    .trait(
+        name: "OpenIDConnect",
+        description: "UserSessionsOpenIDConnect: sign-in and sign-out with OpenID Connect (jwt-kit verifies tokens)."
+    ),
 ]
 
 // CI and documentation builds may switch every trait on with ENABLE_ALL_TRAITS=1 (same as `--enable-all-traits`).
@@ -45,6 +49,7 @@ let package = Package(
         .library(name: "UserSessionsServiceLifecycle", targets: ["UserSessionsServiceLifecycle"]),
         .library(name: "UserSessionsAsyncHTTPClient", targets: ["UserSessionsAsyncHTTPClient"]),
         .library(name: "UserSessionsPostgres", targets: ["UserSessionsPostgres"]),
+        .library(name: "UserSessionsOpenIDConnect", targets: ["UserSessionsOpenIDConnect"]),
     ],
     traits: traits.union([.default(enabledTraits: defaultTraits)]),
     dependencies: [
@@ -53,6 +58,8 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        .package(url: "https://github.com/vapor/jwt-kit", from: "5.7.1"),
+        .package(url: "https://github.com/apple/swift-crypto", "4.0.0"..<"6.0.0"),
     ],
     targets: [
         .target(name: "UserSessions"),
@@ -94,6 +101,18 @@ let package = Package(
                 "UserSessions",
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
+            ]
+        ),
+        // Sign-in and sign-out with OpenID Connect. Its pending-sign-in store on PostgreSQL builds only when the
+        // PostgreSQL trait is on too (`#if PostgreSQL` in the target).
+        .target(
+            name: "UserSessionsOpenIDConnect",
+            dependencies: [
+                "UserSessions",
+                .product(name: "JWTKit", package: "jwt-kit", condition: .when(traits: ["OpenIDConnect"])),
+                .product(name: "Crypto", package: "swift-crypto", condition: .when(traits: ["OpenIDConnect"])),
+                .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
             ]
         ),
         .executableTarget(
@@ -182,6 +201,20 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "InMemoryLogging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
             ]
+        ),
+        // Sign-in and sign-out against a real OpenID Connect provider (Fixtures/oidc_provider.py, on Authlib); every
+        // file is behind `#if OpenIDConnect`.
+        .testTarget(
+            name: "UserSessionsOpenIDConnectTests",
+            dependencies: [
+                "UserSessions",
+                "UserSessionsOpenIDConnect",
+                "UserSessionsTestSupport",
+                .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
+            ],
+            exclude: ["Fixtures"]
         ),
     ],
     swiftLanguageModes: [.v6]
