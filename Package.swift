@@ -103,16 +103,16 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
             ]
         ),
-        // Sign-in and sign-out with OpenID Connect. Its pending-sign-in store on PostgreSQL builds only when the
-        // PostgreSQL trait is on too (`#if PostgreSQL` in the target).
+        // Sign-in and sign-out with OpenID Connect. Its state store on PostgreSQL builds only when the PostgreSQL
+        // trait is on too (`#if OpenIDConnect && PostgreSQL` in the target).
         .target(
             name: "UserSessionsOpenIDConnect",
             dependencies: [
                 "UserSessions",
                 .product(name: "JWTKit", package: "jwt-kit", condition: .when(traits: ["OpenIDConnect"])),
                 .product(name: "Crypto", package: "swift-crypto", condition: .when(traits: ["OpenIDConnect"])),
-                .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
             ]
         ),
         .executableTarget(
@@ -210,7 +210,6 @@ let package = Package(
                 "UserSessions",
                 "UserSessionsOpenIDConnect",
                 "UserSessionsTestSupport",
-                .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
             ],

@@ -1,5 +1,4 @@
 #if OpenIDConnect
-import Crypto
 import Foundation
 import UserSessions
 
@@ -39,14 +38,17 @@ public final class FileOpenIDConnectStateStore: OpenIDConnectStateStore {
             var count = 0
             for file in try Self.files(in: folder) {
                 guard let data = try? Data(contentsOf: file) else { continue }
-                if let other = try? Self.decoder.decode(PendingSignIn.self, from: data), !other.isExpired(at: now) {
+                if let other = try? StateStoreCoding.decoder.decode(PendingSignIn.self, from: data),
+                    !other.isExpired(at: now)
+                {
                     count += 1
                 } else {
                     try? FileManager.default.removeItem(at: file)
                 }
             }
             guard count < limit else { throw OpenIDConnectError.tooManyPending(limit) }
-            try Self.write(try Self.encoder.encode(pending), to: folder.appending(path: Self.name(pending.state)))
+            try Self.write(
+                try StateStoreCoding.encoder.encode(pending), to: folder.appending(path: Self.name(pending.state)))
         }
     }
 
@@ -61,7 +63,7 @@ public final class FileOpenIDConnectStateStore: OpenIDConnectStateStore {
                 throw OpenIDConnectError(.storeFailure, "cannot claim a pending sign-in (errno \(errno))")
             }
             defer { try? FileManager.default.removeItem(at: claimed) }
-            let pending = try Self.decoder.decode(PendingSignIn.self, from: try Data(contentsOf: claimed))
+            let pending = try StateStoreCoding.decoder.decode(PendingSignIn.self, from: try Data(contentsOf: claimed))
             return pending.isExpired(at: now) || pending.state != state ? nil : pending
         }
     }
@@ -71,7 +73,7 @@ public final class FileOpenIDConnectStateStore: OpenIDConnectStateStore {
         let file = recordsDirectory.appending(path: Self.name(signIn.issuer + "\u{0}" + signIn.identifier))
         try await BlockingIO.run {
             try Self.makeDirectory(file.deletingLastPathComponent())
-            try Self.write(try Self.encoder.encode(signIn), to: file)
+            try Self.write(try StateStoreCoding.encoder.encode(signIn), to: file)
         }
     }
 
@@ -82,7 +84,7 @@ public final class FileOpenIDConnectStateStore: OpenIDConnectStateStore {
             guard FileManager.default.fileExists(atPath: folder.path(percentEncoded: false)) else { return [] }
             return try Self.files(in: folder).compactMap { file in
                 guard let data = try? Data(contentsOf: file),
-                    let record = try? Self.decoder.decode(OpenIDSignInRecord.self, from: data),
+                    let record = try? StateStoreCoding.decoder.decode(OpenIDSignInRecord.self, from: data),
                     record.matches(issuer: issuer, subject: subject, sessionID: sessionID)
                 else { return nil }
                 return record
@@ -129,21 +131,9 @@ public final class FileOpenIDConnectStateStore: OpenIDConnectStateStore {
         }
     }
 
-    private static let encoder: JSONEncoder = {
-        let encoder = JSONEncoder()
-        encoder.dateEncodingStrategy = .secondsSince1970
-        return encoder
-    }()
-
-    private static let decoder: JSONDecoder = {
-        let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .secondsSince1970
-        return decoder
-    }()
-
     /// The file name of `key`: its SHA-256 in hex.
     private static func name(_ key: String) -> String {
-        SHA256.hash(data: Data(key.utf8)).map { String(format: "%02x", $0) }.joined()
+        StateStoreCoding.hash(key).map { String(format: "%02x", $0) }.joined()
     }
 
     private static func files(in folder: URL) throws -> [URL] {
