@@ -3,7 +3,7 @@ import Foundation
 import UserSessions
 
 extension OpenIDConnectClient {
-    /// The claims a session's ``UserInfo/attributes`` never take: the protocol's own.
+    /// The claims a session's `UserInfo/attributes` never take: the protocol's own.
     static let protocolClaims: Set<String> = [
         "iss", "sub", "aud", "exp", "iat", "nbf", "nonce", "at_hash", "c_hash", "azp", "auth_time", "sid", "jti",
         "acr", "amr", "email", "name", "events",

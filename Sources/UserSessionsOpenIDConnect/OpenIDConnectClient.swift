@@ -44,7 +44,7 @@ public final class OpenIDConnectClient: Sendable {
     ///   - configuration: The client's registration and limits.
     ///   - stateStore: Where pending sign-ins are kept; share one across a fleet. Default: in this process's memory.
     ///   - transport: The HTTP transport; default a `URLSessionHTTPTransport`.
-    ///   - clock: The clock of every expiry check. Default ``SessionClock/system``.
+    ///   - clock: The clock of every expiry check. Default `SessionClock/system`.
     /// - Throws: ``OpenIDConnectError/Code/invalidConfiguration`` for a configuration ``OpenIDConnectConfiguration/validate()``
     ///   refuses or an issuer that is not HTTPS (or HTTP on a loopback host).
     public convenience init(

@@ -5,9 +5,9 @@ import UserSessions
 ///
 /// Errors compare by ``code`` only. Descriptions name what failed and never hold a token, a code, a client secret,
 /// a `state`, a `nonce` or a PKCE verifier. Failures that come from talking to the provider carry the
-/// ``failureClass`` the refresher uses: a timeout or a 5xx is ``RefreshFailureClass/transient`` (try again later),
-/// a refused code is ``RefreshFailureClass/terminal``, a refused client is
-/// ``RefreshFailureClass/misconfiguration``. Every validation failure is a refusal: nothing was opened and nothing
+/// ``failureClass`` the refresher uses: a timeout or a 5xx is `RefreshFailureClass/transient` (try again later),
+/// a refused code is `RefreshFailureClass/terminal`, a refused client is
+/// `RefreshFailureClass/misconfiguration`. Every validation failure is a refusal: nothing was opened and nothing
 /// was signed out.
 public struct OpenIDConnectError: Error, Sendable, Equatable, CustomStringConvertible {
     /// What went wrong, as an extensible enum-like struct.

@@ -5,7 +5,7 @@ import UserSessions
 /// A completed, validated sign-in.
 public struct OpenIDSignIn: Sendable, CustomStringConvertible {
     /// Opens the session: `registry.open(signIn.prototype)` or `controller.open(signIn.prototype)`. Its credentials
-    /// hold the access token, the refresh token if any, and the ID token (``Credentials/idToken``).
+    /// hold the access token, the refresh token if any, and the ID token (`Credentials/idToken`).
     public var prototype: UserSessionPrototype
     /// The ID token's validated claims.
     public var claims: OpenIDClaims

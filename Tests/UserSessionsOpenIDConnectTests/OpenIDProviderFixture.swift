@@ -47,10 +47,23 @@ final class OpenIDProviderFixture: Sendable {
     /// The issuer: `http://127.0.0.1:<port>`.
     var issuer: URL { server.baseURL }
 
+    /// At most two providers run at once: each is a python process that imports Authlib and Flask and makes keys,
+    /// and fifty of them starting together would starve the rest of the suite of the machine's cores.
+    static let slots = Slots(2)
+
     /// Runs `body` with a fresh provider and stops it afterwards.
     static func with<R>(_ body: (OpenIDProviderFixture) async throws -> R) async throws -> R {
-        try await FixtureServer.run(script: "oidc_provider.py", in: directory) { server in
-            try await body(OpenIDProviderFixture(server))
+        await slots.acquire()
+        defer { slots.release() }
+        let server = try await FixtureServer.start(
+            script: "oidc_provider.py", in: directory, timeout: .seconds(120))
+        do {
+            let result = try await body(OpenIDProviderFixture(server))
+            await server.stop()
+            return result
+        } catch {
+            await server.stop()
+            throw error
         }
     }
 
@@ -69,12 +82,10 @@ final class OpenIDProviderFixture: Sendable {
             issuer: issuer, configuration: configuration, stateStore: stateStore, clock: clock)
     }
 
-    /// Posts the provider's login form for `redirect` as `user` and returns the query of the callback the browser
-    /// would be redirected to (the provider's 302 is not followed).
-    func logIn(_ redirect: AuthorizationRedirect, user: String = "alice", password: String = "wonderland")
-        async throws -> String
-    {
-        let query = try #require(URLComponents(url: redirect.url, resolvingAgainstBaseURL: false)?.percentEncodedQuery)
+    /// Posts the provider's login form for the authorization URL `url` as `user` and returns the query of the
+    /// callback the browser would be redirected to (the provider's 302 is not followed).
+    func logIn(_ url: URL, user: String = "alice", password: String = "wonderland") async throws -> String {
+        let query = try #require(URLComponents(url: url, resolvingAgainstBaseURL: false)?.percentEncodedQuery)
         let body = query + "&username=\(user)&password=\(password)"
         let response = try await URLSessionHTTPTransport().send(
             HTTPTransportRequest(
@@ -92,7 +103,7 @@ final class OpenIDProviderFixture: Sendable {
     func callback(for client: OpenIDConnectClient, options: AuthorizationOptions = AuthorizationOptions())
         async throws -> String
     {
-        try await logIn(try await client.authorizationRedirect(options))
+        try await logIn(try await client.authorizationRedirect(options).url)
     }
 
     /// Asks the provider to misbehave on its next answers, for example `["id_token": "alg_none"]`.
@@ -135,6 +146,43 @@ final class OpenIDProviderFixture: Sendable {
         let (data, response) = try await URLSession.shared.data(for: request)
         #expect((response as? HTTPURLResponse)?.statusCode == 200, "the provider accepted \(path)")
         return try JSONSerialization.jsonObject(with: data) as? [String: Any] ?? [:]
+    }
+}
+
+/// A counting semaphore for tests: `acquire()` waits (without a thread) until one of `count` slots is free.
+final class Slots: Sendable {
+    private struct State {
+        var free: Int
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let state: Locked<State>
+
+    init(_ count: Int) { state = Locked(State(free: count)) }
+
+    func acquire() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let granted = state.withLock { state -> Bool in
+                guard state.free > 0 else {
+                    state.waiters.append(continuation)
+                    return false
+                }
+                state.free -= 1
+                return true
+            }
+            if granted { continuation.resume() }
+        }
+    }
+
+    func release() {
+        let next = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard !state.waiters.isEmpty else {
+                state.free += 1
+                return nil
+            }
+            return state.waiters.removeFirst()
+        }
+        next?.resume()
     }
 }
 

@@ -152,7 +152,7 @@ struct SignInAttackTests {
             let client = try provider.client()
             try await provider.misbehave(["authorize_error": "access_denied"])
             let redirect = try await client.authorizationRedirect()
-            let query = try await provider.logIn(redirect)
+            let query = try await provider.logIn(redirect.url)
             let error = await expectRefusal(.authorizationDenied) {
                 _ = try await client.completeSignIn(callbackQuery: query)
             }

@@ -84,7 +84,7 @@ struct SignInTests {
             #expect(query["state"] != query["nonce"])
             #expect(!"\(redirect)".contains(query["state"] ?? "?"))
             // max_age was asked and the user just authenticated: the sign-in completes.
-            let signIn = try await client.completeSignIn(callbackQuery: try await provider.logIn(redirect))
+            let signIn = try await client.completeSignIn(callbackQuery: try await provider.logIn(redirect.url))
             #expect(signIn.claims.date("auth_time") != nil)
         }
     }
