@@ -55,15 +55,8 @@ final class OpenIDProviderFixture: Sendable {
     static func with<R>(_ body: (OpenIDProviderFixture) async throws -> R) async throws -> R {
         await slots.acquire()
         defer { slots.release() }
-        let server = try await FixtureServer.start(
-            script: "oidc_provider.py", in: directory, timeout: .seconds(120))
-        do {
-            let result = try await body(OpenIDProviderFixture(server))
-            await server.stop()
-            return result
-        } catch {
-            await server.stop()
-            throw error
+        return try await FixtureServer.run(script: "oidc_provider.py", in: directory, timeout: .seconds(120)) {
+            try await body(OpenIDProviderFixture($0))
         }
     }
 

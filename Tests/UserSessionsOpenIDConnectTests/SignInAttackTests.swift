@@ -22,6 +22,10 @@ struct SignInAttackTests {
                     _ = try await registry.open(try await client.completeSignIn(callbackQuery: query).prototype)
                 }
                 #expect(error?.failureClass == nil, "a refusal, not a failure to retry", sourceLocation: sourceLocation)
+                // The error names what failed, never the callback's code or state.
+                for secret in query.split(separator: "&").compactMap({ $0.split(separator: "=").last }) {
+                    #expect(!"\(error.map { String(reflecting: $0) } ?? "")".contains(secret))
+                }
                 #expect(
                     try await registry.storedIdentifiers().isEmpty, "nothing opened", sourceLocation: sourceLocation)
             }

@@ -92,9 +92,10 @@ package final class FixtureServer: Sendable {
         script: String,
         in directory: URL = fixturesDirectory,
         arguments: [String] = [],
+        timeout: Duration = .seconds(20),
         _ body: (FixtureServer) async throws -> Result
     ) async throws -> Result {
-        let server = try await start(script: script, in: directory, arguments: arguments)
+        let server = try await start(script: script, in: directory, arguments: arguments, timeout: timeout)
         do {
             let result = try await body(server)
             await server.stop()
