@@ -53,6 +53,31 @@ struct PostgresStateStoreTests {
         }
     }
 
+    @Test(.enabled(if: OpenIDProviderFixture.isAvailable, "python3 with authlib and flask"))
+    func aSignInStartedOnOneInstanceCompletesAndSignsOutOnAnother() async throws {
+        try await withClient { client in
+            let namespace = String("t" + UUID().uuidString.lowercased().prefix(12))
+            try await OpenIDProviderFixture.with { provider in
+                let first = try provider.client(
+                    stateStore: try PostgresOpenIDConnectStateStore(client: client, namespace: namespace))
+                let second = try provider.client(
+                    stateStore: try PostgresOpenIDConnectStateStore(client: client, namespace: namespace))
+                let query = try await provider.callback(for: first)
+                let signIn = try await second.completeSignIn(callbackQuery: query)
+                await expectRefusal(.stateUnknown) { _ = try await first.completeSignIn(callbackQuery: query) }
+                try await withRegistry { registry in
+                    _ = try await registry.open(signIn.prototype)
+                    let token = try await provider.logoutToken(["sid": try #require(signIn.claims.sessionID)])
+                    #expect(try await first.handleBackChannelLogout(logoutToken: token, registry: registry).count == 1)
+                    #expect(try await registry.storedIdentifiers().isEmpty)
+                    await expectRefusal(.logoutTokenReplayed) {
+                        try await second.handleBackChannelLogout(logoutToken: token, registry: registry)
+                    }
+                }
+            }
+        }
+    }
+
     @Test func aBadNamespaceIsRefused() async throws {
         try await withClient { client in
             #expect(throws: OpenIDConnectError.self) {
