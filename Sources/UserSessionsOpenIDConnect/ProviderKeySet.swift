@@ -51,10 +51,10 @@ final class ProviderKeySet: Sendable {
             throw OpenIDConnectError(.malformedToken, "\(what) has an empty part")
         }
         let keyID = header["kid"] as? String
-        var key = try await currentKeys(now: now, fetch: fetch).first {
-            Self.fits($0, keyID: keyID, algorithm: algorithm)
-        }
-        if key == nil, refetchAllowed(now: now) {
+        let (keys, fetchedJustNow) = try await currentKeys(now: now, fetch: fetch)
+        var key = keys.first { Self.fits($0, keyID: keyID, algorithm: algorithm) }
+        // A key set fetched for this very token is not fetched again at once.
+        if key == nil, !fetchedJustNow, refetchAllowed(now: now) {
             key = try await load(now: now, fetch: fetch).first { Self.fits($0, keyID: keyID, algorithm: algorithm) }
         }
         guard let key else {
@@ -98,8 +98,9 @@ final class ProviderKeySet: Sendable {
         }
     }
 
+    /// The cached keys, or keys fetched now when the cache is empty or too old (then `fetchedJustNow` is true).
     private func currentKeys(now: Date, fetch: () async throws(OpenIDConnectError) -> Data)
-        async throws(OpenIDConnectError) -> [Key]
+        async throws(OpenIDConnectError) -> (keys: [Key], fetchedJustNow: Bool)
     {
         let cached = state.withLock { state -> [Key]? in
             guard let keys = state.keys, let fetchedAt = state.fetchedAt,
@@ -107,8 +108,8 @@ final class ProviderKeySet: Sendable {
             else { return nil }
             return keys
         }
-        if let cached { return cached }
-        return try await load(now: now, fetch: fetch)
+        if let cached { return (cached, false) }
+        return (try await load(now: now, fetch: fetch), true)
     }
 
     /// Claims the one refetch allowed per interval for an unknown key; `false` when it was used recently.

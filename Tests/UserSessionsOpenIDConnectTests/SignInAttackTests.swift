@@ -89,6 +89,16 @@ struct SignInAttackTests {
         }
     }
 
+    @Test func aFreshClientFetchesTheKeySetOnceForAnUnknownKid() async throws {
+        try await OpenIDProviderFixture.with { provider in
+            let client = try provider.client()
+            try await provider.misbehave(["id_token": "unknown_kid"])
+            let query = try await provider.callback(for: client)
+            await expectRefusal(.keyUnknown) { _ = try await client.completeSignIn(callbackQuery: query) }
+            #expect(try await provider.count("jwks_requests") == 1, "the key set just fetched is not fetched again")
+        }
+    }
+
     @Test func rotatedKeysAreAcceptedAfterOneRefetch() async throws {
         try await OpenIDProviderFixture.with { provider in
             let client = try provider.client()
