@@ -33,6 +33,10 @@ let traits: Set<Trait> = [
         name: "Sealing",
         description: "UserSessionsSealing: any token store keeps its tokens sealed with AES-256-GCM (swift-crypto)."
     ),
+    .trait(
+        name: "OpenIDConnect",
+        description: "UserSessionsOpenIDConnect: sign-in and sign-out with OpenID Connect (jwt-kit verifies tokens)."
+    ),
 ]
 
 // CI and documentation builds may switch every trait on with ENABLE_ALL_TRAITS=1 (same as `--enable-all-traits`).
@@ -50,6 +54,7 @@ let package = Package(
         .library(name: "UserSessionsAsyncHTTPClient", targets: ["UserSessionsAsyncHTTPClient"]),
         .library(name: "UserSessionsPostgres", targets: ["UserSessionsPostgres"]),
         .library(name: "UserSessionsSealing", targets: ["UserSessionsSealing"]),
+        .library(name: "UserSessionsOpenIDConnect", targets: ["UserSessionsOpenIDConnect"]),
     ],
     traits: traits.union([.default(enabledTraits: defaultTraits)]),
     dependencies: [
@@ -58,6 +63,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        .package(url: "https://github.com/vapor/jwt-kit", from: "5.7.1"),
         // 4.x and 5.x: the range vapor/jwt-kit 5.8 accepts as well, so both traits resolve one swift-crypto.
         .package(url: "https://github.com/apple/swift-crypto", "4.0.0"..<"6.0.0"),
     ],
@@ -108,6 +114,18 @@ let package = Package(
             dependencies: [
                 "UserSessions",
                 .product(name: "Crypto", package: "swift-crypto", condition: .when(traits: ["Sealing"])),
+            ]
+        ),
+        // Sign-in and sign-out with OpenID Connect. Its state store on PostgreSQL builds only when the PostgreSQL
+        // trait is on too (`#if OpenIDConnect && PostgreSQL` in the target).
+        .target(
+            name: "UserSessionsOpenIDConnect",
+            dependencies: [
+                "UserSessions",
+                .product(name: "JWTKit", package: "jwt-kit", condition: .when(traits: ["OpenIDConnect"])),
+                .product(name: "Crypto", package: "swift-crypto", condition: .when(traits: ["OpenIDConnect"])),
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
             ]
         ),
         .executableTarget(
@@ -214,6 +232,19 @@ let package = Package(
                 "UserSessionsTestSupport",
                 .product(name: "Crypto", package: "swift-crypto", condition: .when(traits: ["Sealing"])),
             ]
+        ),
+        // Sign-in and sign-out against a real OpenID Connect provider (Fixtures/oidc_provider.py, on Authlib); every
+        // file is behind `#if OpenIDConnect`.
+        .testTarget(
+            name: "UserSessionsOpenIDConnectTests",
+            dependencies: [
+                "UserSessions",
+                "UserSessionsOpenIDConnect",
+                "UserSessionsTestSupport",
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
+            ],
+            exclude: ["Fixtures"]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -1,42 +1,44 @@
 #!/usr/bin/env bash
-# For each DocC catalog of the package: builds the module's symbol graph, converts the catalog with `docc` (no
-# plugin) from that module's symbol graph only, fails on any DocC warning, and checks that every public symbol is in
-# a topic group (Scripts/docs/curation.py). UserSessions builds with default traits (scratch path .build-docs,
-# nothing fetched); UserSessionsSealing with the Sealing trait (scratch path .build-docs-sealing; it fetches and
-# builds swift-crypto).
+# Builds the UserSessions symbol graph (scratch path .build-docs), converts the DocC catalog with `docc` (no plugin,
+# nothing fetched), fails on any DocC warning, and checks that every public symbol is in a topic group
+# (Scripts/docs/curation.py).
+#
+# `Scripts/docs/check.sh --module UserSessionsOpenIDConnect --scratch-path .build-traits` does the same for a
+# trait's module, from a build that already holds it (CI runs it after the every-trait build): its symbol graph is
+# extracted from the built modules, so nothing is built again.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-
-# check_catalog MODULE SCRATCH [SWIFT BUILD ARGUMENTS…]
-check_catalog() {
-    local module=$1 scratch=$2
-    shift 2
-    swift build --target "$module" --scratch-path "$scratch" "$@" \
-        -Xswiftc -emit-symbol-graph -Xswiftc -emit-symbol-graph-dir -Xswiftc "$PWD/$scratch/sg-all" >/dev/null
-    rm -rf "$scratch/sg" "$scratch/$module.doccarchive"
-    mkdir -p "$scratch/sg"
-    cp "$scratch/sg-all/$module".*symbols.json "$scratch/sg/"
-    local output
-    output=$(docc convert "Sources/$module/Docs.docc" --additional-symbol-graph-dir "$scratch/sg" \
-        --output-dir "$scratch/$module.doccarchive" --fallback-display-name "$module" \
-        --fallback-bundle-identifier "$module" 2>&1)
-    if grep -qE "(warning|error):" <<<"$output"; then
-        echo "$output" >&2
-        echo "DocC reported warnings ($module)" >&2
-        exit 1
-    fi
-    MODULE=$module python3 Scripts/docs/curation.py "$scratch/sg" "$scratch/$module.doccarchive"
-}
-
-check_catalog UserSessions .build-docs
-
-# Resolving with the Sealing trait writes swift-crypto's pins into Package.resolved, and SwiftPM checks out every
-# pinned package even for a build with default traits: put Package.resolved back as it was (or remove it), so that
-# the default-traits steps after this one still fetch nothing.
-resolved_before=$(mktemp)
-if [ -f Package.resolved ]; then cp Package.resolved "$resolved_before"; else rm -f "$resolved_before"; fi
-restore_resolved() {
-    if [ -f "$resolved_before" ]; then mv "$resolved_before" Package.resolved; else rm -f Package.resolved; fi
-}
-trap restore_resolved EXIT
-check_catalog UserSessionsSealing .build-docs-sealing --traits Sealing
+module=UserSessions
+built=
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --module) module=$2; shift 2 ;;
+        --scratch-path) built=$2; shift 2 ;;
+        *) echo "usage: $0 [--module NAME --scratch-path BUILT]" >&2; exit 2 ;;
+    esac
+done
+scratch=.build-docs
+if [ "$module" = UserSessions ]; then
+    swift build --target UserSessions --scratch-path "$scratch" \
+        -Xswiftc -emit-symbol-graph -Xswiftc -emit-symbol-graph-dir -Xswiftc "$PWD/$scratch/sg" >/dev/null
+    graphs="$scratch/sg"
+else
+    [ -n "$built" ] || { echo "--module needs --scratch-path of a build that holds it" >&2; exit 2; }
+    graphs="$scratch/sg-$module"
+    rm -rf "$graphs" && mkdir -p "$graphs"
+    triple=$(swift -print-target-info | python3 -c 'import json, sys; print(json.load(sys.stdin)["target"]["triple"])')
+    # C modules of the dependencies: SwiftPM's generated module maps and the packages' own.
+    maps=$(find "$built/$triple/debug" -maxdepth 3 -name module.modulemap; find "$built/checkouts" -path '*Sources*' -name module.modulemap)
+    swift symbolgraph-extract -module-name "$module" -I "$built/debug/Modules" -target "$triple" \
+        -minimum-access-level public -output-dir "$graphs" $(sed 's/^/-Xcc -fmodule-map-file=/' <<<"$maps")
+fi
+archive="$scratch/$module.doccarchive"
+rm -rf "$archive"
+output=$(docc convert "Sources/$module/Docs.docc" --additional-symbol-graph-dir "$graphs" \
+    --output-dir "$archive" --fallback-display-name "$module" --fallback-bundle-identifier "$module" 2>&1)
+if grep -qE "(warning|error):" <<<"$output"; then
+    echo "$output" >&2
+    echo "DocC reported warnings" >&2
+    exit 1
+fi
+python3 Scripts/docs/curation.py "$graphs" "$archive" --module "$module"

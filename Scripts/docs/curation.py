@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""DocC curation for a module of the package (UserSessions unless MODULE names another, such as
-UserSessionsSealing): checks that every public symbol declared in the module is in a topic group, and (with
+"""DocC curation for the UserSessions module (or, with --module NAME, another module of the package, such as
+UserSessionsOpenIDConnect): checks that every public symbol declared in the module is in a topic group, and (with
 --draft TYPE…) prints a first draft of a type's curation page to edit by hand.
 
 Reads the symbol graph and the converted archive that Scripts/docs/check.sh produces:
     curation.py SYMBOL_GRAPH_DIR ARCHIVE_DIR                 # check; exit 1 and list what is not curated
     curation.py SYMBOL_GRAPH_DIR ARCHIVE_DIR --draft Credentials UserSessionError/Code
-    MODULE=UserSessionsSealing curation.py SYMBOL_GRAPH_DIR ARCHIVE_DIR
+    curation.py SYMBOL_GRAPH_DIR ARCHIVE_DIR --module UserSessionsOpenIDConnect [--draft …]
 """
 import glob
 import json
@@ -14,16 +14,14 @@ import os
 import sys
 from collections import defaultdict
 
-MODULE = os.environ.get("MODULE", "UserSessions")
-
 CONFORMANCE_MEMBERS = {
     "description", "debugDescription", "customMirror", "==(_:_:)", "<(_:_:)", "hash(into:)", "init(from:)",
     "encode(to:)", "init(rawValue:)", "rawValue", "~=(_:_:)",
 }
 
 
-def load(graph_dir, archive_dir):
-    graph = json.load(open(os.path.join(graph_dir, f"{MODULE}.symbols.json")))
+def load(graph_dir, archive_dir, module):
+    graph = json.load(open(os.path.join(graph_dir, f"{module}.symbols.json")))
     ours = {}
     for symbol in graph["symbols"]:
         if symbol.get("accessLevel") != "public" or "location" not in symbol:
@@ -70,7 +68,7 @@ def check(ours, parent, url_of, curated):
     return sorted(missing)
 
 
-def draft(type_path, ours, parent, url_of):
+def draft(type_path, ours, parent, url_of, module):
     by_path = {"/".join(s["pathComponents"]): p for p, s in ours.items()}
     type_id = by_path[type_path.split("-")[0]] if type_path not in by_path else by_path[type_path]
     type_symbol = ours[type_id]
@@ -96,7 +94,7 @@ def draft(type_path, ours, parent, url_of):
             group = "Methods"
         groups[group].append(link(symbol, url_of.get(precise, "")))
     type_link = "/".join(type_symbol["pathComponents"][:-1] + [link(type_symbol, url_of.get(type_id, ""))])
-    lines = [f"# ``{MODULE}/{type_link}``", "", "## Topics"]
+    lines = [f"# ``{module}/{type_link}``", "", "## Topics"]
     order = ["Creating", "Cases", "Properties", "Methods", "Predefined values", "Nested types",
              "Describing and comparing"]
     for group in order:
@@ -106,11 +104,14 @@ def draft(type_path, ours, parent, url_of):
 
 
 def main():
-    graph_dir, archive_dir = sys.argv[1], sys.argv[2]
-    ours, parent, url_of, curated = load(graph_dir, archive_dir)
-    if len(sys.argv) > 3 and sys.argv[3] == "--draft":
-        for type_path in sys.argv[4:]:
-            print(draft(type_path, ours, parent, url_of))
+    graph_dir, archive_dir, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
+    module = "UserSessions"
+    if rest[:1] == ["--module"]:
+        module, rest = rest[1], rest[2:]
+    ours, parent, url_of, curated = load(graph_dir, archive_dir, module)
+    if rest[:1] == ["--draft"]:
+        for type_path in rest[1:]:
+            print(draft(type_path, ours, parent, url_of, module))
         return
     missing = check(ours, parent, url_of, curated)
     if missing:

@@ -32,7 +32,8 @@ enum SealingFixtures {
                 refreshToken: "RT-\(user)-3b9e7a1c5f0d2846-refresh-token-value",
                 expiresAt: Date(timeIntervalSinceReferenceDate: 820_000_000.123_456),
                 lastRefreshedAt: Date(timeIntervalSinceReferenceDate: 819_996_400.25), source: .refresh,
-                grantedPermissions: ["read"], declinedPermissions: ["admin"]))
+                grantedPermissions: ["read"], declinedPermissions: ["admin"],
+                idToken: "IT-\(user)-6d1f0a8e2c4b9735-id-token-value"))
     }
 
     /// The secrets of `sessions`: every token of their credentials, and the key material as it is handed in.

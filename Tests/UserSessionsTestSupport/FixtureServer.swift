@@ -53,16 +53,18 @@ package final class FixtureServer: Sendable {
     package static let fixturesDirectory = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         .deletingLastPathComponent().appending(path: "UserSessionsTests").appending(path: "Fixtures")
 
-    /// Starts `script` (a file name in the Fixtures folder) with `arguments` and waits for its port.
+    /// Starts `script` (a file name in `directory`, by default the Fixtures folder) with `arguments` and waits for
+    /// its port.
     ///
     /// The first line is read on a dedicated thread, never on the cooperative pool; if it does not arrive within
     /// `timeout` the process is terminated and this throws.
     package static func start(
         script: String,
+        in directory: URL = fixturesDirectory,
         arguments: [String] = [],
         timeout: Duration = .seconds(20)
     ) async throws -> FixtureServer {
-        let scriptURL = fixturesDirectory.appending(path: script)
+        let scriptURL = directory.appending(path: script)
         guard FileManager.default.fileExists(atPath: scriptURL.path(percentEncoded: false)) else {
             throw FixtureServerError(description: "no fixture script at \(scriptURL.path(percentEncoded: false))")
         }
@@ -88,10 +90,12 @@ package final class FixtureServer: Sendable {
     /// Starts a server, runs `body` with it, and stops it whether `body` returns or throws.
     package static func run<Result>(
         script: String,
+        in directory: URL = fixturesDirectory,
         arguments: [String] = [],
+        timeout: Duration = .seconds(20),
         _ body: (FixtureServer) async throws -> Result
     ) async throws -> Result {
-        let server = try await start(script: script, arguments: arguments)
+        let server = try await start(script: script, in: directory, arguments: arguments, timeout: timeout)
         do {
             let result = try await body(server)
             await server.stop()

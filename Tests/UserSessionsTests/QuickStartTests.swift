@@ -89,38 +89,10 @@ struct QuickStartTests {
     ]
 
     @Test func theProgramHereIsTheReadmesQuickStart() throws {
-        let thisFile = URL(fileURLWithPath: #filePath)
-        let root = thisFile.deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        let readme = try String(contentsOf: root.appending(path: "README.md"), encoding: .utf8)
-        let source = try String(contentsOf: thisFile, encoding: .utf8)
-
-        let readmeLines = readme.components(separatedBy: "\n")
-        let heading = try #require(readmeLines.firstIndex(of: "## Quick start"), "the README has a Quick start")
-        let open = try #require(readmeLines[heading...].firstIndex(of: "```swift"), "with a swift block")
-        let close = try #require(readmeLines[(open + 1)...].firstIndex(of: "```"), "that ends")
-        var expected = readmeLines[(open + 1)..<close].filter { !$0.hasPrefix("import ") }
-            .drop { $0.isEmpty }.joined(separator: "\n")
-        for (readmeText, here) in Self.substitutions {
-            #expect(expected.components(separatedBy: readmeText).count == 2, "once in the README: \(readmeText)")
-            expected = expected.replacingOccurrences(of: readmeText, with: here)
-        }
-        expected = expected.components(separatedBy: "\n").map { $0.isEmpty ? "" : "    " + $0 }
-            .joined(separator: "\n")
-
-        let sourceLines = source.components(separatedBy: "\n")
-        let begin = try #require(sourceLines.firstIndex(of: "    // BEGIN README QUICK START"))
-        let end = try #require(sourceLines.firstIndex(of: "    // END README QUICK START"))
-        let program = sourceLines[(begin + 1)..<end].joined(separator: "\n")
-        if program != expected {
-            let (a, b) = (program.components(separatedBy: "\n"), expected.components(separatedBy: "\n"))
-            let line = (0..<min(a.count, b.count)).first { a[$0] != b[$0] } ?? min(a.count, b.count)
-            Issue.record(
-                """
-                QuickStartTests.swift and the README's quick start differ at line \(line + 1) of the block:
-                here:   \(line < a.count ? a[line] : "(end)")
-                README: \(line < b.count ? b[line] : "(end)")
-                """)
-        }
+        let difference = try ReadmeBlock.difference(
+            heading: "## Quick start", substitutions: Self.substitutions, sourceFile: #filePath,
+            marker: "README QUICK START")
+        #expect(difference == nil, "\(difference ?? "")")
     }
 
     @Test func readmeQuickStartRunsAgainstALocalTokenEndpoint() async throws {

@@ -15,7 +15,8 @@ struct SecretsTests {
     static let accessToken = "at-SECRET-7f3c9e1d"
     static let refreshToken = "rt-SECRET-b2a4d6f8"
     static let otherSecret = "cs-SECRET-0c1e5a77"
-    static let secrets = [accessToken, refreshToken, otherSecret]
+    static let idToken = "eyJ-it-SECRET-5d9e03aa"
+    static let secrets = [accessToken, refreshToken, otherSecret, idToken]
 
     static let credentials = Credentials(
         accessToken: accessToken,
@@ -25,7 +26,8 @@ struct SecretsTests {
         lastRefreshedAt: Date(timeIntervalSince1970: 1_999_996_400),
         source: .signIn,
         grantedPermissions: ["email", "profile"],
-        declinedPermissions: ["photos"]
+        declinedPermissions: ["photos"],
+        idToken: idToken
     )
     static let userInfo = UserInfo(id: "user-1", email: "user@example.com", name: "User One", attributes: ["a": "b"])
     static let storedSession = StoredSession(userInfo: userInfo, credentials: credentials)

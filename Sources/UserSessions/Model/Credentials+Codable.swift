@@ -15,6 +15,7 @@ extension Credentials: Codable {
         case source
         case grantedPermissions = "granted_permissions"
         case declinedPermissions = "declined_permissions"
+        case idToken = "id_token"
     }
 
     public init(from decoder: any Decoder) throws {
@@ -31,6 +32,8 @@ extension Credentials: Codable {
         source = try container.decodeIfPresent(Source.self, forKey: .source) ?? .external
         grantedPermissions = Set(try container.decodeIfPresent([String].self, forKey: .grantedPermissions) ?? [])
         declinedPermissions = Set(try container.decodeIfPresent([String].self, forKey: .declinedPermissions) ?? [])
+        // Absent in files written before sign-in with OpenID Connect existed: no ID token.
+        idToken = try container.decodeIfPresent(String.self, forKey: .idToken)
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -44,5 +47,6 @@ extension Credentials: Codable {
         try container.encode(source, forKey: .source)
         try container.encode(grantedPermissions.sorted(), forKey: .grantedPermissions)
         try container.encode(declinedPermissions.sorted(), forKey: .declinedPermissions)
+        try container.encodeIfPresent(idToken, forKey: .idToken)
     }
 }

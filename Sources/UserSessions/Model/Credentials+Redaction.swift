@@ -10,6 +10,7 @@ extension Credentials: CustomStringConvertible, CustomDebugStringConvertible, Cu
         parts.append("source: \(source)")
         parts.append("granted: \(grantedPermissions.sorted())")
         if !declinedPermissions.isEmpty { parts.append("declined: \(declinedPermissions.sorted())") }
+        if idToken != nil { parts.append("idToken: <redacted>") }
         return "Credentials(\(parts.joined(separator: ", ")))"
     }
 
@@ -28,6 +29,7 @@ extension Credentials: CustomStringConvertible, CustomDebugStringConvertible, Cu
                 "source": source.rawValue,
                 "grantedPermissions": grantedPermissions.sorted(),
                 "declinedPermissions": declinedPermissions.sorted(),
+                "idToken": idToken == nil ? "none" : "<redacted>",
             ],
             displayStyle: .struct
         )

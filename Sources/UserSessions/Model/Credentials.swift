@@ -2,7 +2,7 @@ import Foundation
 
 /// OAuth 2.0 credentials of one session.
 ///
-/// Secrets (the access and refresh tokens) never appear in ``description``, ``debugDescription``, `dump`,
+/// Secrets (the access, refresh and ID tokens) never appear in ``description``, ``debugDescription``, `dump`,
 /// `String(reflecting:)` or string interpolation.
 public struct Credentials: Sendable, Hashable {
     /// How the credentials were obtained, as an extensible enum-like struct.
@@ -34,6 +34,9 @@ public struct Credentials: Sendable, Hashable {
     public var grantedPermissions: Set<String>
     /// Permissions (scopes) the user declined.
     public var declinedPermissions: Set<String>
+    /// The OpenID Connect ID token the session was signed in with, if any: kept for RP-initiated logout
+    /// (`id_token_hint`). A secret, stored with the other tokens; refreshes keep it.
+    public var idToken: String?
 
     /// Creates credentials.
     public init(
@@ -44,7 +47,8 @@ public struct Credentials: Sendable, Hashable {
         lastRefreshedAt: Date? = nil,
         source: Source = .external,
         grantedPermissions: Set<String> = [],
-        declinedPermissions: Set<String> = []
+        declinedPermissions: Set<String> = [],
+        idToken: String? = nil
     ) {
         self.accessToken = accessToken
         self.refreshToken = refreshToken
@@ -54,6 +58,7 @@ public struct Credentials: Sendable, Hashable {
         self.source = source
         self.grantedPermissions = grantedPermissions
         self.declinedPermissions = declinedPermissions
+        self.idToken = idToken
     }
 
     /// Whether the access token has expired at `date`.

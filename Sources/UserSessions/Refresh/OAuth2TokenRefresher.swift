@@ -47,7 +47,7 @@ public struct OAuth2TokenRefresher: TokenRefresher, Sendable {
     /// transient with ``UserSessionError/Code/malformedTokenResponse``, without reading the rest.
     public static let maximumResponseSize = GuardedHTTPClient.maximumResponseBytes
     let clock: SessionClock
-    let tokenClient: GuardedHTTPClient
+    package let tokenClient: GuardedHTTPClient
     let revocationClient: GuardedHTTPClient
 
     /// Creates a refresher for `tokenEndpoint`.
@@ -131,7 +131,7 @@ public struct OAuth2TokenRefresher: TokenRefresher, Sendable {
 
     /// Sends `fields` as a form, with the client's authentication, and returns the answer whatever its status
     /// (except 3xx).
-    func post(
+    package func post(
         _ fields: [(String, String)], to endpoint: URL, through client: GuardedHTTPClient,
         failureCode: UserSessionError.Code
     ) async throws -> HTTPTransportResponse {
@@ -162,7 +162,7 @@ public struct OAuth2TokenRefresher: TokenRefresher, Sendable {
 
     /// The error for an exchange that brought no usable answer: `code` for a redirect (and a body over the limit,
     /// which is ``UserSessionError/Code/malformedTokenResponse`` for refreshes), `transportFailure` when no answer came.
-    static func error(for failure: HTTPExchangeFailure, code: UserSessionError.Code) -> UserSessionError {
+    package static func error(for failure: HTTPExchangeFailure, code: UserSessionError.Code) -> UserSessionError {
         switch failure.kind {
         case .cancelled:
             return UserSessionError(code, failure.message, failureClass: .cancelled, underlying: failure.underlying)
@@ -193,7 +193,7 @@ extension OAuth2TokenRefresher {
         /// A public client: `client_id` only.
         case publicClient(id: String)
 
-        var secret: String? {
+        package var secret: String? {
             switch self {
             case .clientSecretBasic(_, let secret), .clientSecretPost(_, let secret): return secret
             case .publicClient: return nil

@@ -6,7 +6,7 @@ import Foundation
 /// levels or invalid syntax is ``UserSessionError/Code/malformedTokenResponse`` (transient); a 4xx body with
 /// duplicate members or too-deep nesting is `malformedTokenResponse` (misconfiguration: never read as
 /// `invalid_grant`), and one that is not JSON is a 4xx "without an OAuth error", as before.
-enum OAuth2TokenResponse {
+package enum OAuth2TokenResponse {
     /// The longest `expires_in` taken at face value (100 years); larger values are clamped.
     static let maximumLifetime: Double = 100 * 365 * 24 * 3600
 
@@ -23,7 +23,7 @@ enum OAuth2TokenResponse {
     /// The classified error for a response whose status is not 2xx (RFC 6749 §5.2), from `endpoint` (for example
     /// "the token endpoint"); `code` is the code of answers that are not malformed (``UserSessionError/Code/refreshFailed``
     /// for refreshes).
-    static func failure(
+    package static func failure(
         status: Int, body: Data, secrets: [String], endpoint: String, code: UserSessionError.Code
     ) -> UserSessionError {
         // Duplicate members and absurd nesting make a body unusable, whatever the status: parsers disagree on which
@@ -114,7 +114,7 @@ enum OAuth2TokenResponse {
     ///
     /// - Throws: ``UserSessionError/Code/malformedTokenResponse`` (transient) for a body the strict scan refuses or
     ///   that is not a token response.
-    static func parseSuccess(
+    package static func parseSuccess(
         _ body: Data, previous: Credentials?, sentAt: Date, source: Credentials.Source
     ) throws -> Credentials {
         let parsed: [String: Any]?

@@ -106,7 +106,10 @@ public final class RemoteTokenStore: TokenStore {
     public func save(_ session: StoredSession, identifier: String) async throws {
         let uniqueID = try IdentifierEncoding.name(for: identifier).value
         let tokenInfo = try RemoteTokenCacheProtocol.encodeSession(session, identifier: identifier)
-        let secrets = [session.credentials?.accessToken, session.credentials?.refreshToken].compactMap { $0 }
+        let secrets = [
+            session.credentials?.accessToken, session.credentials?.refreshToken, session.credentials?.idToken,
+        ]
+        .compactMap { $0 }
         try await store(uniqueID: uniqueID, tokenInfo: tokenInfo, secrets: secrets)
     }
 

@@ -2,13 +2,13 @@ import Dispatch
 
 /// Runs blocking file-system work on a dispatch queue, never on an actor's executor or the cooperative pool: a slow
 /// disk then holds up a queue thread, not every task of the process.
-enum BlockingIO {
+package enum BlockingIO {
     /// The queue shared by the package's file work that has no queue of its own.
-    static let sharedQueue = DispatchQueue(label: "UserSessions.BlockingIO", attributes: .concurrent)
+    package static let sharedQueue = DispatchQueue(label: "UserSessions.BlockingIO", attributes: .concurrent)
 
     /// Runs `work` on `queue` and returns its result. Work that has started runs to completion even when the
     /// calling task is cancelled.
-    static func run<Value: Sendable>(
+    package static func run<Value: Sendable>(
         on queue: DispatchQueue = sharedQueue, _ work: @escaping @Sendable () throws -> Value
     ) async throws -> Value {
         try await withCheckedThrowingContinuation { continuation in

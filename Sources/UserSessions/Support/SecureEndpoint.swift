@@ -9,12 +9,12 @@ import Darwin
 #endif
 
 /// The rule every endpoint that receives tokens follows: HTTPS, or plain HTTP only on a loopback host.
-enum SecureEndpoint {
+package enum SecureEndpoint {
     /// Accepts `https` URLs with a host, and `http` URLs whose host is loopback.
     ///
     /// - Throws: ``UserSessionError/Code/insecureEndpoint`` naming the endpoint as `name` (for example "the token
     ///   endpoint").
-    static func check(_ url: URL, describedAs name: String) throws {
+    package static func check(_ url: URL, describedAs name: String) throws {
         guard let host = url.host(percentEncoded: false), !host.isEmpty else {
             throw UserSessionError(.insecureEndpoint, "\(name) has no host")
         }

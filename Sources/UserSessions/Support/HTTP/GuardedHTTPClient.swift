@@ -26,7 +26,9 @@ package struct GuardedHTTPClient: Sendable {
     let deadlineClock: DeadlineClock
 
     /// A client over `transport`, or over a new ``URLSessionHTTPTransport`` when it is `nil`.
-    init(transport: (any HTTPTransport)?, endpointName: String, deadlineClock: DeadlineClock = .realTime) {
+    package init(
+        transport: (any HTTPTransport)?, endpointName: String, deadlineClock: DeadlineClock = .realTime
+    ) {
         self.transport = transport ?? URLSessionHTTPTransport()
         self.endpointName = endpointName
         self.deadlineClock = deadlineClock
@@ -36,7 +38,7 @@ package struct GuardedHTTPClient: Sendable {
     ///
     /// - Throws: ``UserSessionError/Code/insecureEndpoint`` for a URL that breaks the rule above (nothing is sent);
     ///   ``HTTPExchangeFailure`` for everything else that went wrong.
-    func send(
+    package func send(
         _ method: HTTPTransportRequest.Method, _ url: URL, headers: HTTPTransportHeaders, body: Data? = nil,
         timeout: Duration
     ) async throws -> HTTPTransportResponse {
@@ -86,8 +88,8 @@ package struct GuardedHTTPClient: Sendable {
 }
 
 /// Why an exchange through ``GuardedHTTPClient`` failed. Each client turns it into its own ``UserSessionError``.
-struct HTTPExchangeFailure: Error, Sendable {
-    enum Kind: Sendable, Equatable {
+package struct HTTPExchangeFailure: Error, Sendable {
+    package enum Kind: Sendable, Equatable {
         /// The calling task was cancelled.
         case cancelled
         /// The deadline passed.
@@ -100,10 +102,10 @@ struct HTTPExchangeFailure: Error, Sendable {
         case failed
     }
 
-    var kind: Kind
+    package var kind: Kind
     /// What happened, naming the endpoint; never holds a secret.
-    var message: String
-    var underlying: (any Error)?
+    package var message: String
+    package var underlying: (any Error)?
 
     init(_ kind: Kind, _ message: String, underlying: (any Error)? = nil) {
         self.kind = kind

@@ -1,0 +1,149 @@
+#if OpenIDConnect
+import Foundation
+import UserSessions
+
+/// The optional parameters of an authorization request.
+public struct AuthorizationOptions: Sendable, Hashable {
+    /// `prompt` (for example `login` or `none`).
+    public var prompt: String?
+    /// `login_hint`: who is expected to sign in.
+    public var loginHint: String?
+    /// `max_age` in seconds: the sign-in fails with ``OpenIDConnectError/Code/authenticationTooOld`` when the user
+    /// authenticated longer ago.
+    public var maximumAuthenticationAge: Int?
+    /// `resource` indicators (RFC 8707).
+    public var resources: [URL]
+    /// Scopes requested in addition to the configured ones.
+    public var additionalScopes: [String]
+    /// Further parameters, sent in the order given. They cannot replace the ones the client sets.
+    public var additionalParameters: [String: String]
+    /// Kept with the pending sign-in and handed back by the callback (for example where to return).
+    public var context: [String: String]
+
+    /// Creates options; every one is optional.
+    public init(
+        prompt: String? = nil, loginHint: String? = nil, maximumAuthenticationAge: Int? = nil, resources: [URL] = [],
+        additionalScopes: [String] = [], additionalParameters: [String: String] = [:], context: [String: String] = [:]
+    ) {
+        self.prompt = prompt
+        self.loginHint = loginHint
+        self.maximumAuthenticationAge = maximumAuthenticationAge
+        self.resources = resources
+        self.additionalScopes = additionalScopes
+        self.additionalParameters = additionalParameters
+        self.context = context
+    }
+}
+
+/// Where to send the browser to sign in.
+public struct AuthorizationRedirect: Sendable, Hashable, CustomStringConvertible {
+    /// The authorization URL, with `state`, `nonce` and the PKCE challenge.
+    public var url: URL
+    /// When the pending sign-in expires.
+    public var expiresAt: Date
+
+    /// The URL's endpoint without its query (which holds the state).
+    public var description: String {
+        var components = URLComponents(url: url, resolvingAgainstBaseURL: false)
+        components?.query = nil
+        return "AuthorizationRedirect(\(components?.string ?? "?"), expiresAt: \(expiresAt))"
+    }
+}
+
+extension OpenIDConnectClient {
+    /// The parameters the client sets itself, which ``AuthorizationOptions/additionalParameters`` cannot replace.
+    static let reservedParameters: Set<String> = [
+        "response_type", "client_id", "redirect_uri", "scope", "state", "nonce", "code_challenge",
+        "code_challenge_method", "prompt", "login_hint", "max_age", "resource",
+    ]
+
+    /// Starts a sign-in: records a pending sign-in (fresh `state`, `nonce` and PKCE verifier of 256 random bits
+    /// each) and returns the URL to redirect the browser to.
+    ///
+    /// - Throws: ``OpenIDConnectError/Code/tooManyPendingSignIns`` (transient),
+    ///   ``OpenIDConnectError/Code/storeFailure``, the errors of ``providerMetadata()``, or
+    ///   ``OpenIDConnectError/Code/invalidConfiguration`` for an additional parameter the client sets itself.
+    public func authorizationRedirect(_ options: AuthorizationOptions = AuthorizationOptions())
+        async throws(OpenIDConnectError) -> AuthorizationRedirect
+    {
+        for name in options.additionalParameters.keys.sorted() where Self.reservedParameters.contains(name) {
+            throw OpenIDConnectError(
+                .invalidConfiguration, "the parameter \(name) is set by the client", failureClass: .misconfiguration)
+        }
+        let metadata = try await providerMetadata()
+        do {
+            try SecureEndpoint.check(metadata.authorizationEndpoint, describedAs: "the authorization endpoint")
+        } catch {
+            throw OpenIDConnectError(
+                .invalidConfiguration, "the authorization endpoint is neither HTTPS nor loopback HTTP",
+                failureClass: .misconfiguration)
+        }
+        let now = self.now
+        let pending = PendingSignIn(
+            state: SignInSecrets.random(), nonce: SignInSecrets.random(), codeVerifier: SignInSecrets.random(),
+            redirectURI: configuration.redirectURI, maximumAuthenticationAge: options.maximumAuthenticationAge,
+            context: options.context, createdAt: now,
+            expiresAt: now.addingTimeInterval(configuration.pendingSignInLifetime.timeInterval))
+        var scopes = ["openid"]
+        for scope in configuration.scopes + options.additionalScopes where !scopes.contains(scope) {
+            scopes.append(scope)
+        }
+        var parameters: [(String, String)] = [
+            ("response_type", "code"), ("client_id", configuration.clientID),
+            ("redirect_uri", configuration.redirectURI.absoluteString), ("scope", scopes.joined(separator: " ")),
+            ("state", pending.state), ("nonce", pending.nonce),
+            ("code_challenge", SignInSecrets.challenge(for: pending.codeVerifier)), ("code_challenge_method", "S256"),
+        ]
+        if let prompt = options.prompt { parameters.append(("prompt", prompt)) }
+        if let loginHint = options.loginHint { parameters.append(("login_hint", loginHint)) }
+        if let maxAge = options.maximumAuthenticationAge { parameters.append(("max_age", String(maxAge))) }
+        for resource in options.resources { parameters.append(("resource", resource.absoluteString)) }
+        for name in options.additionalParameters.keys.sorted() {
+            parameters.append((name, options.additionalParameters[name] ?? ""))
+        }
+        let url = try Self.url(metadata.authorizationEndpoint, adding: parameters)
+        do {
+            try await stateStore.insert(pending, limit: configuration.maximumPendingSignIns, now: now)
+        } catch let error as OpenIDConnectError {
+            throw error
+        } catch {
+            throw Self.storeFailure(error)
+        }
+        return AuthorizationRedirect(url: url, expiresAt: pending.expiresAt)
+    }
+
+    /// `endpoint` with `parameters` appended to its query, form-encoded.
+    static func url(_ endpoint: URL, adding parameters: [(String, String)]) throws(OpenIDConnectError) -> URL {
+        let encoded = parameters.map { percentEncode($0.0) + "=" + percentEncode($0.1) }.joined(separator: "&")
+        var text = endpoint.absoluteString
+        if let hash = text.firstIndex(of: "#") { text = String(text[..<hash]) }
+        text += (endpoint.query?.isEmpty == false ? "&" : "?") + encoded
+        guard let url = URL(string: text) else {
+            throw OpenIDConnectError(.invalidConfiguration, "cannot build a URL on \(endpoint.absoluteString)")
+        }
+        return url
+    }
+
+    /// `text` with everything but RFC 3986's unreserved characters percent-encoded.
+    static func percentEncode(_ text: String) -> String {
+        var unreserved = CharacterSet.alphanumerics
+        unreserved.insert(charactersIn: "-._~")
+        var result = ""
+        for byte in text.utf8 {
+            let scalar = Unicode.Scalar(byte)
+            if byte < 0x80, unreserved.contains(scalar) {
+                result.unicodeScalars.append(scalar)
+            } else {
+                result += String(format: "%%%02X", byte)
+            }
+        }
+        return result
+    }
+
+    static func storeFailure(_ error: any Error) -> OpenIDConnectError {
+        OpenIDConnectError(
+            .storeFailure, "the OpenID Connect state store failed (\(type(of: error)))", failureClass: .transient,
+            underlying: error)
+    }
+}
+#endif

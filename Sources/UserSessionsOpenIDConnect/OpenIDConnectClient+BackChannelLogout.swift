@@ -1,0 +1,98 @@
+#if OpenIDConnect
+import Foundation
+import UserSessions
+
+extension OpenIDConnectClient {
+    /// The event a back-channel logout token must carry.
+    public static let backChannelLogoutEvent = "http://schemas.openid.net/event/backchannel-logout"
+
+    /// Handles a back-channel logout (OpenID Connect Back-Channel Logout 1.0): validates `logoutToken` (the
+    /// `logout_token` form field of the provider's POST) and signs out, through `registry`, every session signed in
+    /// with its `sid` (or, without one, its `sub`).
+    ///
+    /// The token must verify as an ID token does (signature, algorithm, `iss`, `aud`), carry an `iat` neither in the
+    /// future nor older than ``OpenIDConnectConfiguration/maximumLogoutTokenAge``, the back-channel logout event,
+    /// a `sub` or a `sid`, no `nonce`, and a `jti` not seen before (remembered in the shared state store). With the
+    /// PostgreSQL token store the sign-out reaches every instance of a fleet.
+    ///
+    /// Answer the provider's POST with 200 when this returns, and 400 when it throws.
+    ///
+    /// - Returns: The identifiers signed out.
+    /// - Throws: ``OpenIDConnectError`` (``OpenIDConnectError/Code/invalidLogoutToken``,
+    ///   ``OpenIDConnectError/Code/logoutTokenReplayed``, ``OpenIDConnectError/Code/unknownSession``, or a
+    ///   signature or claim code); nobody is signed out. A failure of `closeAndClear` is rethrown after every
+    ///   session was tried.
+    @discardableResult
+    public func handleBackChannelLogout(logoutToken: String, registry: UserSessionRegistry) async throws -> [String] {
+        let claims = try await validateLogoutToken(logoutToken)
+        let records: [OpenIDSignInRecord]
+        do {
+            records = try await stateStore.records(
+                issuer: issuer, subject: claims.subject, sessionID: claims.sessionID)
+        } catch {
+            throw Self.storeFailure(error)
+        }
+        guard !records.isEmpty else {
+            throw OpenIDConnectError(.unknownSession, "no session was signed in with the logout token's sid or sub")
+        }
+        var identifiers: [String] = []
+        for record in records where !identifiers.contains(record.identifier) { identifiers.append(record.identifier) }
+        var failure: (any Error)?
+        for identifier in identifiers {
+            do {
+                try await registry.closeAndClear(identifier: identifier)
+                try? await stateStore.forget(identifier: identifier, issuer: issuer)
+            } catch {
+                failure = failure ?? error
+            }
+        }
+        if let failure { throw failure }
+        return identifiers
+    }
+
+    /// Validates a back-channel logout token and remembers its `jti`; returns its claims.
+    func validateLogoutToken(_ token: String) async throws(OpenIDConnectError) -> OpenIDClaims {
+        let now = self.now
+        let (claims, _) = try await keys.verify(
+            token, what: "the logout token", allowedAlgorithms: configuration.allowedAlgorithms, now: now
+        ) { () async throws(OpenIDConnectError) -> Data in try await fetchKeySet() }
+        try checkIssuerAndAudience(claims, what: "the logout token")
+        let skew = configuration.clockSkew.timeInterval
+        let maximumAge = configuration.maximumLogoutTokenAge.timeInterval
+        guard let issuedAt = claims.date("iat") else {
+            throw OpenIDConnectError(.missingClaim, "the logout token has no iat")
+        }
+        guard issuedAt.timeIntervalSince(now) <= skew, now.timeIntervalSince(issuedAt) <= maximumAge + skew else {
+            throw OpenIDConnectError(.issuedAtInvalid, "the logout token's iat is in the future or too old")
+        }
+        if let expiresAt = claims.date("exp"), now.timeIntervalSince(expiresAt) >= skew {
+            throw OpenIDConnectError(.tokenExpired, "the logout token expired")
+        }
+        guard case .object(let events) = claims["events"], events[Self.backChannelLogoutEvent] != nil else {
+            throw OpenIDConnectError(.invalidLogoutToken, "the logout token has no back-channel logout event")
+        }
+        guard claims["nonce"] == nil else {
+            throw OpenIDConnectError(.invalidLogoutToken, "the logout token has a nonce (it is an ID token)")
+        }
+        guard claims.subject != nil || claims.sessionID != nil else {
+            throw OpenIDConnectError(.invalidLogoutToken, "the logout token has neither sub nor sid")
+        }
+        guard let tokenID = claims["jti"]?.stringValue, !tokenID.isEmpty else {
+            throw OpenIDConnectError(.missingClaim, "the logout token has no jti")
+        }
+        // Remembered until it is too old to be accepted anyway.
+        let rememberedUntil = issuedAt.addingTimeInterval(maximumAge + 2 * skew)
+        let fresh: Bool
+        do {
+            fresh = try await stateStore.remember(
+                logoutTokenID: tokenID, issuer: issuer, until: rememberedUntil, now: now)
+        } catch {
+            throw Self.storeFailure(error)
+        }
+        guard fresh else {
+            throw OpenIDConnectError(.logoutTokenReplayed, "the logout token was already used (jti)")
+        }
+        return claims
+    }
+}
+#endif

@@ -1,0 +1,103 @@
+#if OpenIDConnect
+import Foundation
+import UserSessions
+
+/// How an ``OpenIDConnectClient`` signs users in: the client's registration and the limits of every check.
+public struct OpenIDConnectConfiguration: Sendable {
+    /// How the client authenticates at the token endpoint (basic, post, or a public client), as for refreshes.
+    public var clientAuthentication: OAuth2TokenRefresher.ClientAuthentication
+    /// The `redirect_uri` registered with the provider; the callback arrives there.
+    public var redirectURI: URL
+    /// The scopes requested; `openid` is always added.
+    public var scopes: [String]
+    /// The ID token algorithms accepted. Default RS256, ES256 and EdDSA. `none` and the HMAC algorithms cannot be
+    /// allowed: ``validate()`` refuses them.
+    public var allowedAlgorithms: Set<String>
+    /// How far the provider's clock may be from ours when `exp` and `iat` are checked. Default 60 s, at most 5 min.
+    public var clockSkew: Duration
+    /// How long a pending sign-in waits for its callback. Default 10 min.
+    public var pendingSignInLifetime: Duration
+    /// The most sign-ins pending at once. Default 10,000.
+    public var maximumPendingSignIns: Int
+    /// How long the discovery document is kept. Default 1 h.
+    public var discoveryLifetime: Duration
+    /// How long the JWKS is kept. Default 1 h.
+    public var keySetLifetime: Duration
+    /// The shortest time between two refetches of the JWKS for a token whose `kid` is unknown. Default 60 s: a
+    /// stream of tokens with made-up `kid`s costs the provider one request a minute at most.
+    public var keySetRefetchInterval: Duration
+    /// How long one request to the provider may take. Default 30 s.
+    public var requestTimeout: Duration
+    /// Whether the callback also reads the userinfo endpoint (its `sub` must be the ID token's). Default `false`.
+    public var readsUserInfo: Bool
+    /// How old a back-channel logout token may be (its `iat`). Default 5 min; its `jti` is remembered that long.
+    public var maximumLogoutTokenAge: Duration
+    /// The session identifier of a signed-in user, from the ID token's claims. Default: the `sub`.
+    public var identifier: @Sendable (OpenIDClaims) -> String?
+
+    /// Creates a configuration with the defaults described on each property.
+    public init(
+        clientAuthentication: OAuth2TokenRefresher.ClientAuthentication,
+        redirectURI: URL,
+        scopes: [String] = ["openid", "profile", "email"],
+        allowedAlgorithms: Set<String> = ["RS256", "ES256", "EdDSA"],
+        clockSkew: Duration = .seconds(60),
+        pendingSignInLifetime: Duration = .seconds(600),
+        maximumPendingSignIns: Int = 10_000,
+        discoveryLifetime: Duration = .seconds(3600),
+        keySetLifetime: Duration = .seconds(3600),
+        keySetRefetchInterval: Duration = .seconds(60),
+        requestTimeout: Duration = .seconds(30),
+        readsUserInfo: Bool = false,
+        maximumLogoutTokenAge: Duration = .seconds(300),
+        identifier: @escaping @Sendable (OpenIDClaims) -> String? = { $0.subject }
+    ) {
+        self.clientAuthentication = clientAuthentication
+        self.redirectURI = redirectURI
+        self.scopes = scopes
+        self.allowedAlgorithms = allowedAlgorithms
+        self.clockSkew = clockSkew
+        self.pendingSignInLifetime = pendingSignInLifetime
+        self.maximumPendingSignIns = maximumPendingSignIns
+        self.discoveryLifetime = discoveryLifetime
+        self.keySetLifetime = keySetLifetime
+        self.keySetRefetchInterval = keySetRefetchInterval
+        self.requestTimeout = requestTimeout
+        self.readsUserInfo = readsUserInfo
+        self.maximumLogoutTokenAge = maximumLogoutTokenAge
+        self.identifier = identifier
+    }
+
+    /// The client id.
+    public var clientID: String {
+        switch clientAuthentication {
+        case .clientSecretBasic(let id, _), .clientSecretPost(let id, _), .publicClient(let id): return id
+        }
+    }
+
+    /// Checks that every setting can work.
+    ///
+    /// - Throws: ``OpenIDConnectError/Code/invalidConfiguration`` naming the setting: an allowed algorithm that is
+    ///   `none`, HMAC or unknown; an empty allow-list; a clock skew that is negative or over 5 minutes; a lifetime or
+    ///   timeout that is not positive; fewer than 1 pending sign-in; an empty client id.
+    public func validate() throws(OpenIDConnectError) {
+        func refuse(_ message: String) -> OpenIDConnectError {
+            OpenIDConnectError(.invalidConfiguration, message, failureClass: .misconfiguration)
+        }
+        if allowedAlgorithms.isEmpty { throw refuse("allowedAlgorithms is empty") }
+        for algorithm in allowedAlgorithms.sorted() where !ProviderKeySet.isAsymmetric(algorithm) {
+            throw refuse("allowedAlgorithms contains \(algorithm); only asymmetric signatures can be allowed")
+        }
+        if clockSkew < .zero || clockSkew > .seconds(300) { throw refuse("clockSkew must be within 0…300 s") }
+        let positive: [(String, Duration)] = [
+            ("pendingSignInLifetime", pendingSignInLifetime), ("discoveryLifetime", discoveryLifetime),
+            ("keySetLifetime", keySetLifetime), ("requestTimeout", requestTimeout),
+            ("maximumLogoutTokenAge", maximumLogoutTokenAge),
+        ]
+        for (name, value) in positive where value <= .zero { throw refuse("\(name) must be longer than zero") }
+        if keySetRefetchInterval < .zero { throw refuse("keySetRefetchInterval must not be negative") }
+        if maximumPendingSignIns < 1 { throw refuse("maximumPendingSignIns must be at least 1") }
+        if clientID.isEmpty { throw refuse("the client id is empty") }
+    }
+}
+#endif

@@ -1,0 +1,181 @@
+#if OpenIDConnect
+import Foundation
+import JWTKit
+import UserSessions
+
+/// The provider's signing keys (its JWKS), fetched when first needed, kept for a lifetime, and refetched at most
+/// once per refetch interval when a token names a key it does not hold (key rotation).
+///
+/// Signatures are verified by jwt-kit; this type only chooses the key: by `kid`, of a type that fits the token's
+/// algorithm, and never for an algorithm outside the allow-list.
+final class ProviderKeySet: Sendable {
+    /// One signing key of the JWKS.
+    struct Key: Sendable {
+        var id: String?
+        var type: String
+        var algorithm: String?
+        var jwk: JWK
+    }
+
+    private struct State {
+        var keys: [Key]?
+        var fetchedAt: Date?
+        var lastRefetchForUnknownKey: Date?
+    }
+
+    private let state = Locked(State())
+    private let lifetime: TimeInterval
+    private let refetchInterval: TimeInterval
+
+    init(lifetime: Duration, refetchInterval: Duration) {
+        self.lifetime = lifetime.timeInterval
+        self.refetchInterval = refetchInterval.timeInterval
+    }
+
+    /// Verifies `token`'s signature and returns its claims.
+    ///
+    /// - Throws: ``OpenIDConnectError/Code/malformedToken``, ``OpenIDConnectError/Code/algorithmRefused``,
+    ///   ``OpenIDConnectError/Code/keyUnknown``, ``OpenIDConnectError/Code/signatureInvalid``, or the fetch's error.
+    func verify(
+        _ token: String, what: String, allowedAlgorithms: Set<String>, now: Date,
+        fetch: () async throws(OpenIDConnectError) -> Data
+    ) async throws(OpenIDConnectError) -> (claims: OpenIDClaims, algorithm: String) {
+        let header = try Self.header(of: token, what: what)
+        guard let algorithm = header["alg"] as? String else {
+            throw OpenIDConnectError(.malformedToken, "\(what) has no alg")
+        }
+        guard allowedAlgorithms.contains(algorithm), Self.isAsymmetric(algorithm) else {
+            throw OpenIDConnectError(.algorithmRefused, "\(what) is signed with \(algorithm), which is refused")
+        }
+        guard token.split(separator: ".", omittingEmptySubsequences: false).allSatisfy({ !$0.isEmpty }) else {
+            throw OpenIDConnectError(.malformedToken, "\(what) has an empty part")
+        }
+        let keyID = header["kid"] as? String
+        let (keys, fetchedJustNow) = try await currentKeys(now: now, fetch: fetch)
+        var key = keys.first { Self.fits($0, keyID: keyID, algorithm: algorithm) }
+        // A key set fetched for this very token is not fetched again at once.
+        if key == nil, !fetchedJustNow, refetchAllowed(now: now) {
+            key = try await load(now: now, fetch: fetch).first { Self.fits($0, keyID: keyID, algorithm: algorithm) }
+        }
+        guard let key else {
+            throw OpenIDConnectError(
+                .keyUnknown, "no key of the provider's JWKS fits \(what) (kid \(keyID ?? "none"), \(algorithm))")
+        }
+        let collection = JWTKeyCollection()
+        let payload: ClaimsPayload
+        do {
+            try await collection.add(jwk: key.jwk, isDefault: true)
+            payload = try await collection.verify(token, as: ClaimsPayload.self)
+        } catch let error as JWTError where error.errorType == .signatureVerificationFailed {
+            throw OpenIDConnectError(.signatureInvalid, "the signature of \(what) does not verify")
+        } catch {
+            throw OpenIDConnectError(.signatureInvalid, "\(what) could not be verified (\(type(of: error)))")
+        }
+        return (OpenIDClaims(payload.values), algorithm)
+    }
+
+    /// The decoded JOSE header of `token`, refusing anything but three base64url parts (a JWE is malformed).
+    static func header(of token: String, what: String) throws(OpenIDConnectError) -> [String: Any] {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, !parts[0].isEmpty, let bytes = base64URLDecode(parts[0]) else {
+            throw OpenIDConnectError(.malformedToken, "\(what) is not a signed JWT")
+        }
+        return try JSONObject.parse(bytes, what: "the header of \(what)", code: .malformedToken)
+    }
+
+    /// Whether `algorithm` is an asymmetric JWS algorithm: `none` and HMAC never are.
+    static func isAsymmetric(_ algorithm: String) -> Bool {
+        ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"].contains(algorithm)
+    }
+
+    private static func fits(_ key: Key, keyID: String?, algorithm: String) -> Bool {
+        if let keyID, key.id != keyID { return false }
+        if let keyAlgorithm = key.algorithm, keyAlgorithm != algorithm { return false }
+        switch algorithm.prefix(2) {
+        case "RS", "PS": return key.type == "RSA"
+        case "ES": return key.type == "EC"
+        default: return algorithm == "EdDSA" && key.type == "OKP"
+        }
+    }
+
+    /// The cached keys, or keys fetched now when the cache is empty or too old (then `fetchedJustNow` is true).
+    private func currentKeys(now: Date, fetch: () async throws(OpenIDConnectError) -> Data)
+        async throws(OpenIDConnectError) -> (keys: [Key], fetchedJustNow: Bool)
+    {
+        let cached = state.withLock { state -> [Key]? in
+            guard let keys = state.keys, let fetchedAt = state.fetchedAt,
+                now.timeIntervalSince(fetchedAt) < lifetime
+            else { return nil }
+            return keys
+        }
+        if let cached { return (cached, false) }
+        return (try await load(now: now, fetch: fetch), true)
+    }
+
+    /// Claims the one refetch allowed per interval for an unknown key; `false` when it was used recently.
+    private func refetchAllowed(now: Date) -> Bool {
+        let refetchInterval = refetchInterval
+        return state.withLock { state in
+            if let last = state.lastRefetchForUnknownKey, now.timeIntervalSince(last) < refetchInterval {
+                return false
+            }
+            state.lastRefetchForUnknownKey = now
+            return true
+        }
+    }
+
+    private func load(now: Date, fetch: () async throws(OpenIDConnectError) -> Data)
+        async throws(OpenIDConnectError) -> [Key]
+    {
+        let keys = try Self.parse(try await fetch())
+        state.withLock { state in
+            state.keys = keys
+            state.fetchedAt = now
+        }
+        return keys
+    }
+
+    /// The signing keys of a JWKS document; keys for encryption, of unknown types or unreadable are left out.
+    static func parse(_ body: Data) throws(OpenIDConnectError) -> [Key] {
+        let document = try JSONObject.parse(body, what: "the JWKS", code: .keySetFetchFailed)
+        guard let entries = document["keys"] as? [[String: Any]] else {
+            throw OpenIDConnectError(.keySetFetchFailed, "the JWKS has no keys array")
+        }
+        var keys: [Key] = []
+        for (index, entry) in entries.enumerated() {
+            if let use = entry["use"] as? String, use != "sig" { continue }
+            guard let type = entry["kty"] as? String, ["RSA", "EC", "OKP"].contains(type),
+                let data = try? JSONSerialization.data(withJSONObject: entry),
+                var jwk = try? JSONDecoder().decode(JWK.self, from: data)
+            else { continue }
+            let id = entry["kid"] as? String
+            // jwt-kit files keys by kid; a key without one gets a name no token can carry.
+            if id == nil { jwk.keyIdentifier = JWKIdentifier(string: "\u{0}unnamed-\(index)") }
+            keys.append(Key(id: id, type: type, algorithm: entry["alg"] as? String, jwk: jwk))
+        }
+        return keys
+    }
+}
+
+/// Decodes unpadded base64url (RFC 4648 §5), as JWS uses it.
+func base64URLDecode(_ text: some StringProtocol) -> Data? {
+    var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+    guard !base64.contains("=") else { return nil }
+    base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
+    return Data(base64Encoded: base64)
+}
+
+/// Encodes bytes as unpadded base64url.
+func base64URLEncode(_ bytes: some Sequence<UInt8>) -> String {
+    Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+        .replacingOccurrences(of: "=", with: "")
+}
+
+extension Duration {
+    /// The duration in seconds.
+    var timeInterval: TimeInterval {
+        let (seconds, attoseconds) = components
+        return Double(seconds) + Double(attoseconds) / 1e18
+    }
+}
+#endif

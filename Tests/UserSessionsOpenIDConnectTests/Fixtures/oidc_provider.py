@@ -1,0 +1,480 @@
+#!/usr/bin/env python3
+"""An OpenID Connect provider on 127.0.0.1 for the sign-in tests, built on Authlib (and Flask/Werkzeug).
+
+Listens on 127.0.0.1, port 0, prints the chosen port as the first line of stdout, and exits when stdin reaches end
+of file (so it dies with the test process). The issuer is http://127.0.0.1:<port>.
+
+Authorization code flow with PKCE (S256 required), consent skipped:
+GET  /.well-known/openid-configuration   discovery
+GET  /jwks                               the public keys (RS256, ES256, EdDSA; kids change on rotation)
+GET  /authorize                          the login form (hidden fields carry the request)
+POST /authorize                          username/password (alice/wonderland, bob/builder) -> 302 to the
+                                         redirect_uri with code, state and iss (RFC 9207)
+POST /token                              authorization_code grant (client_secret_basic, client_secret_post, none)
+GET  /userinfo                           Bearer access token -> claims
+GET  /logout                             end_session_endpoint: checks id_token_hint, 302 to
+                                         post_logout_redirect_uri?state=…
+Clients: web-app / web-secret (basic), post-app / post-secret (post), public-app (none); redirect URI
+http://127.0.0.1/callback, post-logout redirect URI http://127.0.0.1/signed-out.
+
+Test control (JSON bodies):
+POST /control/misbehave  {"id_token": fault, "mixup_iss": bool, "replay_code": bool, "userinfo_sub": s,
+                          "authorize_error": code}; each applies to the next response it concerns only.
+                          faults: alg_none, hs256_public_key, unknown_kid, wrong_aud, wrong_iss, wrong_nonce,
+                          no_nonce, expired, iat_future, multiple_aud_without_azp, wrong_at_hash
+POST /control/sign-with  {"alg": "RS256" | "ES256" | "EdDSA"}: the algorithm of later ID tokens
+POST /control/rotate     new keys (new kids) for every algorithm; the JWKS serves only the new ones
+POST /control/logout-token {"sub", "sid", "fault": nonce|no_event|wrong_aud|no_sub_or_sid|alg_none, "jti"}
+                          -> {"logout_token": …}: a back-channel logout token (the test delivers it)
+GET  /control/stats      counters: jwks_requests, token_requests, token_errors, last_auth, logouts, ...
+"""
+import base64
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import sys
+import threading
+import time
+import urllib.parse
+
+os.environ.setdefault("AUTHLIB_INSECURE_TRANSPORT", "1")  # loopback only: the tests speak plain HTTP
+
+from authlib.integrations.flask_oauth2 import AuthorizationServer  # noqa: E402
+from authlib.oauth2.rfc6749 import ClientMixin, AuthorizationCodeMixin, grants  # noqa: E402
+from authlib.oauth2.rfc7636 import CodeChallenge  # noqa: E402
+from authlib.oidc.core.grants import OpenIDCode  # noqa: E402
+from flask import Flask, jsonify, redirect, request  # noqa: E402
+from joserfc import jwt  # noqa: E402
+from joserfc.jwk import ECKey, OKPKey, RSAKey  # noqa: E402
+from werkzeug.serving import make_server  # noqa: E402
+
+REDIRECT_URI = "http://127.0.0.1/callback"
+POST_LOGOUT_URI = "http://127.0.0.1/signed-out"
+USERS = {
+    "alice": {"password": "wonderland", "sub": "248289761001", "email": "alice@example.com", "name": "Alice Liddell"},
+    "bob": {"password": "builder", "sub": "90342.ASDFJWFA", "email": "bob@example.com", "name": "Bob Builder"},
+}
+ALGORITHMS = ("RS256", "ES256", "EdDSA")
+
+
+def b64url(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+class State:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.issuer = ""
+        self.generation = 0
+        self.keys = {}
+        self.rotate()
+        self.sign_with = "RS256"
+        self.codes = {}
+        self.tokens = {}
+        self.last_code = None
+        self.faults = {}
+        self.stats = {"jwks_requests": 0, "token_requests": 0, "token_errors": 0, "last_auth": None,
+                      "logouts": 0, "last_logout_state": None, "userinfo_requests": 0, "authorizations": 0}
+
+    def rotate(self):
+        self.generation += 1
+        g = self.generation
+        self.keys = {
+            "RS256": RSAKey.generate_key(2048, {"kid": f"rsa-{g}", "use": "sig", "alg": "RS256"}),
+            "ES256": ECKey.generate_key("P-256", {"kid": f"ec-{g}", "use": "sig", "alg": "ES256"}),
+            "EdDSA": OKPKey.generate_key("Ed25519", {"kid": f"ed-{g}", "use": "sig", "alg": "EdDSA"}),
+        }
+
+    def take_fault(self, name):
+        with self.lock:
+            return self.faults.pop(name, None)
+
+
+STATE = State()
+
+
+class Client(ClientMixin):
+    def __init__(self, client_id, secret, method):
+        self.client_id, self.secret, self.method = client_id, secret, method
+
+    def get_client_id(self):
+        return self.client_id
+
+    def get_default_redirect_uri(self):
+        return REDIRECT_URI
+
+    def get_allowed_scope(self, scope):
+        return " ".join(s for s in scope.split() if s in ("openid", "profile", "email", "offline_access"))
+
+    def check_redirect_uri(self, redirect_uri):
+        return redirect_uri == REDIRECT_URI
+
+    def check_client_secret(self, client_secret):
+        return self.secret is not None and hmac.compare_digest(client_secret, self.secret)
+
+    def check_endpoint_auth_method(self, method, endpoint):
+        if endpoint == "token":
+            with STATE.lock:
+                STATE.stats["last_auth"] = method
+            return method == self.method
+        return True
+
+    def check_response_type(self, response_type):
+        return response_type == "code"
+
+    def check_grant_type(self, grant_type):
+        return grant_type == "authorization_code"
+
+
+CLIENTS = {
+    "web-app": Client("web-app", "web-secret", "client_secret_basic"),
+    "post-app": Client("post-app", "post-secret", "client_secret_post"),
+    "public-app": Client("public-app", None, "none"),
+}
+
+
+class Code(AuthorizationCodeMixin):
+    def __init__(self, code, client_id, redirect_uri, scope, user, nonce, challenge, method, sid):
+        self.code, self.client_id, self.redirect_uri, self.scope = code, client_id, redirect_uri, scope
+        self.user, self.nonce, self.code_challenge, self.code_challenge_method = user, nonce, challenge, method
+        self.sid = sid
+        self.auth_time = int(time.time())
+
+    def get_redirect_uri(self):
+        return self.redirect_uri
+
+    def get_scope(self):
+        return self.scope
+
+    def get_nonce(self):
+        return self.nonce
+
+    def get_auth_time(self):
+        return self.auth_time
+
+    def get_acr(self):
+        return None
+
+    def get_amr(self):
+        return None
+
+
+class User:
+    def __init__(self, name):
+        self.name = name
+        self.info = USERS[name]
+
+    def get_user_id(self):
+        return self.info["sub"]
+
+
+class CodeGrant(grants.AuthorizationCodeGrant):
+    TOKEN_ENDPOINT_AUTH_METHODS = ["client_secret_basic", "client_secret_post", "none"]
+
+    def save_authorization_code(self, code, request):
+        payload = request.payload
+        item = Code(code, request.client.get_client_id(), payload.redirect_uri, payload.scope, request.user.name,
+                    payload.data.get("nonce"), payload.data.get("code_challenge"),
+                    payload.data.get("code_challenge_method"), secrets.token_urlsafe(12))
+        with STATE.lock:
+            STATE.codes[code] = item
+        return item
+
+    def query_authorization_code(self, code, client):
+        with STATE.lock:
+            item = STATE.codes.get(code)
+        if item and item.client_id == client.get_client_id():
+            return item
+        return None
+
+    def delete_authorization_code(self, authorization_code):
+        with STATE.lock:
+            STATE.codes.pop(authorization_code.code, None)
+
+    def authenticate_user(self, authorization_code):
+        return User(authorization_code.user)
+
+
+def sign(header, claims, alg):
+    """Signs with the current key of `alg` (or misbehaves when the header asks for it)."""
+    key = STATE.keys[alg]
+    return jwt.encode(header, claims, key, algorithms=[alg])
+
+
+def forge_none(claims):
+    return b64url(json.dumps({"alg": "none", "typ": "JWT"}).encode()) + "." + b64url(json.dumps(claims).encode()) + "."
+
+
+def forge_hs256_with_public_key(claims):
+    """The classic key-confusion attack: HS256 keyed with the bytes of the RSA public key (PEM), kid of the RSA key."""
+    rsa = STATE.keys["RS256"]
+    public_pem = rsa.as_pem(private=False)
+    header = {"alg": "HS256", "typ": "JWT", "kid": rsa.kid}
+    signing_input = b64url(json.dumps(header).encode()) + "." + b64url(json.dumps(claims).encode())
+    mac = hmac.new(public_pem, signing_input.encode(), hashlib.sha256).digest()
+    return signing_input + "." + b64url(mac)
+
+
+def at_hash(access_token, alg):
+    digest = hashlib.sha512(access_token.encode()).digest() if alg == "EdDSA" else \
+        hashlib.sha256(access_token.encode()).digest()
+    return b64url(digest[: len(digest) // 2])
+
+
+def encode_token(claims, fault, alg):
+    """Signs `claims` as the provider would, or as the fault `fault` says."""
+    if fault == "alg_none":
+        return forge_none(claims)
+    if fault == "hs256_public_key":
+        return forge_hs256_with_public_key(claims)
+    header = {"alg": alg, "typ": "JWT", "kid": STATE.keys[alg].kid}
+    if fault == "unknown_kid":
+        ghost = RSAKey.generate_key(2048, {"kid": "ghost", "alg": "RS256"})
+        return jwt.encode({"alg": "RS256", "kid": "ghost"}, claims, ghost, algorithms=["RS256"])
+    return sign(header, claims, alg)
+
+
+class IDToken(OpenIDCode):
+    def exists_nonce(self, nonce, request):
+        return False
+
+    def generate_user_info(self, user, scope):
+        info = {"sub": user.info["sub"]}
+        if "email" in scope:
+            info["email"] = user.info["email"]
+        if "profile" in scope:
+            info["name"] = user.info["name"]
+        return info
+
+    def encode_id_token(self, token, request):
+        fault = STATE.take_fault("id_token")
+        code = request.authorization_code
+        now = int(time.time())
+        with STATE.lock:
+            alg = STATE.sign_with
+        claims = {"iss": STATE.issuer, "aud": request.client.get_client_id(), "iat": now, "exp": now + 600,
+                  "auth_time": code.auth_time, "sid": code.sid}
+        claims.update(self.generate_user_info(request.user, token["scope"]))
+        if code.nonce:
+            claims["nonce"] = code.nonce
+        claims["at_hash"] = at_hash(token["access_token"], alg)
+        if fault == "wrong_aud":
+            claims["aud"] = "someone-else"
+        elif fault == "wrong_iss":
+            claims["iss"] = "https://evil.example"
+        elif fault == "wrong_nonce":
+            claims["nonce"] = secrets.token_urlsafe(16)
+        elif fault == "no_nonce":
+            claims.pop("nonce", None)
+        elif fault == "expired":
+            claims["iat"], claims["exp"] = now - 7200, now - 3600
+        elif fault == "iat_future":
+            claims["iat"], claims["exp"] = now + 3600, now + 7200
+        elif fault == "multiple_aud_without_azp":
+            claims["aud"] = [request.client.get_client_id(), "another-audience"]
+        elif fault == "wrong_at_hash":
+            claims["at_hash"] = at_hash("some other access token", alg)
+        with STATE.lock:
+            STATE.tokens[token["access_token"]] = request.user.name
+        return encode_token(claims, fault, alg)
+
+
+app = Flask(__name__)
+
+
+def save_token(token, request):
+    pass
+
+
+server = AuthorizationServer(app, query_client=lambda client_id: CLIENTS.get(client_id), save_token=save_token)
+server.register_grant(CodeGrant, [CodeChallenge(required=True), IDToken(require_nonce=False)])
+
+
+@app.get("/.well-known/openid-configuration")
+def discovery():
+    issuer = STATE.issuer
+    return jsonify({
+        "issuer": issuer,
+        "authorization_endpoint": issuer + "/authorize",
+        "token_endpoint": issuer + "/token",
+        "jwks_uri": issuer + "/jwks",
+        "userinfo_endpoint": issuer + "/userinfo",
+        "end_session_endpoint": issuer + "/logout",
+        "response_types_supported": ["code"],
+        "subject_types_supported": ["public"],
+        "id_token_signing_alg_values_supported": list(ALGORITHMS),
+        "code_challenge_methods_supported": ["S256"],
+        "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post", "none"],
+        "authorization_response_iss_parameter_supported": True,
+        "backchannel_logout_supported": True,
+        "backchannel_logout_session_supported": True,
+    })
+
+
+@app.get("/jwks")
+def jwks():
+    with STATE.lock:
+        STATE.stats["jwks_requests"] += 1
+        keys = [key.as_dict(private=False) for key in STATE.keys.values()]
+    return jsonify({"keys": keys})
+
+
+FORM = """<!doctype html><title>Sign in</title><form method="post" action="/authorize">{hidden}
+<label>User <input name="username"></label><label>Password <input name="password" type="password"></label>
+<button>Sign in</button></form>"""
+
+
+@app.route("/authorize", methods=["GET", "POST"])
+def authorize():
+    args = request.values
+    if request.method == "GET":
+        hidden = "".join(f'<input type="hidden" name="{k}" value="{v}">' for k, v in request.args.items())
+        return FORM.format(hidden=hidden)
+    forced_error = STATE.take_fault("authorize_error")
+    if forced_error:
+        query = urllib.parse.urlencode({"error": forced_error, "state": args.get("state", ""), "iss": STATE.issuer})
+        return redirect(args.get("redirect_uri", REDIRECT_URI) + "?" + query)
+    user = USERS.get(args.get("username", ""))
+    if not user or not hmac.compare_digest(user["password"], args.get("password", "")):
+        return FORM.format(hidden="") + "<p>wrong password</p>", 401
+    with STATE.lock:
+        STATE.stats["authorizations"] += 1
+    response = server.create_authorization_response(grant_user=User(args["username"]))
+    location = response.headers.get("Location", "")
+    parts = urllib.parse.urlsplit(location)
+    query = dict(urllib.parse.parse_qsl(parts.query))
+    if "code" in query:
+        replay = STATE.take_fault("replay_code")
+        with STATE.lock:
+            if replay and STATE.last_code:
+                query["code"] = STATE.last_code
+            STATE.last_code = query["code"]
+    query["iss"] = "https://evil.example" if STATE.take_fault("mixup_iss") else STATE.issuer
+    response.headers["Location"] = urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
+    return response
+
+
+@app.post("/token")
+def token():
+    with STATE.lock:
+        STATE.stats["token_requests"] += 1
+    response = server.create_token_response()
+    if response.status_code != 200:
+        with STATE.lock:
+            STATE.stats["token_errors"] += 1
+    return response
+
+
+@app.get("/userinfo")
+def userinfo():
+    with STATE.lock:
+        STATE.stats["userinfo_requests"] += 1
+    auth = request.headers.get("Authorization", "")
+    with STATE.lock:
+        name = STATE.tokens.get(auth[len("Bearer "):]) if auth.startswith("Bearer ") else None
+    if not name:
+        return jsonify({"error": "invalid_token"}), 401
+    info = dict(USERS[name])
+    info.pop("password")
+    forced = STATE.take_fault("userinfo_sub")
+    if forced:
+        info["sub"] = forced
+    return jsonify(info)
+
+
+@app.get("/logout")
+def logout():
+    hint = request.args.get("id_token_hint", "")
+    known = False
+    with STATE.lock:
+        keys = list(STATE.keys.values())
+    for key in keys:
+        try:
+            decoded = jwt.decode(hint, key, algorithms=list(ALGORITHMS))
+            known = decoded.claims.get("iss") == STATE.issuer
+            break
+        except Exception:  # noqa: BLE001 - any failure means "not this key"
+            continue
+    target = request.args.get("post_logout_redirect_uri", "")
+    if not known or target != POST_LOGOUT_URI:
+        return jsonify({"error": "invalid_request"}), 400
+    with STATE.lock:
+        STATE.stats["logouts"] += 1
+        STATE.stats["last_logout_state"] = request.args.get("state")
+    return redirect(target + "?" + urllib.parse.urlencode({"state": request.args.get("state", "")}))
+
+
+@app.post("/control/misbehave")
+def misbehave():
+    with STATE.lock:
+        STATE.faults.update(request.get_json(force=True))
+    return jsonify({"ok": True})
+
+
+@app.post("/control/sign-with")
+def sign_with():
+    alg = request.get_json(force=True)["alg"]
+    with STATE.lock:
+        STATE.sign_with = alg
+    return jsonify({"ok": True})
+
+
+@app.post("/control/rotate")
+def rotate():
+    with STATE.lock:
+        STATE.rotate()
+    return jsonify({"ok": True, "generation": STATE.generation})
+
+
+@app.post("/control/logout-token")
+def logout_token():
+    body = request.get_json(force=True)
+    fault = body.get("fault")
+    now = int(time.time())
+    claims = {"iss": STATE.issuer, "aud": body.get("aud", "web-app"), "iat": now, "exp": now + 120,
+              "jti": body.get("jti") or secrets.token_urlsafe(16),
+              "events": {"http://schemas.openid.net/event/backchannel-logout": {}}}
+    if body.get("sub"):
+        claims["sub"] = body["sub"]
+    if body.get("sid"):
+        claims["sid"] = body["sid"]
+    if fault == "nonce":
+        claims["nonce"] = secrets.token_urlsafe(16)
+    elif fault == "no_event":
+        claims["events"] = {"http://schemas.openid.net/event/something-else": {}}
+    elif fault == "wrong_aud":
+        claims["aud"] = "someone-else"
+    elif fault == "no_sub_or_sid":
+        claims.pop("sub", None)
+        claims.pop("sid", None)
+    with STATE.lock:
+        alg = STATE.sign_with
+    header = {"alg": alg, "typ": "logout+jwt", "kid": STATE.keys[alg].kid}
+    token = forge_none(claims) if fault == "alg_none" else sign(header, claims, alg)
+    return jsonify({"logout_token": token})
+
+
+@app.get("/control/stats")
+def stats():
+    with STATE.lock:
+        return jsonify(dict(STATE.stats))
+
+
+def main():
+    httpd = make_server("127.0.0.1", 0, app, threaded=True)
+    STATE.issuer = f"http://127.0.0.1:{httpd.server_port}"
+    print(httpd.server_port, flush=True)
+
+    def watch_stdin():
+        while sys.stdin.buffer.read(1024):
+            pass
+        os._exit(0)
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    httpd.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+#if OpenIDConnect && PostgreSQL
+import Foundation
+import Logging
+import PostgresNIO
+import Testing
+import UserSessions
+import UserSessionsOpenIDConnect
+
+/// The PostgreSQL state store against the server of `USER_SESSIONS_POSTGRES_URL` (Scripts/with-postgres.sh); skipped
+/// without one, except where `USER_SESSIONS_REQUIRE_POSTGRES=1` asks for it.
+@Suite(
+    .enabled(
+        if: ProcessInfo.processInfo.environment["USER_SESSIONS_POSTGRES_URL"] != nil
+            || ProcessInfo.processInfo.environment["USER_SESSIONS_REQUIRE_POSTGRES"] == "1",
+        "USER_SESSIONS_POSTGRES_URL is not set"))
+struct PostgresStateStoreTests {
+    private func withClient(_ body: (PostgresClient) async throws -> Void) async throws {
+        let url = try #require(
+            ProcessInfo.processInfo.environment["USER_SESSIONS_POSTGRES_URL"].flatMap(URLComponents.init),
+            "USER_SESSIONS_POSTGRES_URL is not set")
+        let configuration = PostgresClient.Configuration(
+            host: url.host ?? "127.0.0.1", port: url.port ?? 5432, username: url.user ?? "postgres",
+            password: url.password, database: String(url.path.dropFirst()), tls: .disable)
+        let client = PostgresClient(
+            configuration: configuration,
+            backgroundLogger: Logger(label: "tests", factory: { _ in SwiftLogNoOpLogHandler() }))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await client.run() }
+            defer { group.cancelAll() }
+            try await body(client)
+        }
+    }
+
+    @Test func thePostgresStoreConforms() async throws {
+        try await withClient { client in
+            let namespace = "t" + UUID().uuidString.lowercased().prefix(12)
+            try await StateStoreConformance.check(
+                try PostgresOpenIDConnectStateStore(client: client, namespace: String(namespace)))
+        }
+    }
+
+    @Test func twoInstancesShareOnePendingSignIn() async throws {
+        try await withClient { client in
+            let namespace = String("t" + UUID().uuidString.lowercased().prefix(12))
+            let first = try PostgresOpenIDConnectStateStore(client: client, namespace: namespace)
+            let second = try PostgresOpenIDConnectStateStore(client: client, namespace: namespace)
+            let other = try PostgresOpenIDConnectStateStore(client: client, namespace: namespace + "x")
+            let now = Date()
+            try await first.insert(StateStoreConformance.pending("shared", now: now), limit: 5, now: now)
+            #expect(try await other.take(state: "shared", now: now) == nil, "namespaces are separate")
+            #expect(try await second.take(state: "shared", now: now)?.nonce == "n-shared")
+            #expect(try await first.take(state: "shared", now: now) == nil)
+        }
+    }
+
+    @Test(.enabled(if: OpenIDProviderFixture.isAvailable, "python3 with authlib and flask"))
+    func aSignInStartedOnOneInstanceCompletesAndSignsOutOnAnother() async throws {
+        try await withClient { client in
+            let namespace = String("t" + UUID().uuidString.lowercased().prefix(12))
+            try await OpenIDProviderFixture.with { provider in
+                let first = try provider.client(
+                    stateStore: try PostgresOpenIDConnectStateStore(client: client, namespace: namespace))
+                let second = try provider.client(
+                    stateStore: try PostgresOpenIDConnectStateStore(client: client, namespace: namespace))
+                let query = try await provider.callback(for: first)
+                let signIn = try await second.completeSignIn(callbackQuery: query)
+                await expectRefusal(.stateUnknown) { _ = try await first.completeSignIn(callbackQuery: query) }
+                try await withRegistry { registry in
+                    _ = try await registry.open(signIn.prototype)
+                    let token = try await provider.logoutToken(["sid": try #require(signIn.claims.sessionID)])
+                    #expect(try await first.handleBackChannelLogout(logoutToken: token, registry: registry).count == 1)
+                    #expect(try await registry.storedIdentifiers().isEmpty)
+                    await expectRefusal(.logoutTokenReplayed) {
+                        try await second.handleBackChannelLogout(logoutToken: token, registry: registry)
+                    }
+                }
+            }
+        }
+    }
+
+    @Test func aBadNamespaceIsRefused() async throws {
+        try await withClient { client in
+            #expect(throws: OpenIDConnectError.self) {
+                try PostgresOpenIDConnectStateStore(client: client, namespace: "Robert'); DROP TABLE")
+            }
+        }
+    }
+}
+#endif
