@@ -48,6 +48,12 @@ extension CredentialsGate {
     func writeOutcome(_ target: RefreshStateMachine.PersistTarget, ticket: UInt64, overwrite: Bool = false) async
         -> WriteOutcome
     {
+        // The ledger refuses a write taken before a sign-out of its identifier, from wherever it came.
+        guard ledger.writeBegins(target.identifier, fence: target.ledgerFence) else {
+            let now = clock.nowSeconds()
+            modifyStateAndRunActions { $0.writeReturned(target, ticket: ticket, now: now) }
+            return .failed(UserSessionError(.sessionNotOpen, "the user signed out; the write was dropped"))
+        }
         var outcome: WriteOutcome
         do {
             if let coordinated = coordinatedStore, overwrite || target.baseRevision != nil {
@@ -59,8 +65,24 @@ extension CredentialsGate {
         } catch {
             outcome = .failed(error)
         }
+        // What the store holds now, as far as this write knows: its own credentials, or a newer record's.
+        let wrote: Credentials? =
+            switch outcome {
+            case .written: target.stored.credentials
+            case .superseded(let record): record?.session.credentials
+            case .failed: nil
+            }
+        // No record where one was expected: the user signed out elsewhere, for every controller of this process too.
+        if case .superseded(.none) = outcome { ledger.signedOut(identifier: target.identifier) }
+        let landing = ledger.writeFinished(
+            target.identifier, fence: target.ledgerFence, wrote: wrote, schedule: ledgerSchedule)
         let now = clock.nowSeconds()
-        modifyStateAndRunActions { $0.writeReturned(target, ticket: ticket, now: now) }
+        modifyStateAndRunActions { machine -> RefreshStateMachine.Actions in
+            var actions = machine.writeReturned(target, ticket: ticket, now: now)
+            // Landed after a sign-out of its identifier (a store that overran the close's deadline): undone.
+            if landing == .removeAgain { actions.removeAgain = target.identifier }
+            return actions
+        }
         return outcome
     }
 
@@ -94,6 +116,7 @@ extension CredentialsGate {
     /// progress lands before it. And a write that overran the close's deadline (its slot was taken away) and
     /// lands after the removal finds the epoch changed and removes the record again (``write(_:ticket:)``).
     func clear(identifier: String) async throws {
+        ledger.signedOut(identifier: identifier)
         modifyStateAndRunActions { $0.clearBegun(identifier: identifier) }
         try await withPersistSlot { _ in try await store.remove(identifier: identifier) }
     }
@@ -119,6 +142,13 @@ extension CredentialsGate {
     }
 
     // MARK: - Retries of failed writes
+
+    /// The session was restored from a rotation the ledger held and the store has not taken yet: it is written now,
+    /// and retried on the failed-write schedule until the store takes it.
+    func rotationAdoptedUnwritten() {
+        let now = clock.nowSeconds()
+        modifyStateAndRunActions { $0.unwrittenRotationAdopted(now: now) }
+    }
 
     /// Retries a failed write in the background.
     func startPersistRetry(_ job: RefreshStateMachine.PersistJob) {
