@@ -285,7 +285,7 @@ struct LedgerSeamTests {
 
         // Until the user signs in again.
         let signedIn = try await registry.open(bench.server.signIn("alice", expiresIn: 10))
-        #expect(try await signedIn.accessToken() == "alice/at-1")
+        #expect(try await signedIn.accessToken() == "alice~1/at-1")
         #expect(try await bench.store.base.load(identifier: "alice")?.refreshTokenRefused == false)
     }
 }

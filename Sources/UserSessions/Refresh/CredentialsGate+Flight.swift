@@ -48,7 +48,9 @@ extension CredentialsGate {
     func callRefresher(_ credentials: Credentials, for job: RefreshStateMachine.RefreshJob) async
         -> Result<Credentials, UserSessionError>
     {
-        await ledger.refresh(identifier: job.identifier, userInfo: job.userInfo, credentials: credentials) {
+        await ledger.refresh(
+            identifier: job.identifier, userInfo: job.userInfo, credentials: credentials, fence: job.ledgerFence
+        ) {
             await callRefresher(credentials)
         }
     }

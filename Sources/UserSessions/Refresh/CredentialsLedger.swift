@@ -76,8 +76,8 @@ final class CredentialsLedger: Sendable {
         var current: StoredSession?
         /// Whether ``current`` is not known to be in the store.
         var unwritten = false
-        /// Refresh tokens the server has rotated (newest last, bounded).
-        var spent: [String] = []
+        /// Refresh tokens the server has rotated, each with what its rotation returned (newest last, bounded).
+        var rotations: [(spent: String, result: Credentials)] = []
         /// A refresh token the server refused for good.
         var refused: String?
         /// Writes in progress (of any controller or the ledger).
@@ -93,10 +93,26 @@ final class CredentialsLedger: Sendable {
 
         var isIdle: Bool { holders == 0 && flights.isEmpty && !unwritten && writes == 0 && !retrying }
 
-        mutating func spend(_ token: String) {
-            if spent.contains(token) { return }
-            spent.append(token)
-            if spent.count > 8 { spent.removeFirst() }
+        mutating func spend(_ token: String, for result: Credentials) {
+            if isSpent(token) { return }
+            rotations.append((token, result))
+            if rotations.count > 16 { rotations.removeFirst() }
+        }
+
+        func isSpent(_ token: String) -> Bool { rotations.contains { $0.spent == token } }
+
+        /// The newest credentials reached from the spent `token` by the rotations known here (fenced or not: a
+        /// spent token must never be presented again, whoever holds it), or `nil` if `token` is not spent.
+        func latestRotation(of token: String) -> Credentials? {
+            var result: Credentials?
+            var next = token
+            for _ in 0...rotations.count {
+                guard let rotation = rotations.first(where: { $0.spent == next }) else { break }
+                result = rotation.result
+                guard let following = rotation.result.refreshToken, following != next else { break }
+                next = following
+            }
+            return result
         }
     }
 
@@ -129,6 +145,12 @@ final class CredentialsLedger: Sendable {
 
     /// How many identifiers the ledger holds an entry for (a probe for tests and the benchmark).
     var entryCount: Int { entries.withLock { $0.count } }
+
+    func debugState() -> String {
+        entries.withLock { entries in
+            entries.map { "\($0.key.value.utf8.count) holders \($0.value.holders) flights \($0.value.flights.count) unwritten \($0.value.unwritten) writes \($0.value.writes) retrying \($0.value.retrying) schedule \($0.value.schedule != nil)" }.joined(separator: "; ")
+        }
+    }
 
     /// How many callers wait for `identifier`'s refresh in flight besides the one running it (a probe).
     func joinedWaiters(_ identifier: String) -> Int {
@@ -183,7 +205,9 @@ final class CredentialsLedger: Sendable {
             guard let entry = entries[ExactIdentifier(identifier)] else { return nil }
             guard let token = stored.credentials?.refreshToken else { return nil }
             if entry.refused == token { return stored.markedRefused() }
-            if entry.spent.contains(token), let current = entry.current { return current }
+            if let rotated = entry.latestRotation(of: token) {
+                return StoredSession(userInfo: stored.userInfo, credentials: rotated)
+            }
             return nil
         }
         let result = answer ?? stored
@@ -201,8 +225,11 @@ final class CredentialsLedger: Sendable {
     /// Refreshes `credentials` of `identifier` once per refresh token in the whole process: a caller presenting
     /// the token of the refresh in flight joins it; one presenting a token already rotated gets the rotation; one
     /// presenting a refused token fails at once. Only the caller that starts the flight runs `call`.
+    ///
+    /// `fence` is the fence of the session asking: a session of a user who signed out since (from elsewhere) may
+    /// still refresh what it serves, but its result is neither recorded here nor written.
     func refresh(
-        identifier: String, userInfo: UserInfo, credentials: Credentials,
+        identifier: String, userInfo: UserInfo, credentials: Credentials, fence: UInt64,
         call: () async -> Result<Credentials, UserSessionError>
     ) async -> Result<Credentials, UserSessionError> {
         guard let sent = credentials.refreshToken else { return await call() }
@@ -214,13 +241,11 @@ final class CredentialsLedger: Sendable {
         }
         let step = modify(key) { entry -> Step in
             if entry.refused == sent { return .answered(.failure(Self.refusedError)) }
-            if entry.spent.contains(sent), let current = entry.current?.credentials {
-                return .answered(.success(current))
-            }
+            if let rotated = entry.latestRotation(of: sent) { return .answered(.success(rotated)) }
             if let flight = entry.flights.first(where: { $0.joinable && $0.sent == sent }) {
                 return .join(flightID: flight.id)
             }
-            let flight = Flight(id: Self.nextFence(), sent: sent, fence: entry.fence)
+            let flight = Flight(id: Self.nextFence(), sent: sent, fence: fence)
             entry.flights.append(flight)
             return .run(flight)
         }
@@ -257,7 +282,7 @@ final class CredentialsLedger: Sendable {
         let answer = modify(key) { entry -> Result<Credentials, UserSessionError>? in
             guard let sent = credentials.refreshToken else { return nil }
             if entry.refused == sent { return .failure(Self.refusedError) }
-            if entry.spent.contains(sent), let current = entry.current?.credentials { return .success(current) }
+            if let rotated = entry.latestRotation(of: sent) { return .success(rotated) }
             return nil
         }
         return answer
@@ -278,7 +303,7 @@ final class CredentialsLedger: Sendable {
         let fenced = entry.fence != flight.fence
         switch result {
         case .success(let credentials):
-            if credentials.refreshToken != flight.sent { entry.spend(flight.sent) }
+            if credentials.refreshToken != flight.sent { entry.spend(flight.sent, for: credentials) }
             if !fenced {
                 entry.current = StoredSession(userInfo: userInfo, credentials: credentials)
                 entry.unwritten = true
@@ -366,28 +391,27 @@ final class CredentialsLedger: Sendable {
         guard let current = entry.current?.credentials else { return }
         if current.accessToken == credentials.accessToken && current.refreshToken == credentials.refreshToken {
             entry.unwritten = false
-        } else if let token = credentials.refreshToken, entry.spent.contains(token) {
+        } else if let token = credentials.refreshToken, entry.isSpent(token) {
             // An older version landed after the newest: the newest must be written again.
             entry.unwritten = true
         } else {
-            // Credentials from elsewhere (an update, a sign-in, another instance) replaced the rotation.
-            entry.current = nil
+            // Credentials from elsewhere (an update, a sign-in, another instance) replaced the rotation in the
+            // store; the rotation still answers a controller presenting a token it spent.
             entry.unwritten = false
         }
     }
 
-    /// The user signed in again: a refusal is forgotten, a pending rotation is obsolete, and refreshes in flight
-    /// from before are detached (nobody joins them, and their results are fenced: they never overwrite the new
-    /// sign-in).
+    /// The user signed in again: a refusal is forgotten, a pending rotation is no longer written (it would overwrite
+    /// the sign-in), and refreshes in flight from before are detached (nobody joins them, and their results are
+    /// fenced). What the ledger knows about spent tokens stays: a controller still holding the old credentials
+    /// gets their rotation instead of presenting a spent token.
     func signedIn(_ identifier: String) {
         modify(ExactIdentifier(identifier)) { entry in
             entry.fence = Self.nextFence()
             entry.signedOut = false
             for index in entry.flights.indices { entry.flights[index].joinable = false }
             entry.refused = nil
-            entry.current = nil
             entry.unwritten = false
-            entry.spent = []
         }
     }
 
@@ -398,7 +422,6 @@ final class CredentialsLedger: Sendable {
             entry.fence = Self.nextFence()
             entry.signedOut = true
             for index in entry.flights.indices { entry.flights[index].joinable = false }
-            entry.current = nil
             entry.unwritten = false
             entry.refused = nil
             entry.revision = nil
@@ -447,7 +470,7 @@ final class CredentialsLedger: Sendable {
                     return nil
                 }
                 entry.writes += 1
-                return (current, entry.fence, entry.spent)
+                return (current, entry.fence, entry.rotations.map(\.spent))
             }
             guard let (session, fence, spent) = job else { return }
             var wrote = false

@@ -81,6 +81,8 @@ struct RefreshStateMachine {
         /// The identifier and user the refresh is for (the ledger's key, and the record a rotation is written to).
         var identifier: String = ""
         var userInfo = UserInfo(id: "")
+        /// The ledger fence of the session that started it: a sign-out since makes its result unwritable.
+        var ledgerFence: UInt64 = 0
     }
 
     typealias Flight = FlightMachine.Flight
@@ -327,7 +329,7 @@ struct RefreshStateMachine {
         recomputeDeadline()
         return RefreshJob(
             flightID: id, generation: generation, credentials: credentials, kind: kind, identifier: identifier,
-            userInfo: userInfo)
+            userInfo: userInfo, ledgerFence: ledgerFence)
     }
 
     /// Whether a refresh may start on its own (soft window, lead time with a valid token).

@@ -2,13 +2,16 @@ import Foundation
 
 @testable import UserSessions
 
-/// A token server that rotates refresh tokens per user and revokes the whole family when a spent refresh token is
-/// presented again (RFC 9700 §4.14.2, as Keycloak, Auth0 and Okta do). Tokens are `"<user>/rt-<n>"`.
+/// A token server that rotates refresh tokens and revokes the whole family when a spent refresh token is presented
+/// again (RFC 9700 §4.14.2, as Keycloak, Auth0 and Okta do).
 ///
-/// Refreshes can be held (``holdRefreshes()``) so a test decides when they answer; ``started`` and ``answered``
-/// count calls. ``reuses`` is what every ledger test asserts to be zero.
+/// Every sign-in starts a family: a user's first is named after the user, later ones `"<user>~<k>"`. Its tokens
+/// are `"<family>/rt-<n>"` and `"<family>/at-<n>"`; families are independent, as at a real server. Refreshes can
+/// be held (``holdRefreshes()``) so a test decides when they answer; ``started`` counts calls. ``reuses`` is what
+/// every ledger test asserts to be zero.
 final class TokenFamilyServer: TokenRefresher {
     private struct State {
+        var families: [String: Int] = [:]
         var valid: [String: String] = [:]
         var next: [String: Int] = [:]
         var spent: Set<String> = []
@@ -21,21 +24,23 @@ final class TokenFamilyServer: TokenRefresher {
     private let state = Locked(State())
     private let now: @Sendable () -> Date
     let started = ArrivalCounter()
-    let answered = ArrivalCounter()
 
     init(now: @escaping @Sendable () -> Date) { self.now = now }
 
-    /// The credentials a sign-in of `user` gets: a new family whose valid refresh token is `"<user>/rt-0"`.
+    /// The credentials a sign-in of `user` gets: a new family whose valid refresh token is `"<family>/rt-0"`.
     func signIn(_ user: String, expiresIn: TimeInterval = 3600) -> UserSessionPrototype {
-        state.withLock { state in
-            state.valid[user] = "\(user)/rt-0"
-            state.next[user] = 1
-            state.revoked.remove(user)
+        let family = state.withLock { state -> String in
+            let count = state.families[user, default: 0]
+            state.families[user] = count + 1
+            let family = count == 0 ? user : "\(user)~\(count)"
+            state.valid[family] = "\(family)/rt-0"
+            state.next[family] = 1
+            return family
         }
         return UserSessionPrototype(
             userInfo: UserInfo(id: user),
             credentials: Credentials(
-                accessToken: "\(user)/at-0", refreshToken: "\(user)/rt-0",
+                accessToken: "\(family)/at-0", refreshToken: "\(family)/rt-0",
                 expiresAt: now().addingTimeInterval(expiresIn), source: .signIn))
     }
 
@@ -52,13 +57,12 @@ final class TokenFamilyServer: TokenRefresher {
         for gate in gates { gate.open() }
     }
 
-    /// Revokes `user`'s family now (as an operator or a reuse detection elsewhere would).
-    func revoke(_ user: String) { _ = state.withLock { $0.revoked.insert(user) } }
+    /// Revokes `family` now (as an operator, or a reuse detection elsewhere, would).
+    func revoke(_ family: String) { _ = state.withLock { $0.revoked.insert(family) } }
 
     var reuses: Int { state.withLock { $0.reuses } }
     var presented: [String] { state.withLock { $0.presented } }
     var calls: Int { state.withLock { $0.presented.count } }
-    func valid(_ user: String) -> String? { state.withLock { $0.valid[user] } }
 
     func refresh(_ credentials: Credentials) async throws -> Credentials {
         let token = credentials.refreshToken ?? ""
@@ -71,28 +75,27 @@ final class TokenFamilyServer: TokenRefresher {
         }
         started.arrive()
         if let gate { await gate.wait() }
-        defer { answered.arrive() }
-        let user = String(token.prefix { $0 != "/" })
+        let family = String(token.prefix { $0 != "/" })
         let issued = state.withLock { state -> Int? in
-            if state.revoked.contains(user) { return nil }
-            guard state.valid[user] == token else {
+            if state.revoked.contains(family) { return nil }
+            guard state.valid[family] == token else {
                 if state.spent.contains(token) {
                     state.reuses += 1
-                    state.revoked.insert(user)
+                    state.revoked.insert(family)
                 }
                 return nil
             }
             state.spent.insert(token)
-            let number = state.next[user, default: 1]
-            state.next[user] = number + 1
-            state.valid[user] = "\(user)/rt-\(number)"
+            let number = state.next[family, default: 1]
+            state.next[family] = number + 1
+            state.valid[family] = "\(family)/rt-\(number)"
             return number
         }
         guard let issued else {
             throw UserSessionError(.refreshFailed, "invalid_grant", failureClass: .terminal)
         }
         return Credentials(
-            accessToken: "\(user)/at-\(issued)", refreshToken: "\(user)/rt-\(issued)",
+            accessToken: "\(family)/at-\(issued)", refreshToken: "\(family)/rt-\(issued)",
             expiresAt: now().addingTimeInterval(3600), lastRefreshedAt: now(), source: .refresh)
     }
 }
