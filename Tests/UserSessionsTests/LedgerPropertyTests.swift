@@ -129,13 +129,14 @@ struct LedgerPropertyTests {
         for controller in controllers { await controller.shutdown() }
         let ledger = bench.ledger
         // Until the ledger let go of every entry (a write loop wakes on the session clock to notice it is done).
-        for _ in 0..<200 where ledger.entryCount > 0 {
+        // Refreshes started in the background (the soft window) may still be answering: bounded by the hang guard.
+        while ledger.entryCount > 0 {
             bench.time.advance(by: 61)
-            await Task.yield()
+            for _ in 0..<10 { await Task.yield() }
         }
 
         let presented = server.presented
-        if trace { print("presented \(presented)"); print("ledger \(ledger.debugState())") }
+        if trace { print("presented \(presented)") }
         #expect(server.reuses == 0, "schedule \(seed): a spent refresh token was presented again")
         #expect(
             Set(presented).count == presented.count, "schedule \(seed): a refresh token was presented twice")

@@ -100,12 +100,16 @@ extension CredentialsGate {
     /// it takes before the session's credentials become readable: nothing of the new session (a refresh commit)
     /// can then be written before it.
     func writeOpening(_ stored: StoredSession, identifier: String) async throws {
-        guard let coordinatedStore else {
+        if let coordinatedStore {
+            let revision = try await Self.overwrite(stored, identifier: identifier, store: coordinatedStore)
+            modifyStateAndRunActions { $0.openingWritten(revision: revision, identifier: identifier) }
+        } else {
             try await store.save(stored, identifier: identifier)
-            return
         }
-        let revision = try await Self.overwrite(stored, identifier: identifier, store: coordinatedStore)
-        modifyStateAndRunActions { $0.openingWritten(revision: revision, identifier: identifier) }
+        // A sign-in, once the store has it: it replaces whatever the ledger held for the identifier (a failed
+        // sign-in replaces nothing), and this session's writes are taken under the new fence.
+        let fence = ledger.signedIn(identifier)
+        modifyStateAndRunActions { $0.signedIn(ledgerFence: fence) }
     }
 
     /// `closeAndClear()`'s removal of `identifier`'s record (its session is already deactivated), fenced against

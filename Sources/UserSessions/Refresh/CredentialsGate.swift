@@ -107,8 +107,6 @@ final class CredentialsGate: Sendable {
         disarmRetryTimer()
         stopWatchingStore()
         events.setGeneration(generation)
-        // Opening from a prototype is a sign-in: it replaces whatever the ledger held for the identifier.
-        if !restoring { ledger.signedIn(identifier) }
         let fence = ledger.hold(identifier)
         let previous = ledgerHold.withLock { hold in
             defer { hold = identifier }

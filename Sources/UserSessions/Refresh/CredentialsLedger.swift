@@ -146,12 +146,6 @@ final class CredentialsLedger: Sendable {
     /// How many identifiers the ledger holds an entry for (a probe for tests and the benchmark).
     var entryCount: Int { entries.withLock { $0.count } }
 
-    func debugState() -> String {
-        entries.withLock { entries in
-            entries.map { "\($0.key.value.utf8.count) holders \($0.value.holders) flights \($0.value.flights.count) unwritten \($0.value.unwritten) writes \($0.value.writes) retrying \($0.value.retrying) schedule \($0.value.schedule != nil)" }.joined(separator: "; ")
-        }
-    }
-
     /// How many callers wait for `identifier`'s refresh in flight besides the one running it (a probe).
     func joinedWaiters(_ identifier: String) -> Int {
         entries.withLock { entries in
@@ -405,13 +399,15 @@ final class CredentialsLedger: Sendable {
     /// the sign-in), and refreshes in flight from before are detached (nobody joins them, and their results are
     /// fenced). What the ledger knows about spent tokens stays: a controller still holding the old credentials
     /// gets their rotation instead of presenting a spent token.
-    func signedIn(_ identifier: String) {
+    @discardableResult
+    func signedIn(_ identifier: String) -> UInt64 {
         modify(ExactIdentifier(identifier)) { entry in
             entry.fence = Self.nextFence()
             entry.signedOut = false
             for index in entry.flights.indices { entry.flights[index].joinable = false }
             entry.refused = nil
             entry.unwritten = false
+            return entry.fence
         }
     }
 

@@ -20,6 +20,12 @@ extension RefreshStateMachine {
         return .resume(leftovers, with: .failure(Self.notOpenError))
     }
 
+    /// The opening write of a sign-in landed: the session's writes are taken under the ledger's new fence.
+    mutating func signedIn(ledgerFence: UInt64) -> Actions {
+        if active { self.ledgerFence = ledgerFence }
+        return .none
+    }
+
     /// The session was restored from an unwritten rotation the ledger held: the store must get it.
     mutating func unwrittenRotationAdopted(now: Double) -> Actions {
         guard active else { return .none }
