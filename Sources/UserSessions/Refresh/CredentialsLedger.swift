@@ -70,7 +70,7 @@ final class CredentialsLedger: Sendable {
         var fence: UInt64
         /// Controllers (and restores in progress) holding the identifier.
         var holders = 0
-        /// The refreshes in flight: at most one that can be joined, and those a sign-in detached.
+        /// The refreshes in flight, one per refresh token presented (a sign-in brings a token of its own).
         var flights: [Flight] = []
         /// The newest credentials a refresh produced (kept while the entry lives).
         var current: StoredSession?
@@ -123,8 +123,6 @@ final class CredentialsLedger: Sendable {
         let sent: String
         /// The entry's fence when it started: a sign-out since makes its result unwritable.
         let fence: UInt64
-        /// Whether a refresh presenting the same token may join it (not after a sign-in detached it).
-        var joinable = true
         var waiters: [UnsafeContinuation<Result<Credentials, UserSessionError>, Never>] = []
     }
 
@@ -236,7 +234,7 @@ final class CredentialsLedger: Sendable {
         let step = modify(key) { entry -> Step in
             if entry.refused == sent { return .answered(.failure(Self.refusedError)) }
             if let rotated = entry.latestRotation(of: sent) { return .answered(.success(rotated)) }
-            if let flight = entry.flights.first(where: { $0.joinable && $0.sent == sent }) {
+            if let flight = entry.flights.first(where: { $0.sent == sent }) {
                 return .join(flightID: flight.id)
             }
             let flight = Flight(id: Self.nextFence(), sent: sent, fence: fence)
@@ -396,15 +394,14 @@ final class CredentialsLedger: Sendable {
     }
 
     /// The user signed in again: a refusal is forgotten, a pending rotation is no longer written (it would overwrite
-    /// the sign-in), and refreshes in flight from before are detached (nobody joins them, and their results are
-    /// fenced). What the ledger knows about spent tokens stays: a controller still holding the old credentials
-    /// gets their rotation instead of presenting a spent token.
+    /// the sign-in), and the results of refreshes in flight from before are fenced. Refreshes in flight and what the
+    /// ledger knows about spent tokens stay: a controller still holding the old credentials joins their refresh or
+    /// gets their rotation instead of presenting a token twice.
     @discardableResult
     func signedIn(_ identifier: String) -> UInt64 {
         modify(ExactIdentifier(identifier)) { entry in
             entry.fence = Self.nextFence()
             entry.signedOut = false
-            for index in entry.flights.indices { entry.flights[index].joinable = false }
             entry.refused = nil
             entry.unwritten = false
             return entry.fence
@@ -417,7 +414,6 @@ final class CredentialsLedger: Sendable {
         modify(ExactIdentifier(identifier)) { entry in
             entry.fence = Self.nextFence()
             entry.signedOut = true
-            for index in entry.flights.indices { entry.flights[index].joinable = false }
             entry.unwritten = false
             entry.refused = nil
             entry.revision = nil
