@@ -73,7 +73,12 @@ final class CredentialsLedger: Sendable {
         /// The refreshes in flight, one per refresh token presented (a sign-in brings a token of its own).
         var flights: [Flight] = []
         /// The newest credentials a refresh produced (kept while the entry lives).
-        var current: StoredSession?
+        var current: StoredSession? {
+            get { currentBox?.session }
+            set { currentBox = newValue.map(SessionBox.init) }
+        }
+        /// ``current``, boxed: an entry of a user with nothing in flight stays a few words in the dictionary.
+        private var currentBox: SessionBox?
         /// Whether ``current`` is not known to be in the store.
         var unwritten = false
         /// Refresh tokens the server has rotated, each with what its rotation returned (newest last, bounded).
@@ -85,11 +90,17 @@ final class CredentialsLedger: Sendable {
         /// The ledger's own write loop runs.
         var retrying = false
         /// The schedule the write loop follows, from the last controller that held the identifier.
-        var schedule: Schedule?
+        var schedule: Schedule? {
+            get { scheduleBox?.schedule }
+            set { scheduleBox = newValue.map(ScheduleBox.init) }
+        }
+        private var scheduleBox: ScheduleBox?
         /// The revision last seen in a coordinated store.
         var revision: UInt64?
         /// Whether the last fence came from a sign-out (not a sign-in): only then is a late write removed again.
         var signedOut = false
+
+        init(fence: UInt64) { self.fence = fence }
 
         var isIdle: Bool { holders == 0 && flights.isEmpty && !unwritten && writes == 0 && !retrying }
 
@@ -132,6 +143,17 @@ final class CredentialsLedger: Sendable {
         var policy: RefreshStateMachine.Policy
     }
 
+    /// Boxes that keep the rarely used, large parts of an ``Entry`` out of the dictionary's storage.
+    final class SessionBox: Sendable {
+        let session: StoredSession
+        init(_ session: StoredSession) { self.session = session }
+    }
+
+    final class ScheduleBox: Sendable {
+        let schedule: Schedule
+        init(_ schedule: Schedule) { self.schedule = schedule }
+    }
+
     private func modify<Value>(_ key: ExactIdentifier, _ body: (inout Entry) -> Value) -> Value {
         entries.withLock { entries in
             var entry = entries[key] ?? Entry(fence: Self.nextFence())
@@ -166,7 +188,7 @@ final class CredentialsLedger: Sendable {
     func release(_ identifier: String, schedule: Schedule? = nil) {
         let start = modify(ExactIdentifier(identifier)) { entry -> Bool in
             entry.holders = max(0, entry.holders - 1)
-            if let schedule { entry.schedule = schedule }
+            if let schedule, entry.unwritten { entry.schedule = schedule }
             return startLoopIfNeeded(&entry)
         }
         if start { startWriteLoop(identifier) }
@@ -364,7 +386,6 @@ final class CredentialsLedger: Sendable {
     ) -> Landing {
         let (landing, start) = modify(ExactIdentifier(identifier)) { entry -> (Landing, Bool) in
             entry.writes = max(0, entry.writes - 1)
-            if let schedule, entry.schedule == nil { entry.schedule = schedule }
             if let revision { entry.revision = revision }
             guard entry.fence == fence else {
                 // Landed after a sign-out: undone. After a sign-in it is left to the new session, whose writes
@@ -372,6 +393,7 @@ final class CredentialsLedger: Sendable {
                 return (entry.signedOut && credentials != nil ? .removeAgain : .done, false)
             }
             if let credentials { landed(&entry, credentials) }
+            if let schedule, entry.unwritten, entry.schedule == nil { entry.schedule = schedule }
             return (.done, startLoopIfNeeded(&entry))
         }
         if start { startWriteLoop(identifier) }
