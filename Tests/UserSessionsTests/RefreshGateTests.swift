@@ -223,9 +223,13 @@ struct RefreshGateTests {
         harness.activate(expiresIn: -1)
         try await harness.gate.ensureUsable()
         #expect(harness.gate.currentCredentials()?.accessToken == "at-1")
-        // Nothing stored, so the invalid_grant fallback finds no rotated token to adopt.
+        // Nothing stored, so the invalid_grant fallback finds no rotated token to adopt. The new session holds a
+        // refresh token of its own (`rt-0` is spent: the ledger would answer it with its rotation, at-1), so the
+        // refresher is asked, and refuses.
         try await harness.store.remove(identifier: "user")
-        harness.activate(expiresIn: -1, generation: 2)
+        var other = harness.credentials(expiresIn: -1)
+        other.refreshToken = "rt-other"
+        harness.gate.activate(identifier: "user", userInfo: UserInfo(id: "user"), credentials: other, generation: 2)
         await #expect(throws: UserSessionError(.refreshFailed, "")) { try await harness.gate.ensureUsable() }
         #expect(harness.terminalCalls.count == 0)
     }

@@ -150,8 +150,9 @@ struct RefreshMachineInputsTests {
     }
 
     /// `"café"` composed and decomposed are equal Swift strings but two users to every store. A late write of the
-    /// composed user's record, landing after that user was cleared, is removed again even while the decomposed
-    /// user is active; it is not taken for the active user's own record.
+    /// composed user's record, landing after that user signed out, is removed again by the ledger, which fences
+    /// per identifier by bytes; the decomposed user's writes are not fenced by it, and the machine itself never
+    /// removes a record it does not own.
     @Test func aLateWriteOfAClearedUserIsUndoneWhateverUserLooksAlike() {
         #expect(Self.composed == Self.decomposed)
         var machine = Self.machine(activeAs: Self.decomposed)
@@ -160,7 +161,17 @@ struct RefreshMachineInputsTests {
             stored: StoredSession(userInfo: UserInfo(id: Self.composed), credentials: nil), version: 1,
             generation: 1, epoch: machine.persistence.epoch)
         machine.beginClear(identifier: Self.composed)
-        #expect(machine.repairLateWrite(late, now: Self.start) == .remove(identifier: Self.composed))
+        #expect(machine.repairLateWrite(late, now: Self.start) == RefreshStateMachine.WriteRepair.none)
+
+        let ledger = CredentialsLedger(store: InMemoryTokenStore())
+        let composedFence = ledger.hold(Self.composed)
+        let decomposedFence = ledger.hold(Self.decomposed)
+        #expect(ledger.writeBegins(Self.composed, fence: composedFence))
+        ledger.signedOut(identifier: Self.composed)
+        let written = Credentials(accessToken: "at", refreshToken: "rt", expiresAt: nil)
+        #expect(ledger.writeFinished(Self.composed, fence: composedFence, wrote: written) == .removeAgain)
+        #expect(ledger.writeBegins(Self.decomposed, fence: decomposedFence))
+        #expect(ledger.writeFinished(Self.decomposed, fence: decomposedFence, wrote: written) == .done)
     }
 
     /// The refresh still running for the composed user (an orphan) is not dropped when the decomposed user opens:

@@ -15,7 +15,7 @@ public struct UserSessionError: Error, Sendable, CustomStringConvertible {
             case remoteStoreRejected, transportFailure, insecureEndpoint
             case noRefresher, refreshFailed, refreshLoop, malformedTokenResponse
             case invalidConfiguration, minimumValidityUnreachable
-            case revocationFailed, revisionConflict
+            case revocationFailed, revisionConflict, refreshTokenRefused
         }
         private let base: Base
         private init(_ base: Base) { self.base = base }
@@ -74,6 +74,10 @@ public struct UserSessionError: Error, Sendable, CustomStringConvertible {
         /// A conditional save of a ``CoordinatedTokenStore`` found the record at another revision than the one it
         /// was based on: another process wrote it first. Nothing was written.
         public static let revisionConflict = Code(.revisionConflict)
+        /// The authorization server refused the session's refresh token for good (`invalid_grant`), and that fact
+        /// is recorded (in this process and in the store): restoring the session fails at once, without contacting
+        /// the server, until the user signs in again. Its ``UserSessionError/failureClass`` is terminal.
+        public static let refreshTokenRefused = Code(.refreshTokenRefused)
 
         public var description: String { base.rawValue }
     }

@@ -73,7 +73,16 @@ final class EventHub: Sendable {
 
     /// Emits `kind`; `session`, when given, becomes the current session. Does nothing after ``finish()``.
     func emit(_ kind: UserSessionEvent.Kind, session: UserSession? = nil, detail: String? = nil) {
-        let observed = state.withLock { state -> (UserSessionEvent, UserSessionEventContext)? in
+        notifyObservers(record(kind, session: session, detail: detail))
+    }
+
+    /// An event delivered to the subscribers, still to be shown to the observers.
+    typealias Observed = (event: UserSessionEvent, context: UserSessionEventContext)
+
+    /// Delivers `kind` to the subscribers and returns what the observers must be shown; the caller calls
+    /// ``notifyObservers(_:)`` after releasing every lock it holds (observers are user code).
+    func record(_ kind: UserSessionEvent.Kind, session: UserSession? = nil, detail: String? = nil) -> Observed? {
+        state.withLock { state -> Observed? in
             guard !state.finished else { return nil }
             let context = UserSessionEventContext(generation: state.generation, previousState: state.session.state)
             if let session { state.session = session }
@@ -84,8 +93,12 @@ final class EventHub: Sendable {
             for subscription in state.subscriptions.values { subscription.deliver(event) }
             return (event, context)
         }
-        // Observers are user code: never under the lock.
-        if let observed { observers.notify { $0.observe(observed.0, context: observed.1) } }
+    }
+
+    /// Shows `observed` to the observers. Observers are user code: call this with no lock held.
+    func notifyObservers(_ observed: Observed?) {
+        guard let observed, !observers.isEmpty else { return }
+        observers.notify { $0.observe(observed.event, context: observed.context) }
     }
 
     /// Finishes every subscription; later subscriptions yield `.current` and finish at once. Idempotent.

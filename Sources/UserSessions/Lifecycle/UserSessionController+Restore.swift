@@ -73,23 +73,30 @@ extension UserSessionController {
     /// The part of restore that runs in the caller's turn, once no session is opened: reads and checks the stored
     /// session, then opens it through ``openInTurn(_:services:openedAt:)``.
     func restoreInTurn(identifier: String) async throws -> UserSession {
-        let stored: StoredSession?
+        // Held from before the read until the session holds it itself: a rotation the store has not taken yet, or
+        // a refresh in flight, cannot leave the ledger in between.
+        gate.ledger.hold(identifier)
+        defer { gate.ledger.release(identifier, schedule: gate.ledgerSchedule) }
+        let loaded: StoredSession?
         var revision: UInt64?
         do {
             if let coordinated = gate.coordinatedStore {
                 let revised = try await coordinated.loadRevised(identifier: identifier)
-                (stored, revision) = (revised?.session, revised?.revision)
+                (loaded, revision) = (revised?.session, revised?.revision)
             } else {
-                stored = try await store.load(identifier: identifier)
+                loaded = try await store.load(identifier: identifier)
             }
         } catch {
             let failure = Self.storeError(error, "could not read the stored session")
             if failure.code == .storeCorrupt { hub.emit(.storeCorrupt(identifier: identifier)) }
             throw failure
         }
-        guard let stored else {
+        guard let record = loaded else {
             throw UserSessionError(.noStoredSession, "nothing is stored under the identifier")
         }
+        // Read through the ledger: an unwritten rotation replaces the spent token the store still holds, and a
+        // refused refresh token fails at once without contacting the server.
+        let (stored, adopted) = try gate.ledger.readThrough(record, identifier: identifier)
         let now = configuration.clock.now()
         var needsRefresh = false
         if let credentials = stored.credentials, credentials.isExpired(at: now) {
@@ -98,8 +105,11 @@ extension UserSessionController {
             }
             needsRefresh = true
         }
-        return try await openInTurn(
+        let session = try await openInTurn(
             .stored(stored, identifier: identifier, revision: revision, needsRefresh: needsRefresh),
             services: services, openedAt: now)
+        // The adopted rotation is not in the store yet: this session writes it, on the failed-write schedule.
+        if adopted { gate.rotationAdoptedUnwritten() }
+        return session
     }
 }

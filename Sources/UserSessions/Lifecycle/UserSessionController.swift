@@ -194,7 +194,7 @@ public actor UserSessionController {
             await revokeBeforeClearing(target, sessionWasOpen: wasOpen)
             try await gate.clear(identifier: target)
             try await configuration.dataDirectories?.removeDirectories(for: target)
-            if persisted == target { try await store.saveCurrentIdentifier(nil) }
+            if let persisted, ExactIdentifier.areEqual(persisted, target) { try await store.saveCurrentIdentifier(nil) }
         } catch {
             throw Self.storeError(error, "could not clear the stored session")
         }

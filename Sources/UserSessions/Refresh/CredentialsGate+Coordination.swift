@@ -109,6 +109,10 @@ extension CredentialsGate {
     /// Hand the result to ``finishAdoption(_:generation:)`` after releasing the slot.
     func adoptHoldingSlot(_ record: RevisedSession?, generation: UInt64) -> Adoption {
         guard let record else {
+            // Signed out elsewhere (another instance removed the record): fenced here too.
+            if let identifier = inspect({ $0.generation == generation ? $0.identifier : nil }) {
+                ledger.signedOut(identifier: identifier)
+            }
             let removed = modifyStateAndRunActions { $0.recordRemoved(generation: generation) }
             return removed ? .removed : .none
         }

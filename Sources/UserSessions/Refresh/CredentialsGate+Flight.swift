@@ -19,7 +19,7 @@ extension CredentialsGate {
             await runLeasedFlight(job, store: coordinatedStore, startedAt: startedAt)
             return
         }
-        var outcome = await callRefresher(job.credentials)
+        var outcome = await callRefresher(job.credentials, for: job)
         if case .failure(let error) = outcome, error.failureClass == .terminal,
             let stored = await storedReplacement(for: job)
         {
@@ -37,13 +37,26 @@ extension CredentialsGate {
                 }
                 return
             }
-            outcome = await callRefresher(stored.credentials)
+            outcome = await callRefresher(stored.credentials, for: job)
         }
         await finish(job, outcome: outcome, startedAt: startedAt)
     }
 
+    /// Refreshes `credentials` for `job`'s identifier through the ledger: once per refresh token in the process (a
+    /// refresh of another controller presenting the same token is joined, a token already rotated gets the
+    /// rotation, a refused one fails at once).
+    func callRefresher(_ credentials: Credentials, for job: RefreshStateMachine.RefreshJob) async
+        -> Result<Credentials, UserSessionError>
+    {
+        await ledger.refresh(
+            identifier: job.identifier, userInfo: job.userInfo, credentials: credentials, fence: job.ledgerFence
+        ) {
+            await callRefresher(credentials)
+        }
+    }
+
     /// Calls the refresher (or fails without one).
-    func callRefresher(_ credentials: Credentials) async -> Result<Credentials, UserSessionError> {
+    private func callRefresher(_ credentials: Credentials) async -> Result<Credentials, UserSessionError> {
         guard let refresher else {
             return .failure(
                 UserSessionError(.noRefresher, "no refresher is configured", failureClass: .misconfiguration))
@@ -180,7 +193,12 @@ extension CredentialsGate {
             $0.commitTargets(flightID: job.flightID, newCredentials: credentials)
         }
         guard let target = targets.session else {
-            if let orphan = targets.orphan { _ = await write(orphan, ticket: ticket) }
+            if let orphan = targets.orphan {
+                _ = await write(orphan, ticket: ticket)
+            } else {
+                // Nobody here writes this rotation: the ledger does, on its schedule, unless the store has it.
+                ledger.ensureWritten(job.identifier, schedule: ledgerSchedule)
+            }
             return .stale
         }
         let written = await writeOutcome(target, ticket: ticket)

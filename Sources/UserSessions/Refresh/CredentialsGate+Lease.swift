@@ -57,7 +57,7 @@ extension CredentialsGate {
         // process wrote (superseding this flight) while the record was read here; the refresh token this flight
         // holds is then spent, and presenting it again would be a reuse that revokes the whole token family.
         guard stillCurrent(job) else { return }
-        await finish(job, outcome: await callRefresher(job.credentials), startedAt: startedAt)
+        await finish(job, outcome: await callRefresher(job.credentials, for: job), startedAt: startedAt)
     }
 
     /// Whether `job` is still the session's flight; a superseded or ended one is forgotten (it has sent nothing).

@@ -48,6 +48,12 @@ extension CredentialsGate {
     func writeOutcome(_ target: RefreshStateMachine.PersistTarget, ticket: UInt64, overwrite: Bool = false) async
         -> WriteOutcome
     {
+        // The ledger refuses a write taken before a sign-out of its identifier, from wherever it came.
+        guard ledger.writeBegins(target.identifier, fence: target.ledgerFence) else {
+            let now = clock.nowSeconds()
+            modifyStateAndRunActions { $0.writeReturned(target, ticket: ticket, now: now) }
+            return .failed(UserSessionError(.sessionNotOpen, "the user signed out; the write was dropped"))
+        }
         var outcome: WriteOutcome
         do {
             if let coordinated = coordinatedStore, overwrite || target.baseRevision != nil {
@@ -59,8 +65,24 @@ extension CredentialsGate {
         } catch {
             outcome = .failed(error)
         }
+        // What the store holds now, as far as this write knows: its own credentials, or a newer record's.
+        let wrote: Credentials? =
+            switch outcome {
+            case .written: target.stored.credentials
+            case .superseded(let record): record?.session.credentials
+            case .failed: nil
+            }
+        // No record where one was expected: the user signed out elsewhere, for every controller of this process too.
+        if case .superseded(.none) = outcome { ledger.signedOut(identifier: target.identifier) }
+        let landing = ledger.writeFinished(
+            target.identifier, fence: target.ledgerFence, wrote: wrote, schedule: ledgerSchedule)
         let now = clock.nowSeconds()
-        modifyStateAndRunActions { $0.writeReturned(target, ticket: ticket, now: now) }
+        modifyStateAndRunActions { machine -> RefreshStateMachine.Actions in
+            var actions = machine.writeReturned(target, ticket: ticket, now: now)
+            // Landed after a sign-out of its identifier (a store that overran the close's deadline): undone.
+            if landing == .removeAgain { actions.removeAgain = target.identifier }
+            return actions
+        }
         return outcome
     }
 
@@ -78,12 +100,16 @@ extension CredentialsGate {
     /// it takes before the session's credentials become readable: nothing of the new session (a refresh commit)
     /// can then be written before it.
     func writeOpening(_ stored: StoredSession, identifier: String) async throws {
-        guard let coordinatedStore else {
+        if let coordinatedStore {
+            let revision = try await Self.overwrite(stored, identifier: identifier, store: coordinatedStore)
+            modifyStateAndRunActions { $0.openingWritten(revision: revision, identifier: identifier) }
+        } else {
             try await store.save(stored, identifier: identifier)
-            return
         }
-        let revision = try await Self.overwrite(stored, identifier: identifier, store: coordinatedStore)
-        modifyStateAndRunActions { $0.openingWritten(revision: revision, identifier: identifier) }
+        // A sign-in, once the store has it: it replaces whatever the ledger held for the identifier (a failed
+        // sign-in replaces nothing), and this session's writes are taken under the new fence.
+        let fence = ledger.signedIn(identifier)
+        modifyStateAndRunActions { $0.signedIn(ledgerFence: fence) }
     }
 
     /// `closeAndClear()`'s removal of `identifier`'s record (its session is already deactivated), fenced against
@@ -94,6 +120,7 @@ extension CredentialsGate {
     /// progress lands before it. And a write that overran the close's deadline (its slot was taken away) and
     /// lands after the removal finds the epoch changed and removes the record again (``write(_:ticket:)``).
     func clear(identifier: String) async throws {
+        ledger.signedOut(identifier: identifier)
         modifyStateAndRunActions { $0.clearBegun(identifier: identifier) }
         try await withPersistSlot { _ in try await store.remove(identifier: identifier) }
     }
@@ -119,6 +146,13 @@ extension CredentialsGate {
     }
 
     // MARK: - Retries of failed writes
+
+    /// The session was restored from a rotation the ledger held and the store has not taken yet: it is written now,
+    /// and retried on the failed-write schedule until the store takes it.
+    func rotationAdoptedUnwritten() {
+        let now = clock.nowSeconds()
+        modifyStateAndRunActions { $0.unwrittenRotationAdopted(now: now) }
+    }
 
     /// Retries a failed write in the background.
     func startPersistRetry(_ job: RefreshStateMachine.PersistJob) {

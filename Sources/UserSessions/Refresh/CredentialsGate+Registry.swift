@@ -16,5 +16,9 @@ extension CredentialsGate {
 
     /// Whether a refresh is in flight or a write to the store is in progress: the registry never evicts a session
     /// while its credentials are being committed.
-    var hasWorkInProgress: Bool { inspect { $0.flights.isRefreshing || $0.slot.isHeld } }
+    /// The ledger's work counts too: nothing with a refresh in flight or an unwritten rotation is evicted.
+    var hasWorkInProgress: Bool {
+        let (busy, identifier) = inspect { ($0.flights.isRefreshing || $0.slot.isHeld, $0.identifier) }
+        return busy || (!identifier.isEmpty && ledger.hasPendingWork(identifier))
+    }
 }

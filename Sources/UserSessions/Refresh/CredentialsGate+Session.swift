@@ -5,6 +5,8 @@ extension CredentialsGate {
     /// stay with that session).
     nonisolated(nonsending) func accessTokenAndGeneration() async throws -> (token: String, generation: UInt64) {
         let now = clock.nowSeconds()
+        // Any use of the token is activity (the registry's idle eviction reads it).
+        noteDemand(now)
         let fresh = inspect { machine -> (String, UInt64)? in
             now < machine.nextActionAt ? (machine.token, machine.generation) : nil
         }
@@ -22,6 +24,7 @@ extension CredentialsGate {
     ///   a forced refresh throws otherwise.
     nonisolated(nonsending) func accessToken(minimumValidity: Double) async throws -> String {
         let validity = max(0, minimumValidity)
+        noteDemand(clock.nowSeconds())
         let credentials = try await credentials(for: .minimumValidity(validity))
         if let expiresAt = credentials.expiresAt,
             expiresAt.timeIntervalSinceReferenceDate - clock.nowSeconds() < validity

@@ -43,10 +43,18 @@ final class CredentialsGate: Sendable {
     /// session (`.closed(.clearedElsewhere)`).
     let storeRemovedHandler = Locked<(@Sendable (UInt64) async -> Void)?>(nil)
     let events: EventHub
+    /// The owner of every identifier's credentials shared by the controllers of this process that use `store`.
+    let ledger: CredentialsLedger
+    /// The identifier this gate holds in the ledger, from ``activate(identifier:userInfo:credentials:generation:restoring:revision:)``
+    /// until ``deactivate()`` has written what it could.
+    let ledgerHold = Locked<String?>(nil)
     let policy: Policy
     let clock: SessionClock
     /// The task of the latest refresh or write retry, kept only so tests can await it.
     let lastBackgroundTask = Locked<Task<Void, Never>?>(nil)
+    /// The final flushes started by ``deactivate()``, and the newest one it stopped waiting for: an abandoned flush
+    /// reports nothing.
+    let flushes = Locked<(started: UInt64, abandoned: UInt64)>((0, 0))
 
     /// Everything the gate takes from the controller's configuration, as plain values.
     struct Policy: Sendable {
@@ -63,6 +71,7 @@ final class CredentialsGate: Sendable {
         self.refresher = refresher
         self.store = store
         self.coordinatedStore = store as? any CoordinatedTokenStore
+        self.ledger = CredentialsLedger.shared(for: store)
         self.events = events
         self.policy = policy
         self.clock = policy.clock
@@ -98,10 +107,16 @@ final class CredentialsGate: Sendable {
         disarmRetryTimer()
         stopWatchingStore()
         events.setGeneration(generation)
+        let fence = ledger.hold(identifier)
+        let previous = ledgerHold.withLock { hold in
+            defer { hold = identifier }
+            return hold
+        }
+        if let previous { ledger.release(previous, schedule: ledgerSchedule) }
         modifyStateAndRunActions {
             $0.activated(
                 identifier: identifier, userInfo: userInfo, credentials: credentials, generation: generation,
-                restoring: restoring, revision: revision)
+                restoring: restoring, revision: revision, ledgerFence: fence)
         }
         startWatchingStore(identifier: identifier, generation: generation)
     }
@@ -125,33 +140,55 @@ final class CredentialsGate: Sendable {
         modifyStateAndRunActions(ordered: true) { $0.deactivated() }
         stopWatchingStore()
         disarmRetryTimer()
+        defer { releaseLedgerHold() }
         let (timeout, deadlineClock) = (policy.storeTimeout, policy.deadlineClock)
-        let flush = Task { await self.finalFlush() }
+        let number = flushes.withLock { flushes in
+            flushes.started += 1
+            return flushes.started
+        }
+        let flush = Task { await self.finalFlush(number) }
         if await Deadline.wait(for: flush, timeout: timeout, clock: deadlineClock) { return }
         cancelBackgroundWork()
         if await Deadline.wait(for: flush, timeout: timeout, clock: deadlineClock) { return }
-        // Cancelled under the event lock, so the flush, which checks cancellation under it, reports nothing later.
-        eventOrder.withLock { _ in flush.cancel() }
+        // Marked abandoned under the event lock, so the flush, which checks the mark under it, reports nothing
+        // later; cancelled after the lock is released, since cancelling runs the store's cancellation handlers.
+        eventOrder.withLock { _ in flushes.withLock { $0.abandoned = number } }
+        flush.cancel()
         modifyStateAndRunActions { RefreshStateMachine.Actions(slot: $0.slot.abandon()) }
         events.emit(
             .persistenceFailed, session: nil,
             detail: "the token store did not finish a write within \(timeout); closing without waiting for it")
     }
 
+    /// The schedule the ledger retries an unwritten rotation on, once no controller writes it.
+    var ledgerSchedule: CredentialsLedger.Schedule {
+        CredentialsLedger.Schedule(clock: clock, policy: policy.refresh)
+    }
+
+    /// Lets go of the identifier held in the ledger; a rotation that could not be written stays there and the
+    /// ledger keeps writing it.
+    private func releaseLedgerHold() {
+        let held = ledgerHold.withLock { hold in
+            defer { hold = nil }
+            return hold
+        }
+        if let held { ledger.release(held, schedule: ledgerSchedule) }
+    }
+
     /// Waits for the write in progress, then writes credentials that could not be stored before, if any.
-    private func finalFlush() async {
+    private func finalFlush(_ number: UInt64) async {
         await withPersistSlot { ticket in
             // Cancelled once `deactivate()` stopped waiting: the session is closed without this write, and writing
             // now could land after a later `remove`.
             guard !Task.isCancelled, let flush = modifyStateAndRunActions({ $0.finalFlushTaken() }),
                 let error = await write(flush, ticket: ticket)
             else { return }
-            eventOrder.withLock { _ in
-                if !Task.isCancelled {
-                    events.emit(
-                        .persistenceFailed, session: nil, detail: RefreshStateMachine.describePersistFailure(error))
-                }
+            let observed = eventOrder.withLock { _ -> EventHub.Observed? in
+                guard !Task.isCancelled, flushes.withLock({ $0.abandoned < number }) else { return nil }
+                return events.record(
+                    .persistenceFailed, session: nil, detail: RefreshStateMachine.describePersistFailure(error))
             }
+            events.notifyObservers(observed)
         }
     }
 
@@ -173,11 +210,13 @@ final class CredentialsGate: Sendable {
             run(actions)
             return value
         }
-        var (value, actions) = eventOrder.withLock { _ in
+        var (value, actions, observed) = eventOrder.withLock { _ in
             let (value, actions) = state.withLock { machine in input(&machine) }
-            emit(actions.events)
-            return (value, actions)
+            // Recorded for subscribers under the lock (their order); observers, user code, are called after it.
+            let observed = actions.events.compactMap { events.record($0.kind, session: nil, detail: $0.detail) }
+            return (value, actions, observed)
         }
+        for observation in observed { events.notifyObservers(observation) }
         actions.events = []
         run(actions)
         return value

@@ -1,7 +1,8 @@
 /// Whether one session's newest credentials are in the store, and what to do when they are not.
 ///
 /// A pure state machine: a private `enum State` whose cases carry exactly the data valid in them, one
-/// `mutating func` per input, `preconditionFailure` on a transition that cannot happen. ``RefreshStateMachine``
+/// `mutating func` per input. Every input is defined in every state (an input that does not apply changes nothing),
+/// so it has no `preconditionFailure`. ``RefreshStateMachine``
 /// owns it next to ``FlightMachine``; who may write *now* is ``PersistenceSlot``'s business.
 ///
 /// ```

@@ -12,12 +12,25 @@ extension RefreshStateMachine {
     /// waiters left from an earlier one fail.
     mutating func activated(
         identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64, restoring: Bool,
-        revision: UInt64?
+        revision: UInt64?, ledgerFence: UInt64 = 0
     ) -> Actions {
         let leftovers = activate(
             identifier: identifier, userInfo: userInfo, credentials: credentials, generation: generation,
-            adoptingOrphans: restoring, revision: revision)
+            adoptingOrphans: restoring, revision: revision, ledgerFence: ledgerFence)
         return .resume(leftovers, with: .failure(Self.notOpenError))
+    }
+
+    /// The opening write of a sign-in landed: the session's writes are taken under the ledger's new fence.
+    mutating func signedIn(ledgerFence: UInt64) -> Actions {
+        if active { self.ledgerFence = ledgerFence }
+        return .none
+    }
+
+    /// The session was restored from an unwritten rotation the ledger held: the store must get it.
+    mutating func unwrittenRotationAdopted(now: Double) -> Actions {
+        guard active else { return .none }
+        persistence.mustRewrite(now: now)
+        return Actions(retry: schedulePersistRetryIfDue(now: now))
     }
 
     /// The session stops (see ``deactivate()``): its waiters fail.
@@ -218,7 +231,6 @@ extension RefreshStateMachine {
         guard slot.finishWrite(ticket: ticket) else { return .none }
         switch repairLateWrite(target, now: now) {
         case .none: return .none
-        case .remove(let identifier): return Actions(removeAgain: identifier)
         case .rewrite(let job): return Actions(retry: job)
         }
     }

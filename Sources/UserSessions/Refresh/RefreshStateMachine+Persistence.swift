@@ -17,6 +17,9 @@ extension RefreshStateMachine {
         var baseRevision: UInt64? = nil
         /// The refresh token of the record at ``baseRevision``, as far as the session knows.
         var baseRefreshToken: String? = nil
+        /// The ledger's sign-out fence the write is taken under: a sign-out of the identifier since makes the
+        /// ledger refuse it (or undo it when it lands late).
+        var ledgerFence: UInt64 = 0
     }
 
     /// A target for the active session's record.
@@ -24,7 +27,7 @@ extension RefreshStateMachine {
         PersistTarget(
             identifier: identifier, stored: StoredSession(userInfo: userInfo, credentials: credentials),
             version: version, generation: generation, epoch: persistence.epoch, baseRevision: heldRevision,
-            baseRefreshToken: base.refreshToken)
+            baseRefreshToken: base.refreshToken, ledgerFence: ledgerFence)
     }
 
     /// After `deactivate()`, once the persistence slot is held: the one last write of credentials that could not
@@ -48,12 +51,19 @@ extension RefreshStateMachine {
         let userInfo: UserInfo
         let epoch: UInt64
         let flight: Flight
+        /// The revision and refresh token of the record the session was based on: a late write is conditional on
+        /// them, so it never recreates a record removed or replaced elsewhere.
+        var baseRevision: UInt64?
+        var baseRefreshToken: String?
+        /// The ledger fence of the session: a sign-out of the identifier since (from anywhere) fences the write.
+        var ledgerFence: UInt64 = 0
     }
 
     /// Keeps `flight` of the session that is ending as an orphan.
     mutating func orphan(_ flight: Flight) {
         orphans[flight.id] = Orphan(
-            identifier: identifier, userInfo: userInfo, epoch: persistence.epoch, flight: flight)
+            identifier: identifier, userInfo: userInfo, epoch: persistence.epoch, flight: flight,
+            baseRevision: heldRevision, baseRefreshToken: base.refreshToken, ledgerFence: ledgerFence)
     }
 
     /// A session of `identifier` activates with `refreshToken`: an orphan refresh that sent that same refresh token
@@ -64,9 +74,7 @@ extension RefreshStateMachine {
         var adopted: Flight?
         for (id, orphan) in orphans where ExactIdentifier.areEqual(orphan.identifier, identifier) {
             orphans.removeValue(forKey: id)
-            if let refreshToken, orphan.flight.sentRefreshToken == refreshToken, orphan.epoch == persistence.epoch,
-                adopted.map({ $0.id < id }) ?? true
-            {
+            if let refreshToken, orphan.flight.sentRefreshToken == refreshToken, adopted.map({ $0.id < id }) ?? true {
                 adopted = orphan.flight
             }
         }
@@ -76,11 +84,14 @@ extension RefreshStateMachine {
     /// Once the persistence slot is held: where an orphan refresh's credentials go, or `nil` when they must not be
     /// written (cleared since, or taken over). Forgets the orphan either way.
     mutating func orphanCommitTarget(flightID: UInt64, newCredentials: Credentials) -> PersistTarget? {
-        guard let orphan = orphans.removeValue(forKey: flightID), orphan.epoch == persistence.epoch else { return nil }
+        // Fenced per identifier by the ledger (``CredentialsLedger/writeBegins(_:fence:)``), not by this machine's
+        // epoch: a clear of another identifier in this controller must not drop this user's rotation.
+        guard let orphan = orphans.removeValue(forKey: flightID) else { return nil }
         return PersistTarget(
             identifier: orphan.identifier,
             stored: StoredSession(userInfo: orphan.userInfo, credentials: newCredentials), version: 0,
-            generation: 0, epoch: persistence.epoch)
+            generation: 0, epoch: persistence.epoch, baseRevision: orphan.baseRevision,
+            baseRefreshToken: orphan.baseRefreshToken, ledgerFence: orphan.ledgerFence)
     }
 
     // MARK: - The clear fence
@@ -96,8 +107,6 @@ extension RefreshStateMachine {
     /// What a write that landed after its slot was taken away must do to repair the order of writes.
     enum WriteRepair: Equatable {
         case none
-        /// Remove the record again: the write landed after a clear.
-        case remove(identifier: String)
         /// Write the active session's newest credentials again: the write landed after a newer one.
         case rewrite(PersistJob)
     }
@@ -111,7 +120,8 @@ extension RefreshStateMachine {
             persistence.mustRewrite(now: now)
             return schedulePersistRetryIfDue(now: now).map { .rewrite($0) } ?? .none
         }
-        if !ownsRecord, target.epoch != persistence.epoch { return .remove(identifier: target.identifier) }
+        // A late write of a record this session does not own is the ledger's to repair: it knows whether that
+        // identifier signed out since (``CredentialsLedger/writeFinished(_:fence:wrote:revision:schedule:)``).
         return .none
     }
 

@@ -78,6 +78,11 @@ struct RefreshStateMachine {
         let generation: UInt64
         let credentials: Credentials
         let kind: FlightKind
+        /// The identifier and user the refresh is for (the ledger's key, and the record a rotation is written to).
+        var identifier: String = ""
+        var userInfo = UserInfo(id: "")
+        /// The ledger fence of the session that started it: a sign-out since makes its result unwritable.
+        var ledgerFence: UInt64 = 0
     }
 
     typealias Flight = FlightMachine.Flight
@@ -114,6 +119,9 @@ struct RefreshStateMachine {
     var slot = PersistenceSlot()
     /// Refreshes still running for sessions that ended while keeping their stored record (see ``Orphan``).
     var orphans: [UInt64: Orphan] = [:]
+    /// The ledger's sign-out fence of the active session's identifier when it was activated: every write of the
+    /// session is taken under it (see ``CredentialsLedger``).
+    var ledgerFence: UInt64 = 0
 
     // MARK: Coordination (a ``CoordinatedTokenStore``)
 
@@ -153,8 +161,9 @@ struct RefreshStateMachine {
     /// restore from the stored record) one that sent the same refresh token becomes the new session's flight.
     mutating func activate(
         identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64,
-        adoptingOrphans: Bool = false, revision: UInt64? = nil
+        adoptingOrphans: Bool = false, revision: UInt64? = nil, ledgerFence: UInt64 = 0
     ) -> [Waiter] {
+        self.ledgerFence = ledgerFence
         let leftovers = flights.reset(
             adopting: adoptOrphan(
                 identifier: identifier, refreshToken: adoptingOrphans ? credentials?.refreshToken : nil))
@@ -318,7 +327,9 @@ struct RefreshStateMachine {
         guard let credentials else { preconditionFailure("a refresh needs credentials") }
         let id = flights.start(kind, now: now, sending: credentials.refreshToken)
         recomputeDeadline()
-        return RefreshJob(flightID: id, generation: generation, credentials: credentials, kind: kind)
+        return RefreshJob(
+            flightID: id, generation: generation, credentials: credentials, kind: kind, identifier: identifier,
+            userInfo: userInfo, ledgerFence: ledgerFence)
     }
 
     /// Whether a refresh may start on its own (soft window, lead time with a valid token).

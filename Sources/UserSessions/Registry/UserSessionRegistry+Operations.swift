@@ -30,26 +30,31 @@ extension UserSessionRegistry {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation {
                 (continuation: CheckedContinuation<UserSessionController, any Error>) in
-                let lead = state.withLock { state -> (flight: UInt64, ticket: Ticket, runsNow: Bool)? in
-                    if state.isShutDown {
-                        continuation.resume(throwing: Self.shutdownError)
-                    } else if Task.isCancelled {
-                        continuation.resume(throwing: CancellationError())
-                    } else if let controller = state.openIdleController(key, now: now) {
-                        continuation.resume(returning: controller)
-                    } else if let flight = state.lanes.joinableFlight(.user(key)) {
-                        state.flights[flight]?.waiters[waiterID] = continuation
-                    } else {
-                        let flight = state.startFlight(waiterID: waiterID, continuation)
-                        let (ticket, runsNow) = state.lanes.enter(.user(key), flight: flight)
-                        return (flight, ticket, runsNow)
-                    }
-                    return nil
+                // Decided under the lock; the continuation is resumed after it is released.
+                enum Step {
+                    case answer(Result<UserSessionController, any Error>)
+                    case wait
+                    case lead(flight: UInt64, ticket: Ticket, runsNow: Bool)
                 }
-                if let lead {
+                let step = state.withLock { state -> Step in
+                    if state.isShutDown { return .answer(.failure(Self.shutdownError)) }
+                    if Task.isCancelled { return .answer(.failure(CancellationError())) }
+                    if let controller = state.openIdleController(key, now: now) { return .answer(.success(controller)) }
+                    if let flight = state.lanes.joinableFlight(.user(key)) {
+                        state.flights[flight]?.waiters[waiterID] = continuation
+                        return .wait
+                    }
+                    let flight = state.startFlight(waiterID: waiterID, continuation)
+                    let (ticket, runsNow) = state.lanes.enter(.user(key), flight: flight)
+                    return .lead(flight: flight, ticket: ticket, runsNow: runsNow)
+                }
+                switch step {
+                case .answer(let result): continuation.resume(with: result)
+                case .wait: break
+                case .lead(let flight, let ticket, let runsNow):
                     // Unstructured, so that no caller's cancellation reaches the restore the others wait for.
                     Task {
-                        await self.runFlight(lead.flight, lead.ticket, runsNow: lead.runsNow, identifier: identifier)
+                        await self.runFlight(flight, ticket, runsNow: runsNow, identifier: identifier)
                     }
                 }
             }
@@ -142,6 +147,9 @@ extension UserSessionRegistry {
                 await removeIfNotOpened(key, controller)
             } else {
                 await revokeStoredCredentials(of: identifier)
+                // Fences the identifier for every controller of the process: a refresh of an evicted controller
+                // still in flight, or a write the ledger still retries, never brings the record back.
+                CredentialsLedger.shared(for: store).signedOut(identifier: identifier)
                 try await store.remove(identifier: identifier)
                 try await configuration.dataDirectories?.removeDirectories(for: identifier)
             }
