@@ -162,6 +162,7 @@ let package = Package(
             name: "FleetNode",
             dependencies: [
                 "UserSessions",
+                "UserSessionsTestSupport",
                 .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),

@@ -6,8 +6,9 @@ import UserSessions
 /// identifier and the error (a ``UserSessionError``'s description, or only the type of any other error, which
 /// might print a secret); successful calls at `trace`. Stored sessions are never logged.
 ///
-/// Make one with ``UserSessions/TokenStore/logging(to:)``.
-public struct LoggingTokenStore<Base: TokenStore>: TokenStore {
+/// Make one with ``UserSessions/TokenStore/logging(to:)``. A class, so that every controller given this instance
+/// shares one owner of each user's credentials, as with any other store instance.
+public final class LoggingTokenStore<Base: TokenStore>: TokenStore {
     /// The store that does the work.
     public let base: Base
     /// Where the lines go.

@@ -20,9 +20,11 @@ import UserSessions
 ///   error. The wrapper never deletes or rewrites it, and never answers "nothing stored" for it; a controller's
 ///   `restore()` reports it and keeps it.
 ///
+/// - Note: A class, so that every controller given this instance shares one owner of each user's credentials (the
+///   refresh in flight, unwritten writes, the sign-out fence), as with any other store instance.
 /// - Important: Sealing protects records at rest: backups, replicas, the token cache's data directory, a copied
 ///   database. A process that holds the key ring reads every token, as the application itself must.
-public struct SealedTokenStore<Base: TokenStore>: TokenStore, CustomStringConvertible, CustomReflectable {
+public final class SealedTokenStore<Base: TokenStore>: TokenStore, CustomStringConvertible, CustomReflectable {
     /// The store that holds the sealed records.
     public let base: Base
     /// The keys records are sealed and opened with.

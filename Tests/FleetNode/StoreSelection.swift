@@ -1,5 +1,6 @@
 import Foundation
 import UserSessions
+import UserSessionsTestSupport
 
 /// The token store a node uses, chosen with `--store KIND:ARGUMENT`.
 ///
@@ -24,7 +25,7 @@ enum StoreSelection {
             return FileTokenStore(directory: URL(fileURLWithPath: rest, isDirectory: true))
         case "uncoordinated-file":
             guard !rest.isEmpty else { throw Unknown(description: "--store uncoordinated-file: wants a directory") }
-            return Uncoordinated(base: FileTokenStore(directory: URL(fileURLWithPath: rest, isDirectory: true)))
+            return PlainTokenStore(FileTokenStore(directory: URL(fileURLWithPath: rest, isDirectory: true)))
         case "postgres":
             throw Unknown(
                 description:
@@ -71,18 +72,4 @@ enum StoreSelection {
         #endif
         return try await body(try store(for: argument))
     }
-}
-
-/// A store seen only as a plain ``TokenStore``: the controller does not coordinate through it.
-struct Uncoordinated: TokenStore {
-    let base: any TokenStore
-
-    func load(identifier: String) async throws -> StoredSession? { try await base.load(identifier: identifier) }
-    func save(_ session: StoredSession, identifier: String) async throws {
-        try await base.save(session, identifier: identifier)
-    }
-    func remove(identifier: String) async throws { try await base.remove(identifier: identifier) }
-    func loadCurrentIdentifier() async throws -> String? { try await base.loadCurrentIdentifier() }
-    func saveCurrentIdentifier(_ identifier: String?) async throws { try await base.saveCurrentIdentifier(identifier) }
-    func storedIdentifiers() async throws -> [String] { try await base.storedIdentifiers() }
 }

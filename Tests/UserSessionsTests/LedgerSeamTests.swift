@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import Testing
+import UserSessionsTestSupport
 
 @testable import UserSessions
 
@@ -154,7 +155,22 @@ struct LedgerSeamTests {
 
     @Test func aSignOutThroughTheRegistryFencesTheRefreshOfAnEvictedController() async throws {
         let bench = Bench()
-        let registry = try bench.registry()
+        try await signOutThroughTheRegistryFencesTheEvictedRefresh(bench, registry: try bench.registry())
+    }
+
+    /// The same over a store that is a value (a wrapper struct has no instance for a ledger to key on): the
+    /// registry's controllers and its sign-out share the registry's ledger all the same.
+    @Test func aSignOutThroughTheRegistryFencesTheEvictedRefreshAlsoOverAValueTypeStore() async throws {
+        let bench = Bench()
+        let registry = try UserSessionRegistry(
+            store: PlainTokenStore(bench.store), refresher: bench.server, configuration: bench.configuration,
+            maximumOpenSessions: nil, idleTimeout: nil)
+        try await signOutThroughTheRegistryFencesTheEvictedRefresh(bench, registry: registry)
+    }
+
+    private func signOutThroughTheRegistryFencesTheEvictedRefresh(
+        _ bench: Bench, registry: UserSessionRegistry
+    ) async throws {
         let alice = try await registry.open(bench.server.signIn("alice", expiresIn: 10))
         bench.server.holdRefreshes()
         let waiter = Task { try await alice.accessToken() }
@@ -277,7 +293,7 @@ struct LedgerSeamTests {
         await registry.close(identifier: "alice")
         await #expect(throws: UserSessionError(.refreshTokenRefused, "")) { try await registry.session(for: "alice") }
         // Another instance (another store object over the same records): the same, from the store's record.
-        let elsewhere = UserSessionController(store: ForwardingStore(bench.store.base), refresher: bench.server)
+        let elsewhere = UserSessionController(store: PlainTokenStore(bench.store.base), refresher: bench.server)
         await #expect(throws: UserSessionError(.refreshTokenRefused, "")) {
             try await elsewhere.restore(identifier: "alice")
         }
@@ -288,18 +304,4 @@ struct LedgerSeamTests {
         #expect(try await signedIn.accessToken() == "alice~1/at-1")
         #expect(try await bench.store.base.load(identifier: "alice")?.refreshTokenRefused == false)
     }
-}
-
-/// Another store object over the same records, as another instance would have: it shares no ledger.
-final class ForwardingStore: TokenStore {
-    let base: any TokenStore
-    init(_ base: any TokenStore) { self.base = base }
-    func load(identifier: String) async throws -> StoredSession? { try await base.load(identifier: identifier) }
-    func save(_ session: StoredSession, identifier: String) async throws {
-        try await base.save(session, identifier: identifier)
-    }
-    func remove(identifier: String) async throws { try await base.remove(identifier: identifier) }
-    func loadCurrentIdentifier() async throws -> String? { try await base.loadCurrentIdentifier() }
-    func saveCurrentIdentifier(_ identifier: String?) async throws { try await base.saveCurrentIdentifier(identifier) }
-    func storedIdentifiers() async throws -> [String] { try await base.storedIdentifiers() }
 }

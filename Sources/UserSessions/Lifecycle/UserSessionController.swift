@@ -54,6 +54,18 @@ public actor UserSessionController {
         services: [any UserSessionService] = [],
         configuration: Configuration = Configuration()
     ) {
+        self.init(store: store, refresher: refresher, services: services, configuration: configuration, ledger: nil)
+    }
+
+    /// A controller whose credentials live in `ledger` (a registry's), or in the store instance's shared ledger
+    /// when `nil`.
+    init(
+        store: any TokenStore,
+        refresher: (any TokenRefresher)?,
+        services: [any UserSessionService],
+        configuration: Configuration,
+        ledger: CredentialsLedger?
+    ) {
         self.store = store
         self.configuration = configuration
         self.services = services
@@ -66,7 +78,7 @@ public actor UserSessionController {
         let hub = EventHub(defaultBufferSize: configuration.eventBufferSize, observers: configuration.observers)
         self.hub = hub
         self.gate = CredentialsGate(
-            refresher: refresher, store: store, events: hub, policy: configuration.refreshPolicy)
+            refresher: refresher, store: store, ledger: ledger, events: hub, policy: configuration.refreshPolicy)
         gate.setTerminalFailureHandler { [weak self] generation in
             await self?.invalidate(generation: generation, reason: .credentialsRevoked)
         }

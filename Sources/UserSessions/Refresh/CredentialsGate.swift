@@ -67,11 +67,14 @@ final class CredentialsGate: Sendable {
         var deadlineClock: DeadlineClock
     }
 
-    init(refresher: (any TokenRefresher)?, store: any TokenStore, events: EventHub, policy: Policy) {
+    init(
+        refresher: (any TokenRefresher)?, store: any TokenStore, ledger: CredentialsLedger? = nil, events: EventHub,
+        policy: Policy
+    ) {
         self.refresher = refresher
         self.store = store
         self.coordinatedStore = store as? any CoordinatedTokenStore
-        self.ledger = CredentialsLedger.shared(for: store)
+        self.ledger = ledger ?? CredentialsLedger.shared(for: store)
         self.events = events
         self.policy = policy
         self.clock = policy.clock

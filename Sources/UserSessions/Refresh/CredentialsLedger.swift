@@ -39,8 +39,9 @@ final class CredentialsLedger: Sendable {
     private static let directory = Locked<[ObjectIdentifier: WeakLedger]>([:])
     private static let fences = Locked<UInt64>(0)
 
-    /// The ledger of `store`: one per store instance (a class), shared by every controller given that instance; a
-    /// store that is a value type gets a ledger of its own per caller.
+    /// The ledger of `store`: one per store instance (a class), shared by every controller given that instance. A
+    /// store that is a value type has no instance to key on and gets a ledger of its own per caller; the controllers
+    /// of one registry share the registry's ledger whatever the store is.
     static func shared(for store: any TokenStore) -> CredentialsLedger {
         guard type(of: store) is AnyObject.Type else { return CredentialsLedger(store: store) }
         let key = ObjectIdentifier(store as AnyObject)

@@ -149,7 +149,7 @@ extension UserSessionRegistry {
                 await revokeStoredCredentials(of: identifier)
                 // Fences the identifier for every controller of the process: a refresh of an evicted controller
                 // still in flight, or a write the ledger still retries, never brings the record back.
-                CredentialsLedger.shared(for: store).signedOut(identifier: identifier)
+                ledger.signedOut(identifier: identifier)
                 try await store.remove(identifier: identifier)
                 try await configuration.dataDirectories?.removeDirectories(for: identifier)
             }

@@ -42,6 +42,9 @@ public final class UserSessionRegistry: Sendable {
     /// of for this long. `nil`: sessions are never closed for being idle.
     public let idleTimeout: Duration?
     let makeServices: @Sendable (String) -> [any UserSessionService]
+    /// The one owner of every user's credentials for this registry's controllers, handed to each controller it
+    /// makes: so they share it even when the store is a value (a wrapper struct), which has no instance to key on.
+    let ledger: CredentialsLedger
     let state = Locked(RegistryState())
     let relay: RegistryEventRelay
     /// Ids of callers waiting for a get-or-restore, allocated outside the lock for their cancellation handlers.
@@ -106,6 +109,7 @@ public final class UserSessionRegistry: Sendable {
         services: @escaping @Sendable (String) -> [any UserSessionService]
     ) {
         self.store = store
+        self.ledger = CredentialsLedger.shared(for: store)
         self.refresher = refresher
         var configuration = configuration
         configuration.persistsCurrentIdentifier = false
@@ -160,7 +164,8 @@ public final class UserSessionRegistry: Sendable {
         }
         // The factory is user code: it runs outside the lock (it may call the registry).
         let candidate = UserSessionController(
-            store: store, refresher: refresher, services: makeServices(identifier), configuration: configuration)
+            store: store, refresher: refresher, services: makeServices(identifier), configuration: configuration,
+            ledger: ledger)
         let (controller, entryID) = try state.withLock { state -> (UserSessionController, UInt64?) in
             guard !state.isShutDown else { throw Self.shutdownError }
             if let held = state.lookUp(key, now: now) { return (held, nil) }

@@ -11,9 +11,13 @@ protocol KeyValueClient: Sendable {
     func keys(prefix: String) async throws -> [String]
 }
 
-struct KeyValueTokenStore: TokenStore {
+final class KeyValueTokenStore: TokenStore {
     let client: any KeyValueClient
     let prefix = "user-sessions/"
+
+    init(client: any KeyValueClient) {
+        self.client = client
+    }
 
     private func key(for identifier: String) throws -> String {
         guard !identifier.isEmpty, identifier.utf8.count <= 4096 else {
