@@ -30,6 +30,56 @@ struct BackChannelLogoutTests {
         }
     }
 
+    @Test func aLogoutSentByTheProviderToTheBackChannelEndpointClosesTheSession() async throws {
+        try await OpenIDProviderFixture.with { provider in
+            let client = try provider.client()
+            try await withRegistry { registry in
+                let signIn = try await client.completeSignIn(callbackQuery: try await provider.callback(for: client))
+                let controller = try await registry.open(signIn.prototype)
+                let sid = try #require(signIn.claims.sessionID)
+                let endpoint = BackChannelLogoutEndpoint(client: client, registry: registry)
+                let status = try await LoopbackHTTPReceiver.run(endpoint.handle) { receiver in
+                    let status = try await provider.sendLogout(["sid": sid], to: receiver.url("/backchannel-logout"))
+                    #expect(receiver.failures.isEmpty)
+                    return status
+                }
+                #expect(status == 200)
+                #expect(endpoint.refusals.isEmpty)
+                #expect(controller.session.state == .closed)
+                #expect(try await registry.storedIdentifiers().isEmpty)
+            }
+        }
+    }
+
+    @Test func aBadLogoutTokenSentByTheProviderIsAnswered400AndSignsNobodyOut() async throws {
+        try await OpenIDProviderFixture.with { provider in
+            let client = try provider.client()
+            try await withRegistry { registry in
+                let signIn = try await client.completeSignIn(callbackQuery: try await provider.callback(for: client))
+                let controller = try await registry.open(signIn.prototype)
+                let sid = try #require(signIn.claims.sessionID)
+                let endpoint = BackChannelLogoutEndpoint(client: client, registry: registry)
+                let status = try await LoopbackHTTPReceiver.run(endpoint.handle) { receiver in
+                    try await provider.sendLogout(
+                        ["sid": sid, "fault": "nonce"], to: receiver.url("/backchannel-logout"))
+                }
+                #expect(status == 400)
+                #expect(endpoint.refusals == [.invalidLogoutToken])
+                #expect(controller.session.state == .opened)
+                #expect(try await registry.storedIdentifiers() == ["248289761001"])
+            }
+        }
+    }
+
+    @Test func theProviderRefusesToSendALogoutOutsideTheLoopback() async throws {
+        try await OpenIDProviderFixture.with { provider in
+            let status = try await provider.control(
+                "/control/send-logout", ["sid": "any", "uri": "http://example.com/backchannel-logout"],
+                expecting: 400)
+            #expect(status["error"] as? String == "uri must be a loopback http URL")
+        }
+    }
+
     @Test func aLogoutTokenWithOnlyTheSubjectSignsTheUserOut() async throws {
         try await OpenIDProviderFixture.with { provider in
             let client = try provider.client()
@@ -117,6 +167,40 @@ struct BackChannelLogoutTests {
                 }
                 #expect(try await registry.storedIdentifiers() == ["248289761001"])
             }
+        }
+    }
+}
+
+/// A back-channel logout endpoint as a relying party writes it: reads `logout_token` from the form body of a POST to
+/// `/backchannel-logout`, hands it to the client, answers 200 when it signed out and 400 on an
+/// ``OpenIDConnectError`` (whose code it records) or a request without the token.
+private final class BackChannelLogoutEndpoint: Sendable {
+    let client: OpenIDConnectClient
+    let registry: UserSessionRegistry
+    private let refused = Locked<[OpenIDConnectError.Code]>([])
+
+    init(client: OpenIDConnectClient, registry: UserSessionRegistry) {
+        self.client = client
+        self.registry = registry
+    }
+
+    /// The codes of the logout tokens refused, in order.
+    var refusals: [OpenIDConnectError.Code] { refused.withLock { $0 } }
+
+    @Sendable func handle(_ request: LoopbackHTTPReceiver.Request) async -> Int {
+        var form = URLComponents()
+        form.percentEncodedQuery = String(decoding: request.body, as: UTF8.self).replacing("+", with: "%20")
+        guard request.method == "POST", request.path == "/backchannel-logout",
+            let token = form.queryItems?.first(where: { $0.name == "logout_token" })?.value
+        else { return 400 }
+        do {
+            try await client.handleBackChannelLogout(logoutToken: token, registry: registry)
+            return 200
+        } catch let error as OpenIDConnectError {
+            refused.withLock { $0.append(error.code) }
+            return 400
+        } catch {
+            return 500
         }
     }
 }
