@@ -183,8 +183,8 @@ final class LoopbackHTTPReceiver: Sendable {
             state.withLock { $0.failures.append(error) }
             status = 400
         }
-        let response = Array("HTTP/1.1 \(status) \(status < 300 ? "OK" : "Error")\r\n"
-            .appending("Content-Length: 0\r\nConnection: close\r\n\r\n").utf8)
+        let reason = status < 300 ? "OK" : "Error"
+        let response = Array("HTTP/1.1 \(status) \(reason)\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".utf8)
         response.withUnsafeBytes { bytes in
             var offset = 0
             while offset < bytes.count {
@@ -218,13 +218,11 @@ final class LoopbackHTTPReceiver: Sendable {
             let remaining = ContinuousClock.now.duration(to: deadline)
             guard remaining > .zero else { throw .timedOut }
             var poller = pollfd(fd: connection, events: Int16(POLLIN), revents: 0)
-            let milliseconds = Int32(clamping: remaining.components.seconds * 1000 + 1)
+            let (seconds, attoseconds) = remaining.components
+            let milliseconds = Int32(clamping: seconds * 1000 + attoseconds / 1_000_000_000_000_000 + 1)
             let ready = poll(&poller, 1, milliseconds)
-            if ready < 0, errno == EINTR { continue }
-            guard ready > 0 else {
-                if ready == 0 { throw .timedOut }
-                throw .socket("poll", errno)
-            }
+            if ready == 0 || (ready < 0 && errno == EINTR) { continue }  // the deadline is checked above
+            guard ready > 0 else { throw .socket("poll", errno) }
             let count = chunk.withUnsafeMutableBytes { recv(connection, $0.baseAddress, $0.count, 0) }
             if count < 0, errno == EINTR { continue }
             guard count > 0 else { throw count == 0 ? .closedEarly : .socket("recv", errno) }
