@@ -30,45 +30,50 @@ struct BackChannelLogoutTests {
         }
     }
 
-    @Test func aLogoutSentByTheProviderToTheBackChannelEndpointClosesTheSession() async throws {
+    /// What happened when the provider sent a logout to the relying party's back-channel endpoint.
+    private struct Delivery {
+        var status: Int
+        var refusals: [OpenIDConnectError.Code]
+        var state: UserSession.State
+        var stored: [String]
+    }
+
+    /// Signs alice in, starts a receiver serving a ``BackChannelLogoutEndpoint``, asks the provider to send it a
+    /// logout token with alice's `sid` and `extra` claims, and reports what followed.
+    private func deliverLogout(_ extra: [String: Any] = [:]) async throws -> Delivery {
         try await OpenIDProviderFixture.with { provider in
             let client = try provider.client()
-            try await withRegistry { registry in
+            return try await withRegistry { registry in
                 let signIn = try await client.completeSignIn(callbackQuery: try await provider.callback(for: client))
                 let controller = try await registry.open(signIn.prototype)
-                let sid = try #require(signIn.claims.sessionID)
+                let claims = extra.merging(["sid": try #require(signIn.claims.sessionID)]) { $1 }
                 let endpoint = BackChannelLogoutEndpoint(client: client, registry: registry)
                 let status = try await LoopbackHTTPReceiver.run(endpoint.handle) { receiver in
-                    let status = try await provider.sendLogout(["sid": sid], to: receiver.url("/backchannel-logout"))
-                    #expect(receiver.failures.isEmpty)
+                    let status = try await provider.sendLogout(claims, to: receiver.url("/backchannel-logout"))
+                    #expect(receiver.failures.isEmpty, "the provider's POST was a well-formed HTTP request")
                     return status
                 }
-                #expect(status == 200)
-                #expect(endpoint.refusals.isEmpty)
-                #expect(controller.session.state == .closed)
-                #expect(try await registry.storedIdentifiers().isEmpty)
+                return Delivery(
+                    status: status, refusals: endpoint.refusals, state: controller.session.state,
+                    stored: try await registry.storedIdentifiers())
             }
         }
     }
 
+    @Test func aLogoutSentByTheProviderToTheBackChannelEndpointClosesTheSession() async throws {
+        let delivery = try await deliverLogout()
+        #expect(delivery.status == 200)
+        #expect(delivery.refusals.isEmpty)
+        #expect(delivery.state == .closed)
+        #expect(delivery.stored.isEmpty)
+    }
+
     @Test func aBadLogoutTokenSentByTheProviderIsAnswered400AndSignsNobodyOut() async throws {
-        try await OpenIDProviderFixture.with { provider in
-            let client = try provider.client()
-            try await withRegistry { registry in
-                let signIn = try await client.completeSignIn(callbackQuery: try await provider.callback(for: client))
-                let controller = try await registry.open(signIn.prototype)
-                let sid = try #require(signIn.claims.sessionID)
-                let endpoint = BackChannelLogoutEndpoint(client: client, registry: registry)
-                let status = try await LoopbackHTTPReceiver.run(endpoint.handle) { receiver in
-                    try await provider.sendLogout(
-                        ["sid": sid, "fault": "nonce"], to: receiver.url("/backchannel-logout"))
-                }
-                #expect(status == 400)
-                #expect(endpoint.refusals == [.invalidLogoutToken])
-                #expect(controller.session.state == .opened)
-                #expect(try await registry.storedIdentifiers() == ["248289761001"])
-            }
-        }
+        let delivery = try await deliverLogout(["fault": "nonce"])
+        #expect(delivery.status == 400)
+        #expect(delivery.refusals == [.invalidLogoutToken])
+        #expect(delivery.state == .opened)
+        #expect(delivery.stored == ["248289761001"])
     }
 
     @Test func theProviderRefusesToSendALogoutOutsideTheLoopback() async throws {
