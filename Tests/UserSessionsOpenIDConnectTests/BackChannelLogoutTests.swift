@@ -30,6 +30,61 @@ struct BackChannelLogoutTests {
         }
     }
 
+    /// What happened when the provider sent a logout to the relying party's back-channel endpoint.
+    private struct Delivery {
+        var status: Int
+        var refusals: [OpenIDConnectError.Code]
+        var state: UserSession.State
+        var stored: [String]
+    }
+
+    /// Signs alice in, starts a receiver serving a ``BackChannelLogoutEndpoint``, asks the provider to send it a
+    /// logout token with alice's `sid` and `extra` claims, and reports what followed.
+    private func deliverLogout(_ extra: [String: Any] = [:]) async throws -> Delivery {
+        try await OpenIDProviderFixture.with { provider in
+            let client = try provider.client()
+            return try await withRegistry { registry in
+                let signIn = try await client.completeSignIn(callbackQuery: try await provider.callback(for: client))
+                let controller = try await registry.open(signIn.prototype)
+                let claims = extra.merging(["sid": try #require(signIn.claims.sessionID)]) { $1 }
+                let endpoint = BackChannelLogoutEndpoint(client: client, registry: registry)
+                let status = try await LoopbackHTTPReceiver.run(endpoint.handle) { receiver in
+                    let status = try await provider.sendLogout(claims, to: receiver.url("/backchannel-logout"))
+                    #expect(receiver.failures.isEmpty, "the provider's POST was a well-formed HTTP request")
+                    return status
+                }
+                return Delivery(
+                    status: status, refusals: endpoint.refusals, state: controller.session.state,
+                    stored: try await registry.storedIdentifiers())
+            }
+        }
+    }
+
+    @Test func aLogoutSentByTheProviderToTheBackChannelEndpointClosesTheSession() async throws {
+        let delivery = try await deliverLogout()
+        #expect(delivery.status == 200)
+        #expect(delivery.refusals.isEmpty)
+        #expect(delivery.state == .closed)
+        #expect(delivery.stored.isEmpty)
+    }
+
+    @Test func aBadLogoutTokenSentByTheProviderIsAnswered400AndSignsNobodyOut() async throws {
+        let delivery = try await deliverLogout(["fault": "nonce"])
+        #expect(delivery.status == 400)
+        #expect(delivery.refusals == [.invalidLogoutToken])
+        #expect(delivery.state == .opened)
+        #expect(delivery.stored == ["248289761001"])
+    }
+
+    @Test func theProviderRefusesToSendALogoutOutsideTheLoopback() async throws {
+        try await OpenIDProviderFixture.with { provider in
+            let status = try await provider.control(
+                "/control/send-logout", ["sid": "any", "uri": "http://example.com/backchannel-logout"],
+                expecting: 400)
+            #expect(status["error"] as? String == "uri must be a loopback http URL")
+        }
+    }
+
     @Test func aLogoutTokenWithOnlyTheSubjectSignsTheUserOut() async throws {
         try await OpenIDProviderFixture.with { provider in
             let client = try provider.client()
@@ -117,6 +172,40 @@ struct BackChannelLogoutTests {
                 }
                 #expect(try await registry.storedIdentifiers() == ["248289761001"])
             }
+        }
+    }
+}
+
+/// A back-channel logout endpoint as a relying party writes it: reads `logout_token` from the form body of a POST to
+/// `/backchannel-logout`, hands it to the client, answers 200 when it signed out and 400 on an
+/// ``OpenIDConnectError`` (whose code it records) or a request without the token.
+private final class BackChannelLogoutEndpoint: Sendable {
+    let client: OpenIDConnectClient
+    let registry: UserSessionRegistry
+    private let refused = Locked<[OpenIDConnectError.Code]>([])
+
+    init(client: OpenIDConnectClient, registry: UserSessionRegistry) {
+        self.client = client
+        self.registry = registry
+    }
+
+    /// The codes of the logout tokens refused, in order.
+    var refusals: [OpenIDConnectError.Code] { refused.withLock { $0 } }
+
+    @Sendable func handle(_ request: LoopbackHTTPReceiver.Request) async -> Int {
+        var form = URLComponents()
+        form.percentEncodedQuery = String(decoding: request.body, as: UTF8.self).replacing("+", with: "%20")
+        guard request.method == "POST", request.path == "/backchannel-logout",
+            let token = form.queryItems?.first(where: { $0.name == "logout_token" })?.value
+        else { return 400 }
+        do {
+            try await client.handleBackChannelLogout(logoutToken: token, registry: registry)
+            return 200
+        } catch let error as OpenIDConnectError {
+            refused.withLock { $0.append(error.code) }
+            return 400
+        } catch {
+            return 500
         }
     }
 }

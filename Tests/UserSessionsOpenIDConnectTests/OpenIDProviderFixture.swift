@@ -120,6 +120,15 @@ final class OpenIDProviderFixture: Sendable {
         return try #require(answer["logout_token"] as? String)
     }
 
+    /// Makes the provider mint a back-channel logout token with `claims` (as ``logoutToken(_:)``) and POST it,
+    /// form-encoded, to `uri`; returns the HTTP status the receiver answered (502 when it could not be reached).
+    func sendLogout(_ claims: [String: Any], to uri: URL) async throws -> Int {
+        var body = claims
+        body["uri"] = uri.absoluteString
+        let answer = try await control("/control/send-logout", body)
+        return try #require(answer["status"] as? Int)
+    }
+
     /// The provider's counters (`jwks_requests`, `token_requests`, `token_errors`, `last_auth`, `logouts`, …).
     func stats() async throws -> [String: Any] {
         let (data, _) = try await URLSession.shared.data(from: server.url("/control/stats"))
@@ -131,13 +140,14 @@ final class OpenIDProviderFixture: Sendable {
         try await stats()[name] as? Int ?? -1
     }
 
-    private func control(_ path: String, _ body: [String: Any]) async throws -> [String: Any] {
+    /// POSTs `body` as JSON to the control endpoint `path`, expects the status `expected`, returns the JSON answer.
+    func control(_ path: String, _ body: [String: Any], expecting expected: Int = 200) async throws -> [String: Any] {
         var request = URLRequest(url: server.url(path))
         request.httpMethod = "POST"
         request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         request.httpBody = try JSONSerialization.data(withJSONObject: body)
         let (data, response) = try await URLSession.shared.data(for: request)
-        #expect((response as? HTTPURLResponse)?.statusCode == 200, "the provider accepted \(path)")
+        #expect((response as? HTTPURLResponse)?.statusCode == expected, "the provider answered \(path)")
         return try JSONSerialization.jsonObject(with: data) as? [String: Any] ?? [:]
     }
 }

@@ -25,7 +25,12 @@ POST /control/misbehave  {"id_token": fault, "mixup_iss": bool, "replay_code": b
 POST /control/sign-with  {"alg": "RS256" | "ES256" | "EdDSA"}: the algorithm of later ID tokens
 POST /control/rotate     new keys (new kids) for every algorithm; the JWKS serves only the new ones
 POST /control/logout-token {"sub", "sid", "fault": nonce|no_event|wrong_aud|no_sub_or_sid|alg_none, "jti"}
-                          -> {"logout_token": …}: a back-channel logout token (the test delivers it)
+                          -> {"logout_token": …}: a back-channel logout token, returned to the test
+POST /control/send-logout {"uri", and the fields of /control/logout-token} -> {"status": n}: mints the same token
+                          and POSTs it as application/x-www-form-urlencoded `logout_token=…` to uri (a loopback
+                          http URL only: host 127.0.0.1, localhost or [::1]; anything else is refused with 400),
+                          5 s timeout, no proxy, no redirect followed; n is the receiver's HTTP status (502 when
+                          it could not be reached)
 GET  /control/stats      counters: jwks_requests, token_requests, token_errors, last_auth, logouts, ...
 """
 import base64
@@ -37,7 +42,9 @@ import secrets
 import sys
 import threading
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 
 os.environ.setdefault("AUTHLIB_INSECURE_TRANSPORT", "1")  # loopback only: the tests speak plain HTTP
 
@@ -428,9 +435,8 @@ def rotate():
     return jsonify({"ok": True, "generation": STATE.generation})
 
 
-@app.post("/control/logout-token")
-def logout_token():
-    body = request.get_json(force=True)
+def mint_logout_token(body):
+    """A back-channel logout token for the fields of `body` (sub, sid, aud, jti, fault)."""
     fault = body.get("fault")
     now = int(time.time())
     claims = {"iss": STATE.issuer, "aud": body.get("aud", "web-app"), "iat": now, "exp": now + 120,
@@ -452,8 +458,40 @@ def logout_token():
     with STATE.lock:
         alg = STATE.sign_with
     header = {"alg": alg, "typ": "logout+jwt", "kid": STATE.keys[alg].kid}
-    token = forge_none(claims) if fault == "alg_none" else sign(header, claims, alg)
-    return jsonify({"logout_token": token})
+    return forge_none(claims) if fault == "alg_none" else sign(header, claims, alg)
+
+
+@app.post("/control/logout-token")
+def logout_token():
+    return jsonify({"logout_token": mint_logout_token(request.get_json(force=True))})
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None  # a redirect is the receiver's answer, never followed (it could leave the loopback)
+
+
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}), NoRedirect)
+
+
+@app.post("/control/send-logout")
+def send_logout():
+    body = request.get_json(force=True)
+    uri = body.get("uri", "")
+    parts = urllib.parse.urlsplit(uri)
+    if parts.scheme != "http" or parts.hostname not in ("127.0.0.1", "localhost", "::1"):
+        return jsonify({"error": "uri must be a loopback http URL"}), 400
+    data = urllib.parse.urlencode({"logout_token": mint_logout_token(body)}).encode()
+    post = urllib.request.Request(uri, data=data, method="POST",
+                                  headers={"Content-Type": "application/x-www-form-urlencoded"})
+    try:
+        with DIRECT.open(post, timeout=5) as answer:
+            status = answer.status
+    except urllib.error.HTTPError as error:
+        status = error.code
+    except (urllib.error.URLError, OSError):
+        status = 502
+    return jsonify({"status": status})
 
 
 @app.get("/control/stats")
