@@ -53,10 +53,7 @@ extension OpenIDConnectClient {
     /// Validates a back-channel logout token and remembers its `jti`; returns its claims.
     func validateLogoutToken(_ token: String) async throws(OpenIDConnectError) -> OpenIDClaims {
         let now = self.now
-        let (claims, _) = try await keys.verify(
-            token, what: "the logout token", allowedAlgorithms: configuration.allowedAlgorithms, now: now
-        ) { () async throws(OpenIDConnectError) -> Data in try await fetchKeySet() }
-        try checkIssuerAndAudience(claims, what: "the logout token")
+        let (claims, _) = try await verifySignedToken(token, what: "the logout token", now: now)
         let skew = configuration.clockSkew.timeInterval
         let maximumAge = configuration.maximumLogoutTokenAge.timeInterval
         guard let issuedAt = claims.date("iat") else {

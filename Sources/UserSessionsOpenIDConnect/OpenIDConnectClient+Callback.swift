@@ -155,10 +155,7 @@ extension OpenIDConnectClient {
         async throws(OpenIDConnectError) -> OpenIDClaims
     {
         let now = self.now
-        let (claims, algorithm) = try await keys.verify(
-            token, what: "the ID token", allowedAlgorithms: configuration.allowedAlgorithms, now: now
-        ) { () async throws(OpenIDConnectError) -> Data in try await fetchKeySet() }
-        try checkIssuerAndAudience(claims, what: "the ID token")
+        let (claims, algorithm) = try await verifySignedToken(token, what: "the ID token", now: now)
         let skew = configuration.clockSkew.timeInterval
         guard let expiresAt = claims.date("exp") else {
             throw OpenIDConnectError(.missingClaim, "the ID token has no exp")
@@ -193,6 +190,19 @@ extension OpenIDConnectClient {
             throw OpenIDConnectError(.missingClaim, "the ID token has no sub")
         }
         return claims
+    }
+
+    /// What every token from the provider (an ID token, a logout token) passes first: its signature under an allowed
+    /// algorithm with a key of the provider's key set (refetched once for an unknown `kid`), then its issuer and
+    /// audience. Returns its claims and the algorithm it was signed with.
+    func verifySignedToken(_ token: String, what: String, now: Date) async throws(OpenIDConnectError)
+        -> (claims: OpenIDClaims, algorithm: String)
+    {
+        let (claims, algorithm) = try await keys.verify(
+            token, what: what, allowedAlgorithms: configuration.allowedAlgorithms, now: now
+        ) { () async throws(OpenIDConnectError) -> Data in try await fetchKeySet() }
+        try checkIssuerAndAudience(claims, what: what)
+        return (claims, algorithm)
     }
 
     /// Checks `iss` (exactly the issuer), `aud` (contains the client id) and `azp` (the client id, required when
