@@ -57,11 +57,13 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 swift build --package-path Examples/HummingbirdServer --scratch-path "$scratch" --product HummingbirdServer
-server="$(swift build --package-path Examples/HummingbirdServer --scratch-path "$scratch" --show-bin-path)/HummingbirdServer"
+bin="$(swift build --package-path Examples/HummingbirdServer --scratch-path "$scratch" --show-bin-path)"
+server="$bin/HummingbirdServer"
 
 screenshot=()
 if [ -n "${BROWSER_TESTS_SCREENSHOT:-}" ]; then
-    screenshot=(--screenshot "$(cd "$(dirname "$BROWSER_TESTS_SCREENSHOT")" && pwd)/$(basename "$BROWSER_TESTS_SCREENSHOT")")
+    shot="$BROWSER_TESTS_SCREENSHOT"
+    screenshot=(--screenshot "$(cd "$(dirname "$shot")" && pwd)/$(basename "$shot")")
 fi
 
 runner=""
