@@ -5,7 +5,9 @@
 #   Scripts/browser-tests.sh                               (scratch path: Examples/HummingbirdServer/.build)
 #   SCRATCH_PATH="$PWD/.build-example" Scripts/browser-tests.sh      (what .ci/run does, after the smoke test)
 #   Scripts/browser-tests.sh --only sign_in_lands_on_return_to       (arguments go to Tests/Browser/web_sessions.py)
-#   BROWSER_TESTS_SCREENSHOT=docs/web-session-example.png Scripts/browser-tests.sh   (refreshes the README's picture)
+#   BROWSER_TESTS_SCREENSHOT=docs/web-session-example.png Scripts/browser-tests.sh   (refreshes the README's picture;
+#                                                            a relative path is relative to the repository's root)
+#   EXAMPLE_DIR=/other/checkout/Examples/HummingbirdServer Scripts/browser-tests.sh   (another checkout's example)
 #
 # What it does:
 # 1. Checks that its tools are there, and installs nothing: Debian's `chromium` and `chromium-driver`
@@ -56,8 +58,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
     exit 1
 fi
 
-swift build --package-path Examples/HummingbirdServer --scratch-path "$scratch" --product HummingbirdServer
-bin="$(swift build --package-path Examples/HummingbirdServer --scratch-path "$scratch" --show-bin-path)"
+example="${EXAMPLE_DIR:-$root/Examples/HummingbirdServer}"
+swift build --package-path "$example" --scratch-path "$scratch" --product HummingbirdServer
+bin="$(swift build --package-path "$example" --scratch-path "$scratch" --show-bin-path)"
 server="$bin/HummingbirdServer"
 
 screenshot=()

@@ -43,6 +43,7 @@ from harness import (  # noqa: E402
     tail,
     wait_until,
 )
+from selenium.common.exceptions import WebDriverException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
 ALICE = {"username": "alice", "password": "wonderland", "sub": "248289761001", "name": "Alice Liddell",
@@ -171,9 +172,12 @@ def scenario_sign_in_lands_on_return_to(ctx, browser):
     assert_alice(user_json(browser))
     # The provider's session is live now, so another sign-in does not show the form: it lands at once.
     for hostile in ("https://evil.example/", "//evil.example/", "/\\evil.example/"):
-        browser.driver.get(a.base + "/auth/login?returnTo=" + _quote(hostile))
-        browser.wait(lambda d: d.current_url.startswith(a.base + "/") and not d.current_url.startswith(
-            a.base + "/auth/"), 30, f"back on the example after returnTo={hostile}")
+        try:
+            browser.driver.get(a.base + "/auth/login?returnTo=" + _quote(hostile))
+        except WebDriverException:
+            pass  # a redirect off the loopback fails to resolve in this browser; the URL below says where it went
+        browser.wait(lambda d: not d.current_url.startswith((a.base + "/auth/", ctx.provider.base)), 30,
+                     f"the end of the sign-in with returnTo={hostile}")
         assert browser.driver.current_url == a.base + "/", \
             f"returnTo={hostile} landed on {browser.driver.current_url}, expected {a.base}/"
     remember_cookie(ctx, browser)
@@ -282,9 +286,10 @@ def scenario_cross_site_logout_and_proxy_without_csrf_header_refused(ctx, browse
     logouts = provider.stats()["logouts"]
 
     driver.get(attacker.page_posting_to(a.base + "/auth/logout"))
-    browser.wait(lambda d: d.current_url == a.base + "/auth/logout", 30, "the attacker's form submitted")
+    browser.wait(lambda d: not d.current_url.startswith(attacker.origin), 30, "the attacker's form submitted")
     statuses = [status for url, status in browser.response_statuses(a.base + "/auth/logout")]
     assert statuses == [403], f"cross-site POST /auth/logout answered {statuses}, expected [403]"
+    assert driver.current_url == a.base + "/auth/logout", f"the refused POST led to {driver.current_url}"
     assert provider.stats()["logouts"] == logouts, "the provider's end-session endpoint was reached"
     assert_alice(user_json(browser))
     assert session_cookie(browser)["value"] == cookie, "the session cookie changed"
