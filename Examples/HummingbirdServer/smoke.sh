@@ -28,8 +28,10 @@ provider_pid=""
 cleanup() {
     if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
     exec 3>&- # the provider fixture exits when its stdin closes
-    if [ -n "$provider_pid" ] && kill -0 "$provider_pid" 2>/dev/null; then
+    if [ -n "$provider_pid" ]; then
+        for _ in $(seq 1 50); do kill -0 "$provider_pid" 2>/dev/null || break; sleep 0.1; done
         kill -KILL "$provider_pid" 2>/dev/null || true
+        wait "$provider_pid" 2>/dev/null || true
     fi
     rm -rf "$work"
 }

@@ -197,8 +197,10 @@ def scenario_proxied_api_survives_access_token_expiry(ctx, browser):
     assert isinstance(first, int), f"API token_number: {first!r}"
     ctx.last_page_screenshot = os.path.join(ctx.artifacts, "web-session-example.png")
     browser.screenshot(ctx.last_page_screenshot)
-    if ctx.screenshot:
+    if ctx.screenshot:  # the README's picture: the same page in a window cut to its content
+        browser.driver.set_window_size(820, 370)
         browser.screenshot(ctx.screenshot)
+        browser.driver.set_window_size(1024, 720)
 
     cookie_before = session_cookie(browser)["value"]
     before = provider.stats()
