@@ -330,6 +330,21 @@ class Browser:
                     headers += value.split("\n")
         return headers
 
+    def response_headers(self, url_prefix):
+        """(url, headers) of every response whose URL starts with `url_prefix`, with the raw headers Chromium saw
+        (Set-Cookie included)."""
+        urls = {}
+        found = []
+        for event in self.network_events():
+            params = event["params"]
+            if event["method"] == "Network.requestWillBeSent":
+                urls[params["requestId"]] = params["request"]["url"]
+            elif event["method"] == "Network.responseReceivedExtraInfo":
+                url = urls.get(params["requestId"], "")
+                if url.startswith(url_prefix):
+                    found.append((url, params.get("headers", {})))
+        return found
+
     def response_statuses(self, url_prefix):
         """(url, status) of every response whose URL starts with `url_prefix` (redirects included)."""
         found = []

@@ -268,6 +268,10 @@ def scenario_cookie_attributes_and_no_token_in_browser(ctx, browser):
     assert not session, f"sessionStorage holds {sorted(session)}"
     claims = user_json(browser)
     texts["/auth/user"] = json.dumps(claims)
+    responses = browser.response_headers(a.base)
+    assert responses, "no response of the example was recorded"
+    for url, headers in responses:
+        texts[f"headers of {url.split('?')[0]}"] = json.dumps(headers)
     known_tokens = [v for k, v in ctx.provider.stats().items() if "token" in k and isinstance(v, str) and len(v) > 15]
     for where, text in texts.items():
         match = JWT_SHAPED.search(text)
