@@ -37,7 +37,6 @@ from harness import (  # noqa: E402
     Example,
     HarnessError,
     Provider,
-    http,
     new_browser,
     remove_tree,
     tail,
@@ -58,6 +57,7 @@ class Context:
         self.provider, self.a, self.b, self.attacker = provider, a, b, attacker
         self.artifacts, self.screenshot = artifacts, screenshot
         self.cookie_values = set()  # every session cookie value seen, checked against the logs at the end
+        self.page_screenshot = None  # the signed-in page, taken by the API scenario
 
 
 # Steps shared by the scenarios -------------------------------------------------------------------------------------
@@ -123,9 +123,9 @@ def call_api(browser):
     return status, body
 
 
-def assert_signed_in_page(browser, example):
+def assert_signed_in_page(browser, example, path="/"):
     driver = browser.driver
-    assert driver.current_url == example.base + "/", f"at {driver.current_url}, expected {example.base}/"
+    assert driver.current_url == example.base + path, f"at {driver.current_url}, expected {example.base}{path}"
     name = browser.wait(lambda d: d.find_element(By.ID, "user-name").text, 10, "#user-name")
     assert name == ALICE["name"], f"#user-name shows {name!r}"
     sub = driver.find_element(By.ID, "user-sub").text
@@ -161,14 +161,14 @@ def back_channel_logout(ctx, example, claims):
 # Scenarios ---------------------------------------------------------------------------------------------------------
 
 def scenario_sign_in_lands_on_return_to(ctx, browser):
-    """Signing in through the provider's login form lands on returnTo; /auth/user shows alice; an off-site
-    returnTo falls back to /."""
+    """A signed-out visit to a page goes through the provider's login form and lands back on that page (returnTo,
+    query included); /auth/user shows alice; an off-site returnTo falls back to /."""
     a = ctx.a
     browser.driver.get(a.base + "/auth/user")
     assert "Alice" not in browser.driver.page_source, "signed in before signing in"
     user_json(browser, expected_status=401)
-    sign_in(ctx, browser, a, "/")
-    assert_signed_in_page(browser, a)
+    sign_in(ctx, browser, a, "/?from=bookmark")
+    assert_signed_in_page(browser, a, "/?from=bookmark")
     assert_alice(user_json(browser))
     # The provider's session is live now, so another sign-in does not show the form: it lands at once.
     for hostile in ("https://evil.example/", "//evil.example/", "/\\evil.example/"):
@@ -195,8 +195,8 @@ def scenario_proxied_api_survives_access_token_expiry(ctx, browser):
         assert body.get(key) == ALICE[key], f"API {key}: {body.get(key)!r}"
     first = body.get("token_number")
     assert isinstance(first, int), f"API token_number: {first!r}"
-    ctx.last_page_screenshot = os.path.join(ctx.artifacts, "web-session-example.png")
-    browser.screenshot(ctx.last_page_screenshot)
+    ctx.page_screenshot = os.path.join(ctx.artifacts, "web-session-example.png")
+    browser.screenshot(ctx.page_screenshot)
     if ctx.screenshot:  # the README's picture: the same page in a window cut to its content
         browser.driver.set_window_size(820, 370)
         browser.screenshot(ctx.screenshot)
