@@ -28,7 +28,8 @@
 # server-side, same cookie); the cookie's attributes (HttpOnly, SameSite=Lax, Path=/, no Domain, not Secure on
 # loopback http, opaque, replaced at sign-in) and no token anywhere in the browser; a cross-site form POST to
 # /auth/logout and a proxy call without X-CSRF are refused; sign-out clears the cookie, /auth/user is 401 and the
-# provider's session ends; a back-channel logout ends the browser's session within 1 s on the instance that
+# provider's session ends; forged logout tokens (alg none, wrong audience, no event, a nonce) are refused and one
+# for another session ends nothing; a back-channel logout ends the browser's session within 1 s on the instance that
 # received it and on the other one; a restart (SIGTERM, exit 0, start again) keeps the browser signed in; and
 # finally no cookie value or JWT in the example's logs, no cookie forwarded upstream, no refresh token reused.
 #

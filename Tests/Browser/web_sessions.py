@@ -146,17 +146,14 @@ def require_stat(stats, key):
     return stats[key]
 
 
-def back_channel_logout(ctx, example, claims):
-    """Has the provider send a back-channel logout for alice's session to `example`; returns the receiver's
-    status."""
-    stats = ctx.provider.stats()
-    sid = claims.get("sid")
-    if not sid and isinstance(stats.get("last_auth"), dict):
-        sid = stats["last_auth"].get("sid")
+def back_channel_logout(ctx, example, claims, **fields):
+    """Has the provider send a back-channel logout for alice's session to `example` (its sub, and its sid when
+    /auth/user shows one; `fields` override them); returns the receiver's status."""
     body = {"uri": example.base + "/auth/backchannel-logout", "sub": claims["sub"], "aud": "example-app"}
-    if sid:
-        body["sid"] = sid
-    return ctx.provider.control("/control/send-logout", body)["status"]
+    if claims.get("sid"):
+        body["sid"] = claims["sid"]
+    body.update(fields)
+    return ctx.provider.control("/control/send-logout", {k: v for k, v in body.items() if v is not None})["status"]
 
 
 # Scenarios ---------------------------------------------------------------------------------------------------------
@@ -345,9 +342,10 @@ def scenario_sign_out_ends_local_and_provider_sessions(ctx, browser):
                  "/ sends a signed-out browser to the provider")
 
 
-def _back_channel(ctx, browser, receiver, next_request):
+def _back_channel(ctx, browser, receiver, next_request, signed_in=False):
     a = ctx.a
-    sign_in(ctx, browser, a, "/")
+    if not signed_in:
+        sign_in(ctx, browser, a, "/")
     claims = user_json(browser)
     assert_alice(claims)
     if next_request is not a:
@@ -368,8 +366,18 @@ def _back_channel(ctx, browser, receiver, next_request):
 
 
 def scenario_backchannel_logout_ends_session(ctx, browser):
-    """A back-channel logout the provider sends to A ends the browser's session on A within 1 s."""
-    elapsed = _back_channel(ctx, browser, ctx.a, ctx.a)
+    """Forged logout tokens and one for another session leave the browser signed in; a back-channel logout the
+    provider sends to A ends the browser's session on A within 1 s."""
+    a = ctx.a
+    sign_in(ctx, browser, a, "/")
+    claims = user_json(browser)
+    for fault in ("alg_none", "wrong_aud", "no_event", "nonce"):
+        status = back_channel_logout(ctx, a, claims, fault=fault)
+        assert 400 <= status < 500, f"a logout token with fault {fault} was answered with HTTP {status}"
+    back_channel_logout(ctx, a, claims, sub=None, sid="another-session-of-the-provider")
+    assert_alice(user_json(browser))
+    assert session_cookie(browser) is not None, "the session cookie is gone after logout tokens for no session"
+    elapsed = _back_channel(ctx, browser, a, a, signed_in=True)
     print(f"  session ended {elapsed * 1000:.0f} ms after the logout token was delivered")
 
 
