@@ -30,8 +30,9 @@
 # /auth/logout and a proxy call without X-CSRF are refused; sign-out clears the cookie, /auth/user is 401 and the
 # provider's session ends; forged logout tokens (alg none, wrong audience, no event, a nonce) are refused and one
 # for another session ends nothing; a back-channel logout ends the browser's session within 1 s on the instance that
-# received it and on the other one; a restart (SIGTERM, exit 0, start again) keeps the browser signed in; and
-# finally no cookie value or JWT in the example's logs, no cookie forwarded upstream, no refresh token reused.
+# received it and on the other one; a restart (SIGTERM, exit 0, B serves the browser meanwhile, start again) keeps
+# the browser signed in; and finally no cookie value or JWT in the example's logs, no cookie forwarded upstream, no
+# refresh token reused.
 #
 # Selenium is pointed at Debian's chromedriver and Chromium explicitly and runs with SE_OFFLINE=true, so Selenium
 # Manager never downloads a browser or a driver. Chromium runs headless (--headless=new), with --no-sandbox (CI is

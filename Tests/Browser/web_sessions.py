@@ -389,16 +389,18 @@ def scenario_backchannel_logout_reaches_other_instance(ctx, browser):
 
 
 def scenario_restart_keeps_browser_signed_in(ctx, browser):
-    """SIGTERM to A (clean exit), A started again on the same port and database: the browser is still signed in
-    without visiting the provider, and the proxied API still answers."""
+    """SIGTERM to A (clean exit); meanwhile B serves the browser; A started again on the same port and database:
+    the browser is still signed in without visiting the provider, and the proxied API still answers."""
     a, provider = ctx.a, ctx.provider
     sign_in(ctx, browser, a, "/")
     status, _ = call_api(browser)
     assert status == "200", f"#api-status {status} before the restart"
     code = a.stop()
     assert code == 0, f"A exited with {code} after SIGTERM (expected 0 within 30 s)"
-    a.start()
     before = provider.stats()
+    browser.driver.get(ctx.b.base + "/")
+    assert_signed_in_page(browser, ctx.b)
+    a.start()
     browser.driver.get(a.base + "/")
     assert_signed_in_page(browser, a)
     assert_alice(user_json(browser))
