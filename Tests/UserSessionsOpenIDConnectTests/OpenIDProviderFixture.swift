@@ -164,7 +164,7 @@ final class Slots: Sendable {
     init(_ count: Int) { state = Locked(State(free: count)) }
 
     func acquire() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        await withVisibleCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let granted = state.withLock { state -> Bool in
                 guard state.free > 0 else {
                     state.waiters.append(continuation)
@@ -173,7 +173,7 @@ final class Slots: Sendable {
                 state.free -= 1
                 return true
             }
-            if granted { continuation.resume() }
+            if granted { continuation.resumeVisibly() }
         }
     }
 
@@ -185,7 +185,7 @@ final class Slots: Sendable {
             }
             return state.waiters.removeFirst()
         }
-        next?.resume()
+        next?.resumeVisibly()
     }
 }
 

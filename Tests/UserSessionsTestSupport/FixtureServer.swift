@@ -110,10 +110,10 @@ package final class FixtureServer: Sendable {
     package func stop() async {
         try? input.fileHandleForWriting.close()
         process.terminate()
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        await withVisibleCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             DispatchQueue.global().async {
                 self.process.waitUntilExit()
-                continuation.resume()
+                continuation.resumeVisibly()
             }
         }
     }
@@ -128,9 +128,9 @@ package final class FixtureServer: Sendable {
                 defer { slot = nil }
                 return slot
             }
-            continuation?.resume(returning: line)
+            continuation?.resumeVisibly(returning: line)
         }
-        return await withCheckedContinuation { (continuation: CheckedContinuation<String?, Never>) in
+        return await withVisibleCheckedContinuation { (continuation: CheckedContinuation<String?, Never>) in
             pending.withLock { $0 = continuation }
             let reader = Thread {
                 var line: [UInt8] = []

@@ -245,7 +245,7 @@ enum CrashWriterProcess {
         waitForFirstLine: Bool,
         delayMicroseconds: UInt32
     ) async throws -> Outcome {
-        try await withCheckedThrowingContinuation { continuation in
+        try await withVisibleCheckedThrowingContinuation { continuation in
             DispatchQueue.global().async {
                 continuation.resume(
                     with: Result {
