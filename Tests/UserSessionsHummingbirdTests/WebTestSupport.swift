@@ -232,6 +232,8 @@ final class ScriptedRefresher: TokenRefresher {
         }
     }
 
+    var canRevoke: Bool { true }
+
     func revoke(_ credentials: Credentials) async throws {
         state.withLock { $0.revocations += 1 }
     }
