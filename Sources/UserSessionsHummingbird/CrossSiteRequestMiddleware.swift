@@ -61,7 +61,9 @@ struct CrossSiteRequestCheck: Sendable {
         }
         let safe = request.method == .get || request.method == .head || request.method == .options
         if safe { return nil }
-        if let name = HTTPField.Name("Sec-Fetch-Site"), let site = request.headers[name]?.lowercased(), site != "same-origin", site != "none" {
+        if let name = HTTPField.Name("Sec-Fetch-Site"), let site = request.headers[name]?.lowercased(),
+            site != "same-origin", site != "none"
+        {
             return WebSessions.json(["error": "csrf", "detail": "cross-site request"], status: .forbidden)
         }
         if let requestOrigin = request.headers[.origin], requestOrigin.lowercased() != origin.lowercased() {

@@ -95,7 +95,8 @@ public struct TokenForwardingProxy: Sendable {
         let lowered = subpath.lowercased()
         guard !lowered.contains("%2f"), !lowered.contains("%5c"), !lowered.contains("%2e"), !subpath.contains("\\"),
             subpath.isEmpty || subpath.hasPrefix("/"),
-            !subpath.split(separator: "/", omittingEmptySubsequences: false).contains(where: { $0 == ".." || $0 == "." })
+            !subpath.split(separator: "/", omittingEmptySubsequences: false).contains(where: { $0 == ".." || $0 == "." }
+            )
         else { return nil }
         guard let url = URL(string: upstream.absoluteString + subpath + (query.map { "?" + $0 } ?? "")),
             url.scheme == upstream.scheme, url.host == upstream.host, url.port == upstream.port,

@@ -48,7 +48,8 @@ struct PostgresWebSessionTests {
             try #require(keys.count == 3)
             try await store.insert(Self.record("alice", lastSeenAt: now, absoluteExpiresAt: now + 3600), key: keys[0])
             try await store.insert(Self.record("alice", lastSeenAt: now, absoluteExpiresAt: now + 3600), key: keys[1])
-            try await store.insert(Self.record("bob", lastSeenAt: now - 900, absoluteExpiresAt: now + 3600), key: keys[2])
+            try await store.insert(
+                Self.record("bob", lastSeenAt: now - 900, absoluteExpiresAt: now + 3600), key: keys[2])
             #expect(try await store.load(key: keys[0])?.identifier == "alice")
             #expect(try await other.load(key: keys[0]) == nil, "namespaces are separate")
             try await store.touch(key: keys[2], lastSeenAt: now - 100)

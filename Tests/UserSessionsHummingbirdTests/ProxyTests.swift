@@ -22,7 +22,8 @@ struct ProxyTests {
                 self.profileRequests.withLock { $0 += 1 }
                 let accepted = self.acceptedToken.withLock { $0 }
                 guard request.headers[.authorization] == "Bearer " + accepted else {
-                    return Response(status: .unauthorized, headers: [.wwwAuthenticate: "Bearer error=\"invalid_token\""])
+                    return Response(
+                        status: .unauthorized, headers: [.wwwAuthenticate: "Bearer error=\"invalid_token\""])
                 }
                 return Response(
                     status: .ok, headers: [.setCookie: "upstream=1; Path=/", .contentType: "application/json"],
@@ -140,7 +141,8 @@ struct ProxyTests {
             #expect(try await browser.get("/upstream/big", headers: csrf).status == 502, "answer over the cap")
             #expect(try await browser.get("/upstream/moved", headers: csrf).status == 502, "no redirect followed")
             #expect(try await browser.get("/upstream/hang", headers: csrf).status == 504, "the deadline passed")
-            for escape in ["/upstream/%2e%2e/secret", "/upstream/a%2Fb", "/upstream/a%5Cb", "/upstream/x/../../secret"] {
+            for escape in ["/upstream/%2e%2e/secret", "/upstream/a%2Fb", "/upstream/a%5Cb", "/upstream/x/../../secret"]
+            {
                 let reply = try await browser.get(escape, headers: csrf)
                 #expect(reply.status == 400 || reply.status == 404, "\(escape): \(reply.status)")
                 #expect(!reply.text.contains("outside the allow-list"))

@@ -98,7 +98,10 @@ struct SignInRouteTests {
                     let location = try #require(logout.location.flatMap { URLComponents(string: $0) })
                     #expect(location.path == "/logout" && location.port == provider.server.port)
                     let items = location.queryItems ?? []
-                    #expect(items.contains { $0.name == "post_logout_redirect_uri" && $0.value == "\(client.origin)/signed-out" })
+                    #expect(
+                        items.contains {
+                            $0.name == "post_logout_redirect_uri" && $0.value == "\(client.origin)/signed-out"
+                        })
                     #expect(items.contains { $0.name == "id_token_hint" })
                     #expect(logout.setCookie?.contains("Max-Age=0") == true, "the cookie is cleared")
                     #expect(refresher.revocations == 1, "closeAndClear revoked the credentials")
@@ -123,8 +126,11 @@ struct SignInRouteTests {
                     #expect(try await first.get("/auth/user").status == 200)
                     #expect(try await second.get("/auth/user").status == 200)
                     let receiver = try #require(URL(string: client.base.absoluteString + "/auth/backchannel-logout"))
-                    #expect(try await provider.sendLogout(["sub": "248289761001", "fault": "wrong_aud"], to: receiver) == 400)
-                    #expect(try await first.get("/auth/user").status == 200, "a token that does not verify ends nothing")
+                    #expect(
+                        try await provider.sendLogout(["sub": "248289761001", "fault": "wrong_aud"], to: receiver)
+                            == 400)
+                    #expect(
+                        try await first.get("/auth/user").status == 200, "a token that does not verify ends nothing")
                     #expect(try await provider.sendLogout(["sub": "248289761001"], to: receiver) == 200)
                     #expect(try await first.get("/auth/user").status == 401)
                     #expect(try await second.get("/auth/user").status == 401)

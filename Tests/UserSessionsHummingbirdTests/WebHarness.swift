@@ -21,7 +21,8 @@ struct WebHarness {
     ) throws {
         registry = UserSessionRegistry(store: tokenStore, refresher: refresher)
         let unused = try #require(URL(string: "http://127.0.0.1:9"))
-        let openID = try openID
+        let openID =
+            try openID
             ?? OpenIDConnectClient(
                 issuer: unused,
                 configuration: OpenIDConnectConfiguration(
