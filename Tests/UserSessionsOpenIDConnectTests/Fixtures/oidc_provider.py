@@ -17,6 +17,18 @@ GET  /logout                             end_session_endpoint: checks id_token_h
 Clients: web-app / web-secret (basic), post-app / post-secret (post), public-app (none); redirect URI
 http://127.0.0.1/callback, post-logout redirect URI http://127.0.0.1/signed-out.
 
+The browser client example-app / example-secret (basic) is the web-session example's (Examples/HummingbirdServer):
+- redirect URIs: any http://127.0.0.1:<port>/…/callback or http://localhost:<port>/…/callback; post-logout redirect
+  URIs: any http URL on those hosts;
+- grants authorization_code and refresh_token; every token response carries a refresh token, and each refresh
+  rotates it: presenting a spent one revokes the whole family (invalid_grant), as RFC 9700 recommends;
+- a login through the form opens a provider session (cookie op_session); a later GET /authorize with a live one
+  signs in without the form; GET /logout ends the session named by the id_token_hint's sid and clears the cookie;
+- back-channel logout tokens for its users' sub or sid are addressed to it (aud example-app) unless `aud` is given.
+GET  /api/profile                        the upstream API: Bearer access token -> {"sub", "name", "email",
+                                         "token_number"} (the user's count of access tokens issued so far); an
+                                         expired or unknown token -> 401 invalid_token
+
 Test control (JSON bodies):
 POST /control/misbehave  {"id_token": fault, "mixup_iss": bool, "replay_code": bool, "userinfo_sub": s,
                           "authorize_error": code}; each applies to the next response it concerns only.
@@ -31,12 +43,17 @@ POST /control/send-logout {"uri", and the fields of /control/logout-token} -> {"
                           http URL only: host 127.0.0.1, localhost or [::1]; anything else is refused with 400),
                           5 s timeout, no proxy, no redirect followed; n is the receiver's HTTP status (502 when
                           it could not be reached)
-GET  /control/stats      counters: jwks_requests, token_requests, token_errors, last_auth, logouts, ...
+POST /control/token-lifetime {"seconds": n}: expires_in of example-app's later access tokens (default 3600)
+POST /control/expire-access-tokens      every access token issued so far is rejected as expired from now on
+GET  /control/stats      counters: jwks_requests, token_requests, token_errors, last_auth, logouts, refreshes,
+                          refresh_reuse_detected, provider_sessions (live), api_requests, api_unauthorized,
+                          api_requests_with_cookies, ...
 """
 import base64
 import hashlib
 import hmac
 import json
+import logging
 import os
 import secrets
 import sys
@@ -52,7 +69,8 @@ from authlib.integrations.flask_oauth2 import AuthorizationServer  # noqa: E402
 from authlib.oauth2.rfc6749 import ClientMixin, AuthorizationCodeMixin, grants  # noqa: E402
 from authlib.oauth2.rfc7636 import CodeChallenge  # noqa: E402
 from authlib.oidc.core.grants import OpenIDCode  # noqa: E402
-from flask import Flask, jsonify, redirect, request  # noqa: E402
+from authlib.oauth2.rfc6750 import BearerTokenGenerator  # noqa: E402
+from flask import Flask, g, jsonify, redirect, request  # noqa: E402
 from joserfc import jwt  # noqa: E402
 from joserfc.jwk import ECKey, OKPKey, RSAKey  # noqa: E402
 from werkzeug.serving import make_server  # noqa: E402
@@ -64,6 +82,14 @@ USERS = {
     "bob": {"password": "builder", "sub": "90342.ASDFJWFA", "email": "bob@example.com", "name": "Bob Builder"},
 }
 ALGORITHMS = ("RS256", "ES256", "EdDSA")
+BROWSER_CLIENT = "example-app"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
+
+
+def is_loopback_http(uri, path_suffix=""):
+    parts = urllib.parse.urlsplit(uri)
+    return parts.scheme == "http" and parts.hostname in LOOPBACK_HOSTS and parts.port is not None \
+        and parts.path.endswith(path_suffix) and not parts.fragment
 
 
 def b64url(data):
@@ -79,11 +105,20 @@ class State:
         self.rotate()
         self.sign_with = "RS256"
         self.codes = {}
-        self.tokens = {}
+        self.tokens = {}  # access token -> AccessRecord
+        self.refresh_tokens = {}  # refresh token -> RefreshRecord
+        self.revoked_families = set()
+        self.tokens_issued = {}  # user name -> access tokens issued
+        self.token_lifetime = 3600
+        self.provider_sessions = {}  # op_session cookie value -> (user name, sid)
+        self.browser_subjects = set()
+        self.browser_sids = set()
         self.last_code = None
         self.faults = {}
         self.stats = {"jwks_requests": 0, "token_requests": 0, "token_errors": 0, "last_auth": None,
-                      "logouts": 0, "last_logout_state": None, "userinfo_requests": 0, "authorizations": 0}
+                      "logouts": 0, "last_logout_state": None, "userinfo_requests": 0, "authorizations": 0,
+                      "refreshes": 0, "refresh_reuse_detected": 0, "api_requests": 0, "api_unauthorized": 0,
+                      "api_requests_with_cookies": 0}
 
     def rotate(self):
         self.generation += 1
@@ -102,6 +137,23 @@ class State:
 STATE = State()
 
 
+class AccessRecord:
+    def __init__(self, user, expires, number):
+        self.user, self.expires, self.number = user, expires, number
+
+
+class RefreshRecord:
+    def __init__(self, client_id, user, scope, family, sid):
+        self.client_id, self.user, self.scope, self.family, self.sid = client_id, user, scope, family, sid
+        self.spent = False
+
+    def check_client(self, client):
+        return client.get_client_id() == self.client_id
+
+    def get_scope(self):
+        return self.scope
+
+
 class Client(ClientMixin):
     def __init__(self, client_id, secret, method):
         self.client_id, self.secret, self.method = client_id, secret, method
@@ -116,6 +168,8 @@ class Client(ClientMixin):
         return " ".join(s for s in scope.split() if s in ("openid", "profile", "email", "offline_access"))
 
     def check_redirect_uri(self, redirect_uri):
+        if self.client_id == BROWSER_CLIENT:
+            return is_loopback_http(redirect_uri, "/callback")
         return redirect_uri == REDIRECT_URI
 
     def check_client_secret(self, client_secret):
@@ -132,6 +186,8 @@ class Client(ClientMixin):
         return response_type == "code"
 
     def check_grant_type(self, grant_type):
+        if self.client_id == BROWSER_CLIENT:
+            return grant_type in ("authorization_code", "refresh_token")
         return grant_type == "authorization_code"
 
 
@@ -139,6 +195,7 @@ CLIENTS = {
     "web-app": Client("web-app", "web-secret", "client_secret_basic"),
     "post-app": Client("post-app", "post-secret", "client_secret_post"),
     "public-app": Client("public-app", None, "none"),
+    BROWSER_CLIENT: Client(BROWSER_CLIENT, "example-secret", "client_secret_basic"),
 }
 
 
@@ -184,7 +241,8 @@ class CodeGrant(grants.AuthorizationCodeGrant):
         payload = request.payload
         item = Code(code, request.client.get_client_id(), payload.redirect_uri, payload.scope, request.user.name,
                     payload.data.get("nonce"), payload.data.get("code_challenge"),
-                    payload.data.get("code_challenge_method"), secrets.token_urlsafe(12))
+                    payload.data.get("code_challenge_method"),
+                    g.get("provider_sid") or secrets.token_urlsafe(12))
         with STATE.lock:
             STATE.codes[code] = item
         return item
@@ -202,6 +260,31 @@ class CodeGrant(grants.AuthorizationCodeGrant):
 
     def authenticate_user(self, authorization_code):
         return User(authorization_code.user)
+
+
+class RotatingRefreshGrant(grants.RefreshTokenGrant):
+    """Refresh with rotation: each use spends the token; a spent one presented again revokes its whole family."""
+    TOKEN_ENDPOINT_AUTH_METHODS = ["client_secret_basic"]
+    INCLUDE_NEW_REFRESH_TOKEN = True
+
+    def authenticate_refresh_token(self, refresh_token):
+        with STATE.lock:
+            record = STATE.refresh_tokens.get(refresh_token)
+            if record is None or record.family in STATE.revoked_families:
+                return None
+            if record.spent:
+                STATE.revoked_families.add(record.family)
+                STATE.stats["refresh_reuse_detected"] += 1
+                return None
+            STATE.stats["refreshes"] += 1
+            return record
+
+    def authenticate_user(self, refresh_token):
+        return User(refresh_token.user)
+
+    def revoke_old_credential(self, refresh_token):
+        with STATE.lock:
+            refresh_token.spent = True
 
 
 def sign(header, claims, alg):
@@ -283,8 +366,6 @@ class IDToken(OpenIDCode):
             claims["aud"] = [request.client.get_client_id(), "another-audience"]
         elif fault == "wrong_at_hash":
             claims["at_hash"] = at_hash("some other access token", alg)
-        with STATE.lock:
-            STATE.tokens[token["access_token"]] = request.user.name
         return encode_token(claims, fault, alg)
 
 
@@ -292,11 +373,48 @@ app = Flask(__name__)
 
 
 def save_token(token, request):
-    pass
+    """Records the access token (its user, expiry and number) and the refresh token (its family)."""
+    name = request.user.name
+    client_id = request.client.get_client_id()
+    with STATE.lock:
+        number = STATE.tokens_issued.get(name, 0) + 1
+        STATE.tokens_issued[name] = number
+        STATE.tokens[token["access_token"]] = AccessRecord(name, time.time() + token.get("expires_in", 864000), number)
+        if "refresh_token" in token:
+            previous = getattr(request, "refresh_token", None)
+            code = getattr(request, "authorization_code", None)
+            family = previous.family if previous is not None else secrets.token_urlsafe(12)
+            sid = previous.sid if previous is not None else getattr(code, "sid", None)
+            STATE.refresh_tokens[token["refresh_token"]] = RefreshRecord(
+                client_id, name, token.get("scope", ""), family, sid)
+        if client_id == BROWSER_CLIENT:
+            STATE.browser_subjects.add(USERS[name]["sub"])
+
+
+def token_lifetime(client, grant_type):
+    if client.get_client_id() == BROWSER_CLIENT:
+        with STATE.lock:
+            return STATE.token_lifetime
+    return 864000
 
 
 server = AuthorizationServer(app, query_client=lambda client_id: CLIENTS.get(client_id), save_token=save_token)
+server.register_token_generator("default", BearerTokenGenerator(
+    lambda **_: secrets.token_urlsafe(32), lambda **_: secrets.token_urlsafe(32), token_lifetime))
 server.register_grant(CodeGrant, [CodeChallenge(required=True), IDToken(require_nonce=False)])
+server.register_grant(RotatingRefreshGrant)
+
+
+def bearer_user():
+    """The user name of the request's live access token, or None."""
+    auth = request.headers.get("Authorization", "")
+    if not auth.startswith("Bearer "):
+        return None
+    with STATE.lock:
+        record = STATE.tokens.get(auth[len("Bearer "):])
+    if record is None or time.time() >= record.expires:
+        return None
+    return record
 
 
 @app.get("/.well-known/openid-configuration")
@@ -336,7 +454,15 @@ FORM = """<!doctype html><title>Sign in</title><form method="post" action="/auth
 @app.route("/authorize", methods=["GET", "POST"])
 def authorize():
     args = request.values
+    browser = args.get("client_id") == BROWSER_CLIENT
     if request.method == "GET":
+        with STATE.lock:
+            live = STATE.provider_sessions.get(request.cookies.get("op_session", "")) if browser else None
+        if live is not None:
+            g.provider_sid = live[1]
+            with STATE.lock:
+                STATE.stats["authorizations"] += 1
+            return finish_authorization(live[0])
         hidden = "".join(f'<input type="hidden" name="{k}" value="{v}">' for k, v in request.args.items())
         return FORM.format(hidden=hidden)
     forced_error = STATE.take_fault("authorize_error")
@@ -348,7 +474,21 @@ def authorize():
         return FORM.format(hidden="") + "<p>wrong password</p>", 401
     with STATE.lock:
         STATE.stats["authorizations"] += 1
-    response = server.create_authorization_response(grant_user=User(args["username"]))
+    if not browser:
+        return finish_authorization(args["username"])
+    cookie, sid = secrets.token_urlsafe(24), secrets.token_urlsafe(12)
+    g.provider_sid = sid
+    with STATE.lock:
+        STATE.provider_sessions[cookie] = (args["username"], sid)
+        STATE.browser_sids.add(sid)
+    response = finish_authorization(args["username"])
+    response.set_cookie("op_session", cookie, httponly=True, samesite="Lax", path="/")
+    return response
+
+
+def finish_authorization(name):
+    """Issues the code for `name` (or the forced misbehaviour) and redirects back to the client."""
+    response = server.create_authorization_response(grant_user=User(name))
     location = response.headers.get("Location", "")
     parts = urllib.parse.urlsplit(location)
     query = dict(urllib.parse.parse_qsl(parts.query))
@@ -378,12 +518,10 @@ def token():
 def userinfo():
     with STATE.lock:
         STATE.stats["userinfo_requests"] += 1
-    auth = request.headers.get("Authorization", "")
-    with STATE.lock:
-        name = STATE.tokens.get(auth[len("Bearer "):]) if auth.startswith("Bearer ") else None
-    if not name:
+    record = bearer_user()
+    if record is None:
         return jsonify({"error": "invalid_token"}), 401
-    info = dict(USERS[name])
+    info = dict(USERS[record.user])
     info.pop("password")
     forced = STATE.take_fault("userinfo_sub")
     if forced:
@@ -394,23 +532,65 @@ def userinfo():
 @app.get("/logout")
 def logout():
     hint = request.args.get("id_token_hint", "")
-    known = False
+    claims = None
     with STATE.lock:
         keys = list(STATE.keys.values())
     for key in keys:
         try:
             decoded = jwt.decode(hint, key, algorithms=list(ALGORITHMS))
-            known = decoded.claims.get("iss") == STATE.issuer
+            claims = decoded.claims if decoded.claims.get("iss") == STATE.issuer else None
             break
         except Exception:  # noqa: BLE001 - any failure means "not this key"
             continue
     target = request.args.get("post_logout_redirect_uri", "")
-    if not known or target != POST_LOGOUT_URI:
+    browser = claims is not None and claims.get("aud") == BROWSER_CLIENT
+    allowed = is_loopback_http(target) if browser else target == POST_LOGOUT_URI
+    if claims is None or not allowed:
         return jsonify({"error": "invalid_request"}), 400
     with STATE.lock:
         STATE.stats["logouts"] += 1
         STATE.stats["last_logout_state"] = request.args.get("state")
-    return redirect(target + "?" + urllib.parse.urlencode({"state": request.args.get("state", "")}))
+        ended = [cookie for cookie, (_, sid) in STATE.provider_sessions.items() if sid == claims.get("sid")]
+        for cookie in ended:
+            del STATE.provider_sessions[cookie]
+    response = redirect(target + "?" + urllib.parse.urlencode({"state": request.args.get("state", "")}))
+    if browser:
+        response.delete_cookie("op_session", path="/")
+    return response
+
+
+@app.get("/api/profile")
+def api_profile():
+    with STATE.lock:
+        STATE.stats["api_requests"] += 1
+        if "Cookie" in request.headers:
+            STATE.stats["api_requests_with_cookies"] += 1
+    record = bearer_user()
+    if record is None:
+        with STATE.lock:
+            STATE.stats["api_unauthorized"] += 1
+        answer = jsonify({"error": "invalid_token"})
+        answer.headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
+        return answer, 401
+    user = USERS[record.user]
+    return jsonify({"sub": user["sub"], "name": user["name"], "email": user["email"], "token_number": record.number})
+
+
+@app.post("/control/token-lifetime")
+def set_token_lifetime():
+    seconds = int(request.get_json(force=True)["seconds"])
+    with STATE.lock:
+        STATE.token_lifetime = seconds
+    return jsonify({"ok": True})
+
+
+@app.post("/control/expire-access-tokens")
+def expire_access_tokens():
+    now = time.time()
+    with STATE.lock:
+        for record in STATE.tokens.values():
+            record.expires = min(record.expires, now)
+    return jsonify({"ok": True})
 
 
 @app.post("/control/misbehave")
@@ -439,7 +619,11 @@ def mint_logout_token(body):
     """A back-channel logout token for the fields of `body` (sub, sid, aud, jti, fault)."""
     fault = body.get("fault")
     now = int(time.time())
-    claims = {"iss": STATE.issuer, "aud": body.get("aud", "web-app"), "iat": now, "exp": now + 120,
+    with STATE.lock:
+        sid, sub = body.get("sid"), body.get("sub")
+        browser = sid in STATE.browser_sids if sid else sub in STATE.browser_subjects
+    audience = body.get("aud") or (BROWSER_CLIENT if browser else "web-app")
+    claims = {"iss": STATE.issuer, "aud": audience, "iat": now, "exp": now + 120,
               "jti": body.get("jti") or secrets.token_urlsafe(16),
               "events": {"http://schemas.openid.net/event/backchannel-logout": {}}}
     if body.get("sub"):
@@ -497,10 +681,11 @@ def send_logout():
 @app.get("/control/stats")
 def stats():
     with STATE.lock:
-        return jsonify(dict(STATE.stats))
+        return jsonify(dict(STATE.stats, provider_sessions=len(STATE.provider_sessions)))
 
 
 def main():
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # request lines would carry tokens (id_token_hint, code)
     httpd = make_server("127.0.0.1", 0, app, threaded=True)
     STATE.issuer = f"http://127.0.0.1:{httpd.server_port}"
     print(httpd.server_port, flush=True)
