@@ -142,6 +142,35 @@ struct SignInRouteTests {
     }
 }
 
+/// The whole path of the example against the provider fixture: its `example-app` client, its rotating refresh
+/// tokens and its upstream API `/api/profile`.
+@Suite(.enabled(if: Provider.isAvailable, "python3 with authlib and flask"))
+struct ProviderUpstreamTests {
+    @Test func theProxyRefreshesServerSideWhenTheProviderExpiresTheAccessToken() async throws {
+        try await Provider.with { provider in
+            let harness = try WebHarness(
+                openID: try provider.client(example: true), refresher: try provider.refresher())
+            let proxy = try TokenForwardingProxy(upstream: provider.issuer.appending(path: "api"))
+            try await harness.run(upstream: proxy) { client in
+                var browser = client
+                browser.cookie = try await provider.signIn(through: client).cookieValue("user_session")
+                let first = try await browser.get("/upstream/profile", headers: [("X-CSRF", "1")])
+                #expect(first.status == 200)
+                #expect(first.json["name"] as? String == "Alice Liddell")
+                #expect(first.json["token_number"] as? Int == 1)
+                try await provider.control("/control/expire-access-tokens")
+                let second = try await browser.get("/upstream/profile", headers: [("X-CSRF", "1")])
+                #expect(second.status == 200, "refreshed and replayed on the server; the browser saw nothing")
+                #expect(second.json["token_number"] as? Int == 2)
+                let stats = try await provider.stats()
+                #expect(stats["refreshes"] as? Int == 1)
+                #expect(stats["api_unauthorized"] as? Int == 1, "one 401, then the replay")
+                #expect(stats["api_requests_with_cookies"] as? Int == 0, "no cookie ever reached the upstream")
+            }
+        }
+    }
+}
+
 extension Client {
     /// The server's origin, as a browser sends it in `Origin`.
     var origin: String { "http://127.0.0.1:8080" }

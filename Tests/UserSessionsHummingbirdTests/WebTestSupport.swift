@@ -150,16 +150,45 @@ struct Provider {
         }
     }
 
-    /// An OpenID Connect client of the fixture's `web-app`.
-    func client(stateStore: any OpenIDConnectStateStore = InMemoryOpenIDConnectStateStore()) throws
-        -> OpenIDConnectClient
-    {
+    /// The fixture's `web-app` client (redirect URI `http://127.0.0.1/callback`, no refresh tokens).
+    static let webApp = OAuth2TokenRefresher.ClientAuthentication.clientSecretBasic(id: "web-app", secret: "web-secret")
+    /// The fixture's `example-app` client (any loopback `…/callback`, rotating refresh tokens).
+    static let exampleApp = OAuth2TokenRefresher.ClientAuthentication.clientSecretBasic(
+        id: "example-app", secret: "example-secret")
+
+    /// An OpenID Connect client of the fixture's `web-app`, or of its `example-app` when `example`.
+    func client(
+        example: Bool = false, stateStore: any OpenIDConnectStateStore = InMemoryOpenIDConnectStateStore()
+    ) throws -> OpenIDConnectClient {
         try OpenIDConnectClient(
             issuer: issuer,
             configuration: OpenIDConnectConfiguration(
-                clientAuthentication: .clientSecretBasic(id: "web-app", secret: "web-secret"),
-                redirectURI: Self.redirectURI),
+                clientAuthentication: example ? Self.exampleApp : Self.webApp,
+                redirectURI: example
+                    ? URL(string: "http://127.0.0.1:8080/auth/callback") ?? Self.redirectURI : Self.redirectURI,
+                scopes: example ? ["openid", "profile", "email", "offline_access"] : ["openid", "profile", "email"]),
             stateStore: stateStore)
+    }
+
+    /// A refresher of the fixture's `example-app` at its token endpoint.
+    func refresher() throws -> OAuth2TokenRefresher {
+        try OAuth2TokenRefresher(tokenEndpoint: server.url("/token"), clientAuthentication: Self.exampleApp)
+    }
+
+    /// POSTs `body` as JSON to the control endpoint `path`.
+    func control(_ path: String, _ body: [String: Any] = [:]) async throws {
+        var request = URLRequest(url: server.url(path))
+        request.httpMethod = "POST"
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.httpBody = try JSONSerialization.data(withJSONObject: body)
+        let (_, response) = try await URLSession.shared.data(for: request)
+        #expect((response as? HTTPURLResponse)?.statusCode == 200, "the provider answered \(path)")
+    }
+
+    /// The provider's counters.
+    func stats() async throws -> [String: Any] {
+        let (data, _) = try await URLSession.shared.data(from: server.url("/control/stats"))
+        return try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
     }
 
     /// Posts the login form for the authorization URL `location` as alice; returns the callback's query.
