@@ -86,7 +86,16 @@ public final class FileWebSessionStore: WebSessionStore {
             }
             var removed = 0
             for file in files {
-                guard let data = try Self.read(file) else { continue }
+                // A file that cannot be read as a record (too large, not JSON) never stops the others.
+                let data: Data?
+                do {
+                    data = try Self.read(file)
+                } catch let error where error.code == .storeFailure {
+                    throw error
+                } catch {
+                    data = Data()
+                }
+                guard let data else { continue }
                 let record = try? WebSessionRecord.decode(data)
                 if record.map(matches) ?? removingUnreadable {
                     try Self.remove(file)

@@ -134,6 +134,29 @@ struct MiddlewareTests {
         }
     }
 
+    @Test func theFileStoreRemovesByUserAndExpiryPastUnreadableFiles() async throws {
+        try await withTemporaryDirectory { directory in
+            let store = FileWebSessionStore(directory: directory)
+            let now = Date(timeIntervalSince1970: 1_800_000_000)
+            func record(_ identifier: String, lastSeenAt: Date) -> WebSessionRecord {
+                WebSessionRecord(
+                    identifier: identifier, subject: identifier, sessionID: nil, claims: [:], createdAt: lastSeenAt,
+                    lastSeenAt: lastSeenAt, absoluteExpiresAt: now + 3600)
+            }
+            let keys = (0..<3).compactMap { WebSessionKey(hash: String(repeating: "\($0)", count: 64)) }
+            try #require(keys.count == 3)
+            try await store.insert(record("alice", lastSeenAt: now), key: keys[0])
+            try await store.insert(record("alice", lastSeenAt: now), key: keys[1])
+            try await store.insert(record("bob", lastSeenAt: now - 900), key: keys[2])
+            try Data(repeating: 0x20, count: 70_000).write(
+                to: directory.appending(path: String(repeating: "f", count: 64) + ".json"))
+            #expect(try await store.removeAll(identifier: "alice") == 2, "an unreadable file stops nothing")
+            #expect(try await store.load(key: keys[2])?.identifier == "bob")
+            #expect(try await store.removeExpired(now: now, idleTimeout: .seconds(600)) == 2, "bob and the garbage")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).isEmpty)
+        }
+    }
+
     @Test func theConfigurationRefusesWhatCannotBeSafe() throws {
         let plainHTTP = try #require(URL(string: "http://app.example.com"))
         #expect(throws: WebSessionError(.invalidConfiguration, "")) {
