@@ -27,12 +27,7 @@ public final class PostgresOpenIDConnectStateStore: OpenIDConnectStateStore {
     ///
     /// - Throws: ``OpenIDConnectError/Code/invalidConfiguration`` for another namespace.
     public init(client: PostgresClient, namespace: String) throws(OpenIDConnectError) {
-        let allowed = namespace.utf8.allSatisfy { byte in
-            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
-                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
-                || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-")
-        }
-        guard allowed, (1...40).contains(namespace.utf8.count) else {
+        guard StoreNamespace.isValid(namespace) else {
             throw OpenIDConnectError(
                 .invalidConfiguration, "the namespace must be 1 to 40 characters among a-z, 0-9, _ and -",
                 failureClass: .misconfiguration)

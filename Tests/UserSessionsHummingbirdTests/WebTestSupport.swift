@@ -126,20 +126,7 @@ struct Provider {
     /// The redirect URI the fixture's `web-app` client is registered with.
     static let redirectURI = URL(string: "http://127.0.0.1/callback") ?? URL(fileURLWithPath: "/")
 
-    static let isAvailable: Bool = {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", "import authlib, flask, joserfc"]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        do {
-            try process.run()
-            process.waitUntilExit()
-            return process.terminationStatus == 0
-        } catch {
-            return false
-        }
-    }()
+    static let isAvailable = FixtureServer.pythonCanImport("authlib, flask, joserfc")
 
     let server: FixtureServer
     var issuer: URL { server.baseURL }
