@@ -88,11 +88,10 @@ public final class FileWebSessionStore: WebSessionStore {
             for file in files {
                 // A file that cannot be read as a record (too large, not JSON) never stops the others.
                 let data: Data?
-                do {
+                do throws(WebSessionError) {
                     data = try Self.read(file)
-                } catch let error where error.code == .storeFailure {
-                    throw error
                 } catch {
+                    if error.code == .storeFailure { throw error }
                     data = Data()
                 }
                 guard let data else { continue }
