@@ -134,6 +134,7 @@ let package = Package(
                 "UserSessions",
                 .product(name: "JWTKit", package: "jwt-kit", condition: .when(traits: ["OpenIDConnect"])),
                 .product(name: "Crypto", package: "swift-crypto", condition: .when(traits: ["OpenIDConnect"])),
+                .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
             ]
@@ -151,6 +152,7 @@ let package = Package(
                     name: "HummingbirdAuth", package: "hummingbird-auth", condition: .when(traits: ["Hummingbird"])),
                 .product(name: "HTTPTypes", package: "swift-http-types", condition: .when(traits: ["Hummingbird"])),
                 .product(name: "Crypto", package: "swift-crypto", condition: .when(traits: ["Hummingbird"])),
+                .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Hummingbird"])),
             ]

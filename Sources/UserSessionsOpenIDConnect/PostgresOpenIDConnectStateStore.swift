@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import PostgresNIO
 import UserSessions
+import UserSessionsPostgres
 
 /// An ``OpenIDConnectStateStore`` in PostgreSQL, shared by every instance of a fleet (with the PostgreSQL trait).
 ///
@@ -41,21 +42,8 @@ public final class PostgresOpenIDConnectStateStore: OpenIDConnectStateStore {
         if prepared.withLock({ $0 }) { return }
         let logger = logger
         try await run("preparing the tables") { client in
-            try await client.withConnection { connection in
-                try await connection.query("BEGIN", logger: logger)
-                do {
-                    let locked = try await connection.query(
-                        "SELECT pg_advisory_xact_lock(\(Int32(0x5553_4F49)), \(Int32(1)))", logger: logger)
-                    for try await _ in locked {}
-                    for statement in Self.schema {
-                        try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
-                    }
-                    try await connection.query("COMMIT", logger: logger)
-                } catch {
-                    if !connection.isClosed { _ = try? await connection.query("ROLLBACK", logger: logger) }
-                    throw error
-                }
-            }
+            try await PostgresSchemaSetup.create(
+                Self.schema, lockClass: 0x5553_4F49, lockObject: 1, client: client, logger: logger)
         }
         prepared.withLock { $0 = true }
     }
