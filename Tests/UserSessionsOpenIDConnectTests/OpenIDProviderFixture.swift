@@ -19,20 +19,7 @@ final class OpenIDProviderFixture: Sendable {
     static let postLogoutRedirectURI = URL(string: "http://127.0.0.1/signed-out") ?? URL(fileURLWithPath: "/")
 
     /// Whether python3 can import what the provider needs (Authlib, Flask, joserfc).
-    static let isAvailable: Bool = {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", "import authlib, flask, joserfc"]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        do {
-            try process.run()
-            process.waitUntilExit()
-            return process.terminationStatus == 0
-        } catch {
-            return false
-        }
-    }()
+    static let isAvailable = FixtureServer.pythonCanImport("authlib, flask, joserfc")
 
     /// Whether the provider must run here: in CI (`CI=true`) or with `USER_SESSIONS_REQUIRE_OIDC=1`.
     static var isRequired: Bool {
