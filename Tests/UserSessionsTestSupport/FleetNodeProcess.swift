@@ -122,7 +122,7 @@ package final class LiveNode: @unchecked Sendable {
         await withVisibleCheckedContinuation { continuation in
             DispatchQueue.global().async {
                 self.process.waitUntilExit()
-                continuation.resume(
+                continuation.resumeVisibly(
                     returning: (self.process.terminationStatus, self.process.terminationReason == .uncaughtSignal))
             }
         }

@@ -247,7 +247,7 @@ enum CrashWriterProcess {
     ) async throws -> Outcome {
         try await withVisibleCheckedThrowingContinuation { continuation in
             DispatchQueue.global().async {
-                continuation.resume(
+                continuation.resumeVisibly(
                     with: Result {
                         try runAndKillNow(
                             executable: executable.path(percentEncoded: false),

@@ -156,7 +156,7 @@ extension URLSessionHTTPTransport {
                         headers.add(name: name, value: value)
                     }
                 }
-                entry.continuation.resume(
+                entry.continuation.resumeVisibly(
                     returning: HTTPTransportResponse(
                         statusCode: response.statusCode, headers: headers, body: entry.body))
             } else {
