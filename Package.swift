@@ -37,6 +37,12 @@ let traits: Set<Trait> = [
         name: "OpenIDConnect",
         description: "UserSessionsOpenIDConnect: sign-in and sign-out with OpenID Connect (jwt-kit verifies tokens)."
     ),
+    .trait(
+        name: "Hummingbird",
+        description:
+            "UserSessionsHummingbird: web sessions for Hummingbird 2 (cookie, sign-in routes, middleware, proxy, CSRF).",
+        enabledTraits: ["OpenIDConnect"]
+    ),
 ]
 
 // CI and documentation builds may switch every trait on with ENABLE_ALL_TRAITS=1 (same as `--enable-all-traits`).
@@ -55,6 +61,7 @@ let package = Package(
         .library(name: "UserSessionsPostgres", targets: ["UserSessionsPostgres"]),
         .library(name: "UserSessionsSealing", targets: ["UserSessionsSealing"]),
         .library(name: "UserSessionsOpenIDConnect", targets: ["UserSessionsOpenIDConnect"]),
+        .library(name: "UserSessionsHummingbird", targets: ["UserSessionsHummingbird"]),
     ],
     traits: traits.union([.default(enabledTraits: defaultTraits)]),
     dependencies: [
@@ -66,6 +73,9 @@ let package = Package(
         .package(url: "https://github.com/vapor/jwt-kit", from: "5.7.1"),
         // 4.x and 5.x: the range vapor/jwt-kit 5.8 accepts as well, so both traits resolve one swift-crypto.
         .package(url: "https://github.com/apple/swift-crypto", "4.0.0"..<"6.0.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird-auth", from: "2.5.0"),
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.4.0"),
     ],
     targets: [
         .target(name: "UserSessions"),
@@ -124,8 +134,27 @@ let package = Package(
                 "UserSessions",
                 .product(name: "JWTKit", package: "jwt-kit", condition: .when(traits: ["OpenIDConnect"])),
                 .product(name: "Crypto", package: "swift-crypto", condition: .when(traits: ["OpenIDConnect"])),
+                .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
+            ]
+        ),
+        // Web sessions for Hummingbird 2: the browser's cookie, the sign-in routes, the middleware, the token-forwarding
+        // proxy and CSRF checks, on UserSessionsOpenIDConnect. Its browser-record store on PostgreSQL builds only when
+        // the PostgreSQL trait is on too (`#if Hummingbird && PostgreSQL` in the target).
+        .target(
+            name: "UserSessionsHummingbird",
+            dependencies: [
+                "UserSessions",
+                "UserSessionsOpenIDConnect",
+                .product(name: "Hummingbird", package: "hummingbird", condition: .when(traits: ["Hummingbird"])),
+                .product(
+                    name: "HummingbirdAuth", package: "hummingbird-auth", condition: .when(traits: ["Hummingbird"])),
+                .product(name: "HTTPTypes", package: "swift-http-types", condition: .when(traits: ["Hummingbird"])),
+                .product(name: "Crypto", package: "swift-crypto", condition: .when(traits: ["Hummingbird"])),
+                .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Hummingbird"])),
             ]
         ),
         .executableTarget(
@@ -246,6 +275,26 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
             ],
             exclude: ["Fixtures"]
+        ),
+        // Web sessions against a real Hummingbird server on 127.0.0.1 and the provider fixture of
+        // UserSessionsOpenIDConnectTests; every file is behind `#if Hummingbird`, so with default traits this target
+        // builds nothing new. Its PostgreSQL tests are behind `#if Hummingbird && PostgreSQL`.
+        .testTarget(
+            name: "UserSessionsHummingbirdTests",
+            dependencies: [
+                "UserSessions",
+                "UserSessionsOpenIDConnect",
+                "UserSessionsHummingbird",
+                "UserSessionsTestSupport",
+                .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
+                .product(name: "Hummingbird", package: "hummingbird", condition: .when(traits: ["Hummingbird"])),
+                .product(
+                    name: "ServiceLifecycle", package: "swift-service-lifecycle",
+                    condition: .when(traits: ["Hummingbird"])),
+                .product(name: "HTTPTypes", package: "swift-http-types", condition: .when(traits: ["Hummingbird"])),
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Hummingbird"])),
+            ]
         ),
     ],
     swiftLanguageModes: [.v6]

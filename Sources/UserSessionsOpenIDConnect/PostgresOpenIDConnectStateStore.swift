@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import PostgresNIO
 import UserSessions
+import UserSessionsPostgres
 
 /// An ``OpenIDConnectStateStore`` in PostgreSQL, shared by every instance of a fleet (with the PostgreSQL trait).
 ///
@@ -27,12 +28,7 @@ public final class PostgresOpenIDConnectStateStore: OpenIDConnectStateStore {
     ///
     /// - Throws: ``OpenIDConnectError/Code/invalidConfiguration`` for another namespace.
     public init(client: PostgresClient, namespace: String) throws(OpenIDConnectError) {
-        let allowed = namespace.utf8.allSatisfy { byte in
-            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
-                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
-                || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-")
-        }
-        guard allowed, (1...40).contains(namespace.utf8.count) else {
+        guard StoreNamespace.isValid(namespace) else {
             throw OpenIDConnectError(
                 .invalidConfiguration, "the namespace must be 1 to 40 characters among a-z, 0-9, _ and -",
                 failureClass: .misconfiguration)
@@ -46,21 +42,8 @@ public final class PostgresOpenIDConnectStateStore: OpenIDConnectStateStore {
         if prepared.withLock({ $0 }) { return }
         let logger = logger
         try await run("preparing the tables") { client in
-            try await client.withConnection { connection in
-                try await connection.query("BEGIN", logger: logger)
-                do {
-                    let locked = try await connection.query(
-                        "SELECT pg_advisory_xact_lock(\(Int32(0x5553_4F49)), \(Int32(1)))", logger: logger)
-                    for try await _ in locked {}
-                    for statement in Self.schema {
-                        try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
-                    }
-                    try await connection.query("COMMIT", logger: logger)
-                } catch {
-                    if !connection.isClosed { _ = try? await connection.query("ROLLBACK", logger: logger) }
-                    throw error
-                }
-            }
+            try await PostgresSchemaSetup.create(
+                Self.schema, lockClass: 0x5553_4F49, lockObject: 1, client: client, logger: logger)
         }
         prepared.withLock { $0 = true }
     }

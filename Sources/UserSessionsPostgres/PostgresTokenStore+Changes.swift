@@ -133,7 +133,7 @@ final class ChangeHub: Sendable {
         }
         listener?.cancel()
         for waiter in waiters {
-            waiter.resume(throwing: UserSessionError(.wrongState, "the last subscriber of changes() has ended"))
+            waiter.resumeVisibly(throwing: UserSessionError(.wrongState, "the last subscriber of changes() has ended"))
         }
     }
 
@@ -143,7 +143,7 @@ final class ChangeHub: Sendable {
             return state.nextID
         }
         try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            try await withVisibleCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 let outcome = state.withLock { state -> Result<Void, any Error>? in
                     if Task.isCancelled { return .failure(CancellationError()) }
                     if state.isListening { return .success(()) }
@@ -153,11 +153,11 @@ final class ChangeHub: Sendable {
                     state.waiters[id] = continuation
                     return nil
                 }
-                if let outcome { continuation.resume(with: outcome) }
+                if let outcome { continuation.resumeVisibly(with: outcome) }
             }
         } onCancel: {
             let waiter = state.withLock { $0.waiters.removeValue(forKey: id) }
-            waiter?.resume(throwing: CancellationError())
+            waiter?.resumeVisibly(throwing: CancellationError())
         }
     }
 
@@ -180,7 +180,7 @@ final class ChangeHub: Sendable {
             defer { state.waiters = [:] }
             return Array(state.waiters.values)
         }
-        for waiter in waiters { waiter.resume() }
+        for waiter in waiters { waiter.resumeVisibly() }
     }
 
     /// Hands `change` to every subscriber; one that is full owes a `.resynchronize` instead.

@@ -69,12 +69,7 @@ public final class PostgresTokenStore: CoordinatedTokenStore {
         leaseDeadline: Duration = .seconds(30),
         operationTimeout: Duration = .seconds(10)
     ) throws {
-        let allowed = namespace.utf8.allSatisfy { byte in
-            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
-                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
-                || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-")
-        }
-        guard allowed, (1...Self.maximumNamespaceLength).contains(namespace.utf8.count) else {
+        guard StoreNamespace.isValid(namespace, maximumLength: Self.maximumNamespaceLength) else {
             throw UserSessionError(
                 .invalidConfiguration,
                 "a PostgresTokenStore namespace must be 1 to \(Self.maximumNamespaceLength) characters among a-z, 0-9, _ and -"

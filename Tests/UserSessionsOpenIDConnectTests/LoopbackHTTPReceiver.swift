@@ -135,12 +135,12 @@ final class LoopbackHTTPReceiver: Sendable {
         }
         guard !alreadyStopping else { return }
         shutdown(listener, Int32(SHUT_RDWR))  // wakes the blocked accept
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        await withVisibleCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let finished = state.withLock { state -> Bool in
                 if !state.finished { state.waiter = continuation }
                 return state.finished
             }
-            if finished { continuation.resume() }
+            if finished { continuation.resumeVisibly() }
         }
         close(listener)
     }
@@ -160,7 +160,7 @@ final class LoopbackHTTPReceiver: Sendable {
             defer { state.waiter = nil }
             return state.waiter
         }
-        waiter?.resume()
+        waiter?.resumeVisibly()
     }
 
     /// Reads one request from `connection`, runs the handler (waiting for it on this thread, never on the pool) and

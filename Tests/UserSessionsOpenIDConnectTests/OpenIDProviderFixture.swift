@@ -19,20 +19,7 @@ final class OpenIDProviderFixture: Sendable {
     static let postLogoutRedirectURI = URL(string: "http://127.0.0.1/signed-out") ?? URL(fileURLWithPath: "/")
 
     /// Whether python3 can import what the provider needs (Authlib, Flask, joserfc).
-    static let isAvailable: Bool = {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", "import authlib, flask, joserfc"]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        do {
-            try process.run()
-            process.waitUntilExit()
-            return process.terminationStatus == 0
-        } catch {
-            return false
-        }
-    }()
+    static let isAvailable = FixtureServer.pythonCanImport("authlib, flask, joserfc")
 
     /// Whether the provider must run here: in CI (`CI=true`) or with `USER_SESSIONS_REQUIRE_OIDC=1`.
     static var isRequired: Bool {
@@ -164,7 +151,7 @@ final class Slots: Sendable {
     init(_ count: Int) { state = Locked(State(free: count)) }
 
     func acquire() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        await withVisibleCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let granted = state.withLock { state -> Bool in
                 guard state.free > 0 else {
                     state.waiters.append(continuation)
@@ -173,7 +160,7 @@ final class Slots: Sendable {
                 state.free -= 1
                 return true
             }
-            if granted { continuation.resume() }
+            if granted { continuation.resumeVisibly() }
         }
     }
 
@@ -185,7 +172,7 @@ final class Slots: Sendable {
             }
             return state.waiters.removeFirst()
         }
-        next?.resume()
+        next?.resumeVisibly()
     }
 }
 

@@ -125,13 +125,13 @@ final class TestGate: Sendable {
     private let state = Locked<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
 
     func wait() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        await withVisibleCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let now = state.withLock { state -> Bool in
                 if state.open { return true }
                 state.waiters.append(continuation)
                 return false
             }
-            if now { continuation.resume() }
+            if now { continuation.resumeVisibly() }
         }
     }
 
@@ -141,7 +141,7 @@ final class TestGate: Sendable {
             defer { state.waiters = [] }
             return state.waiters
         }
-        for waiter in waiters { waiter.resume() }
+        for waiter in waiters { waiter.resumeVisibly() }
     }
 }
 #endif

@@ -49,6 +49,23 @@ package final class FixtureServer: Sendable {
         baseURL.appending(path: path)
     }
 
+    /// Whether python3 can import `modules` (a comma-separated list, such as `"authlib, flask"`), which a fixture
+    /// script needs.
+    package static func pythonCanImport(_ modules: String) -> Bool {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "-c", "import " + modules]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        do {
+            try process.run()
+            process.waitUntilExit()
+            return process.terminationStatus == 0
+        } catch {
+            return false
+        }
+    }
+
     /// `Tests/UserSessionsTests/Fixtures`, found from this file's path at build time.
     package static let fixturesDirectory = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         .deletingLastPathComponent().appending(path: "UserSessionsTests").appending(path: "Fixtures")
@@ -110,10 +127,10 @@ package final class FixtureServer: Sendable {
     package func stop() async {
         try? input.fileHandleForWriting.close()
         process.terminate()
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        await withVisibleCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             DispatchQueue.global().async {
                 self.process.waitUntilExit()
-                continuation.resume()
+                continuation.resumeVisibly()
             }
         }
     }
@@ -128,9 +145,9 @@ package final class FixtureServer: Sendable {
                 defer { slot = nil }
                 return slot
             }
-            continuation?.resume(returning: line)
+            continuation?.resumeVisibly(returning: line)
         }
-        return await withCheckedContinuation { (continuation: CheckedContinuation<String?, Never>) in
+        return await withVisibleCheckedContinuation { (continuation: CheckedContinuation<String?, Never>) in
             pending.withLock { $0 = continuation }
             let reader = Thread {
                 var line: [UInt8] = []

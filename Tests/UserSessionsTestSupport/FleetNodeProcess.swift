@@ -1,4 +1,5 @@
 import Foundation
+import UserSessions
 
 /// Finds an executable of this package built by SwiftPM next to the test bundle (whatever the scratch path), else in
 /// `.build/debug`: the helpers the multi-process tests start (`FleetNode`, `FileStoreCrashWriter`).
@@ -41,13 +42,13 @@ package struct NodeProcess: Sendable {
         let output = Pipe()
         process.standardOutput = output
         process.standardInput = FileHandle.nullDevice
-        let status: Int32 = try await withCheckedThrowingContinuation { continuation in
-            process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
+        let status: Int32 = try await withVisibleCheckedThrowingContinuation { continuation in
+            process.terminationHandler = { continuation.resumeVisibly(returning: $0.terminationStatus) }
             do {
                 try process.run()
             } catch {
                 process.terminationHandler = nil
-                continuation.resume(throwing: error)
+                continuation.resumeVisibly(throwing: error)
             }
         }
         let data = output.fileHandleForReading.readDataToEndOfFile()
@@ -83,8 +84,8 @@ package final class LiveNode: @unchecked Sendable {
 
     /// The next line the node prints, or `nil` once it closed its output.
     package func nextLine() async -> String? {
-        await withCheckedContinuation { continuation in
-            DispatchQueue.global().async { continuation.resume(returning: self.readLineNow()) }
+        await withVisibleCheckedContinuation { continuation in
+            DispatchQueue.global().async { continuation.resumeVisibly(returning: self.readLineNow()) }
         }
     }
 
@@ -118,10 +119,10 @@ package final class LiveNode: @unchecked Sendable {
 
     /// Waits for the process to end; returns its termination status and whether a signal ended it.
     package func exit() async -> (status: Int32, signalled: Bool) {
-        await withCheckedContinuation { continuation in
+        await withVisibleCheckedContinuation { continuation in
             DispatchQueue.global().async {
                 self.process.waitUntilExit()
-                continuation.resume(
+                continuation.resumeVisibly(
                     returning: (self.process.terminationStatus, self.process.terminationReason == .uncaughtSignal))
             }
         }

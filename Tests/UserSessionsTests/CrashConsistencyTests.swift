@@ -245,9 +245,9 @@ enum CrashWriterProcess {
         waitForFirstLine: Bool,
         delayMicroseconds: UInt32
     ) async throws -> Outcome {
-        try await withCheckedThrowingContinuation { continuation in
+        try await withVisibleCheckedThrowingContinuation { continuation in
             DispatchQueue.global().async {
-                continuation.resume(
+                continuation.resumeVisibly(
                     with: Result {
                         try runAndKillNow(
                             executable: executable.path(percentEncoded: false),

@@ -85,7 +85,7 @@ struct RefreshMachineInputsTests {
         var startedRefresh = true
         let result: Bool
         do {
-            _ = try await withUnsafeThrowingContinuation {
+            _ = try await withVisibleUnsafeThrowingContinuation {
                 (continuation: UnsafeContinuation<Credentials, any Error>) in
                 let (_, actions) = machine.requested(
                     .demand, now: Self.start, waiterID: 1, continuation: .credentials(continuation), cancelled: true)
@@ -93,7 +93,7 @@ struct RefreshMachineInputsTests {
                 if let (caller, result) = actions.caller, case .failure(let error) = result {
                     caller.resume(throwing: error)
                 } else {
-                    continuation.resume(throwing: UserSessionError(.wrongState, "no caller action"))
+                    continuation.resumeVisibly(throwing: UserSessionError(.wrongState, "no caller action"))
                 }
             }
             result = false

@@ -361,7 +361,7 @@ private final class ParkedCallers: Sendable {
     /// Starts a caller that waits for its continuation to be resumed and returns what it was resumed with.
     func park(_ id: UInt64) -> Task<String, any Error> {
         Task {
-            try await withUnsafeThrowingContinuation { continuation in
+            try await withVisibleUnsafeThrowingContinuation { continuation in
                 continuations.withLock { $0[id] = continuation }
                 arrivals.arrive()
             }

@@ -180,13 +180,13 @@ final class EventSubscription: Sendable {
             state.events.append(event, capacity: capacity)
             return nil
         }
-        waiter?.resume(returning: event)
+        waiter?.resumeVisibly(returning: event)
     }
 
     /// The next element, or `nil` once finished and drained.
     func next() async -> UserSessionEvent? {
         if let ready = state.withLock({ $0.take() }) { return ready }
-        return await withUnsafeContinuation { continuation in
+        return await withVisibleUnsafeContinuation { continuation in
             let ready = state.withLock { state -> UserSessionEvent?? in
                 if let ready = state.take() { return ready }
                 // Another task is already waiting on this stream: end this iteration rather than lose a waiter.
@@ -194,18 +194,18 @@ final class EventSubscription: Sendable {
                 state.waiter = continuation
                 return nil
             }
-            if let ready { continuation.resume(returning: ready) }
+            if let ready { continuation.resumeVisibly(returning: ready) }
         }
     }
 
     /// Ends the subscription after what it buffered.
     func finish() {
-        close(discarding: false)?.resume(returning: nil)
+        close(discarding: false)?.resumeVisibly(returning: nil)
     }
 
     /// Ends the subscription now, dropping what it buffered.
     func cancel() {
-        close(discarding: true)?.resume(returning: nil)
+        close(discarding: true)?.resumeVisibly(returning: nil)
     }
 
     private func close(discarding: Bool) -> UnsafeContinuation<UserSessionEvent?, Never>? {

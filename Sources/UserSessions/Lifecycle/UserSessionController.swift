@@ -275,8 +275,8 @@ public actor UserSessionController {
         case .proceed(let ticket):
             return ticket
         case .wait(let ticket):
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                lifecycle.park(continuation, ticket: ticket)?.resume()
+            await withVisibleCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                lifecycle.park(continuation, ticket: ticket)?.resumeVisibly()
             }
             return ticket
         case .rejectShutDown, .dropped:
@@ -285,7 +285,7 @@ public actor UserSessionController {
     }
 
     func leaveTurn(_ ticket: LifecycleStateMachine<CheckedContinuation<Void, Never>>.Ticket) {
-        lifecycle.leave(ticket)?.resume()
+        lifecycle.leave(ticket)?.resumeVisibly()
     }
 
     /// Ends the opened session, if any: credentials first, then services in reverse order, then the event.

@@ -47,7 +47,7 @@ extension RefreshStateMachine {
 extension CredentialsGate {
     /// Performs `actions` (never under the state lock).
     func run(_ actions: RefreshStateMachine.Actions) {
-        if case .resume(let continuation) = actions.slot { continuation.resume() }
+        if case .resume(let continuation) = actions.slot { continuation.resumeVisibly() }
         if let (generation, detail) = actions.loopTripped {
             emitWhileActive(.refreshLoopTripped, generation: generation, detail: detail)
         }

@@ -19,7 +19,7 @@ extension CredentialsGate {
     private func acquirePersistSlot() async -> UInt64 {
         let (ticket, granted) = modifyStateAndRunActions { $0.slotRequested() }
         if granted { return ticket }
-        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+        await withVisibleUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
             // Stored in the queue exactly once or resumed here; the releaser removes it before resuming it.
             modifyStateAndRunActions { .init(slot: $0.slot.enqueue(ticket: ticket, continuation: continuation)) }
         }

@@ -298,7 +298,7 @@ final class CredentialsGate: Sendable {
         let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
         return try await withTaskCancellationHandler {
             // Unsafe continuations are correct by construction here; see `credentials(for:)`.
-            try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<String, any Error>) in
+            try await withVisibleUnsafeThrowingContinuation { (continuation: UnsafeContinuation<String, any Error>) in
                 enqueueForToken(waiterID: waiterID, continuation: continuation)
             }
         } onCancel: {
@@ -345,7 +345,7 @@ final class CredentialsGate: Sendable {
             // `enqueue` (and never stored), or stored in exactly one waiter slot. Every path that resumes a stored
             // one — cancellation, completion, deactivation, supersession — first takes it out of its slot under
             // the lock, so exactly one of them gets it, exactly once.
-            let credentials = try await withUnsafeThrowingContinuation {
+            let credentials = try await withVisibleUnsafeThrowingContinuation {
                 (continuation: UnsafeContinuation<Credentials, any Error>) in
                 generation = enqueue(
                     request, now: clock.nowSeconds(), waiterID: waiterID, continuation: .credentials(continuation))

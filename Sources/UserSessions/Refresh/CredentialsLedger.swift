@@ -268,7 +268,7 @@ final class CredentialsLedger: Sendable {
         case .answered(let result):
             return result
         case .join(let flightID):
-            return await withUnsafeContinuation { continuation in
+            return await withVisibleUnsafeContinuation { continuation in
                 let joined = modify(key) { entry -> Bool in
                     guard let index = entry.flights.firstIndex(where: { $0.id == flightID }) else { return false }
                     entry.flights[index].waiters.append(continuation)
@@ -276,7 +276,10 @@ final class CredentialsLedger: Sendable {
                 }
                 // The flight ended between the two critical sections: ask again.
                 if !joined {
-                    Task { continuation.resume(returning: await self.refreshAgain(identifier, userInfo, credentials)) }
+                    Task {
+                        let outcome = await self.refreshAgain(identifier, userInfo, credentials)
+                        continuation.resumeVisibly(returning: outcome)
+                    }
                 }
             }
         case .run(let flight):
@@ -284,7 +287,7 @@ final class CredentialsLedger: Sendable {
             let (waiters, recordRefusal) = modify(key) { entry in
                 flightReturned(&entry, flight: flight, userInfo: userInfo, result: result)
             }
-            for waiter in waiters { waiter.resume(returning: result) }
+            for waiter in waiters { waiter.resumeVisibly(returning: result) }
             if recordRefusal { await recordRefusalInStore(identifier: identifier, refused: sent) }
             return result
         }

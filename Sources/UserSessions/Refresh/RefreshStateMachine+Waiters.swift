@@ -15,8 +15,8 @@ extension RefreshStateMachine {
 
         func resume(throwing error: any Error) {
             switch self {
-            case .token(let continuation): continuation.resume(throwing: error)
-            case .credentials(let continuation): continuation.resume(throwing: error)
+            case .token(let continuation): continuation.resumeVisibly(throwing: error)
+            case .credentials(let continuation): continuation.resumeVisibly(throwing: error)
             }
         }
 
@@ -24,8 +24,8 @@ extension RefreshStateMachine {
         /// caller for all waiters).
         func resume(returning credentials: Credentials, token: String) {
             switch self {
-            case .token(let continuation): continuation.resume(returning: token)
-            case .credentials(let continuation): continuation.resume(returning: credentials)
+            case .token(let continuation): continuation.resumeVisibly(returning: token)
+            case .credentials(let continuation): continuation.resumeVisibly(returning: credentials)
             }
         }
     }

@@ -28,7 +28,7 @@ extension UserSessionRegistry {
 
         let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
         return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation {
+            try await withVisibleCheckedThrowingContinuation {
                 (continuation: CheckedContinuation<UserSessionController, any Error>) in
                 // Decided under the lock; the continuation is resumed after it is released.
                 enum Step {
@@ -49,7 +49,7 @@ extension UserSessionRegistry {
                     return .lead(flight: flight, ticket: ticket, runsNow: runsNow)
                 }
                 switch step {
-                case .answer(let result): continuation.resume(with: result)
+                case .answer(let result): continuation.resumeVisibly(with: result)
                 case .wait: break
                 case .lead(let flight, let ticket, let runsNow):
                     // Unstructured, so that no caller's cancellation reaches the restore the others wait for.
@@ -59,7 +59,7 @@ extension UserSessionRegistry {
                 }
             }
         } onCancel: {
-            state.withLock { $0.removeFlightWaiter(waiterID) }?.resume(throwing: CancellationError())
+            state.withLock { $0.removeFlightWaiter(waiterID) }?.resumeVisibly(throwing: CancellationError())
         }
     }
 
@@ -211,6 +211,6 @@ extension UserSessionRegistry {
         leave(ticket)
         if case .success = result { await enforceMaximumOpenSessions(sparing: key) }
         let waiters = state.withLock { $0.flights.removeValue(forKey: flight)?.waiters } ?? [:]
-        for waiter in waiters.values { waiter.resume(with: result) }
+        for waiter in waiters.values { waiter.resumeVisibly(with: result) }
     }
 }

@@ -20,14 +20,14 @@ extension UserSessionRegistry {
 
     /// Suspends until `ticket` is at the head of its lane.
     func waitForTurn(_ ticket: Ticket) async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            state.withLock { $0.lanes.park(continuation, ticket: ticket) }?.resume()
+        await withVisibleCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            state.withLock { $0.lanes.park(continuation, ticket: ticket) }?.resumeVisibly()
         }
     }
 
     /// Ends the turn of `ticket` and resumes the next operation in its lane.
     func leave(_ ticket: Ticket) {
-        state.withLock { $0.lanes.leave(ticket) }?.resume()
+        state.withLock { $0.lanes.leave(ticket) }?.resumeVisibly()
     }
 
     /// How many operations for `identifier` are running or waiting (for tests).

@@ -305,10 +305,10 @@ public final class FileTokenStore: TokenStore {
     /// Runs blocking file work on the store's queue, off the cooperative thread pool.
     @discardableResult
     func run<Value: Sendable>(_ work: @escaping @Sendable () throws -> Value) async throws -> Value {
-        try await withCheckedThrowingContinuation { continuation in
+        try await withVisibleCheckedThrowingContinuation { continuation in
             queue.async {
                 self.sweepOnce()
-                continuation.resume(with: Result { try work() })
+                continuation.resumeVisibly(with: Result { try work() })
             }
         }
     }

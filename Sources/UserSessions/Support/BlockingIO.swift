@@ -11,8 +11,8 @@ package enum BlockingIO {
     package static func run<Value: Sendable>(
         on queue: DispatchQueue = sharedQueue, _ work: @escaping @Sendable () throws -> Value
     ) async throws -> Value {
-        try await withCheckedThrowingContinuation { continuation in
-            queue.async { continuation.resume(with: Result { try work() }) }
+        try await withVisibleCheckedThrowingContinuation { continuation in
+            queue.async { continuation.resumeVisibly(with: Result { try work() }) }
         }
     }
 }

@@ -44,7 +44,7 @@ package enum Deadline {
         for task: Task<Success, Failure>, timeout: Duration, clock: DeadlineClock = .realTime
     ) async -> Bool {
         let race = DeadlineRace<Bool>()
-        return await withCheckedContinuation { continuation in
+        return await withVisibleCheckedContinuation { continuation in
             race.start(continuation)
             Task {
                 _ = await task.result
@@ -93,7 +93,7 @@ package enum Deadline {
     ) async throws -> Value {
         let race = DeadlineRace<Result<Value, any Error>>()
         let result = await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
+            await withVisibleCheckedContinuation { continuation in
                 race.start(continuation)
                 let work = Task {
                     do {
@@ -128,7 +128,7 @@ private final class DeadlineRace<Outcome: Sendable>: Sendable {
             state.continuation = continuation
             return nil
         }
-        if let early { continuation.resume(returning: early) }
+        if let early { continuation.resumeVisibly(returning: early) }
     }
 
     /// Keeps `tasks` so that the first outcome cancels them (a timer would otherwise sleep on).
@@ -153,6 +153,6 @@ private final class DeadlineRace<Outcome: Sendable>: Sendable {
             return (state.continuation, state.tasks)
         }
         for task in tasks { task.cancel() }
-        continuation?.resume(returning: outcome)
+        continuation?.resumeVisibly(returning: outcome)
     }
 }

@@ -34,7 +34,7 @@ package enum SecureEndpoint {
     /// Whether `host` is `localhost`, an IPv4 address in `127.0.0.0/8`, `::1`, or `::ffff:127.x.y.z`.
     ///
     /// Addresses are parsed strictly with `inet_pton`, so names such as `127.0.0.1.example.com` are not loopback.
-    static func isLoopback(host: String) -> Bool {
+    package static func isLoopback(host: String) -> Bool {
         var host = host.lowercased()
         if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
         if host == "localhost" || host == "localhost." { return true }

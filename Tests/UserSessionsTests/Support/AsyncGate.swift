@@ -12,13 +12,13 @@ final class AsyncGate: Sendable {
 
     /// Suspends until the gate opens.
     func wait() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        await withVisibleCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let resumeNow = state.withLock { state -> Bool in
                 if state.isOpen { return true }
                 state.waiters.append(continuation)
                 return false
             }
-            if resumeNow { continuation.resume() }
+            if resumeNow { continuation.resumeVisibly() }
         }
     }
 
@@ -29,7 +29,7 @@ final class AsyncGate: Sendable {
             defer { state.waiters.removeAll() }
             return state.waiters
         }
-        for waiter in waiters { waiter.resume() }
+        for waiter in waiters { waiter.resumeVisibly() }
     }
 
     /// How many tasks are waiting.
@@ -55,7 +55,7 @@ final class ArrivalCounter: Sendable {
             state.waiters.removeAll { $0.target <= count }
             return ready
         }
-        for continuation in ready { continuation.resume() }
+        for continuation in ready { continuation.resumeVisibly() }
     }
 
     /// The number of arrivals so far.
@@ -63,13 +63,13 @@ final class ArrivalCounter: Sendable {
 
     /// Suspends until at least `target` arrivals happened.
     func wait(for target: Int) async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        await withVisibleCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let resumeNow = state.withLock { state -> Bool in
                 if state.count >= target { return true }
                 state.waiters.append((target, continuation))
                 return false
             }
-            if resumeNow { continuation.resume() }
+            if resumeNow { continuation.resumeVisibly() }
         }
     }
 }

@@ -57,14 +57,14 @@ final class EventProbe: Sendable {
     }
 
     private func wait(_ condition: @escaping @Sendable ([UserSessionEvent], Bool) -> Bool) async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        await withVisibleCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             // Conditions are pure functions of the collected events, so evaluating them under the lock is safe.
             let ready = state.withLock { state -> Bool in
                 if condition(state.events, state.finished) { return true }
                 state.waiters.append((condition, continuation))
                 return false
             }
-            if ready { continuation.resume() }
+            if ready { continuation.resumeVisibly() }
         }
     }
 
@@ -87,7 +87,7 @@ final class EventProbe: Sendable {
             }
             return ready
         }
-        for continuation in ready { continuation.resume() }
+        for continuation in ready { continuation.resumeVisibly() }
     }
 }
 

@@ -38,7 +38,7 @@ final class ManualTime: Sendable {
             state.sleepers.removeAll { $0.deadline <= now }
             return due
         }
-        for sleeper in due { sleeper.continuation.resume() }
+        for sleeper in due { sleeper.continuation.resumeVisibly() }
     }
 
     /// Suspends until the clock reaches `deadline`; throws `CancellationError` when the task is cancelled.
@@ -48,7 +48,7 @@ final class ManualTime: Sendable {
             return state.nextID
         }
         try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            try await withVisibleCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 let outcome = state.withLock { state -> Result<Void, any Error>? in
                     if Task.isCancelled { return .failure(CancellationError()) }
                     if deadline <= state.now { return .success(()) }
@@ -56,7 +56,7 @@ final class ManualTime: Sendable {
                     return nil
                 }
                 if let outcome {
-                    continuation.resume(with: outcome)
+                    continuation.resumeVisibly(with: outcome)
                 } else {
                     sleeps.arrive()
                 }
@@ -66,7 +66,7 @@ final class ManualTime: Sendable {
                 guard let index = state.sleepers.firstIndex(where: { $0.id == id }) else { return nil }
                 return state.sleepers.remove(at: index)
             }
-            sleeper?.continuation.resume(throwing: CancellationError())
+            sleeper?.continuation.resumeVisibly(throwing: CancellationError())
         }
     }
 

@@ -122,7 +122,7 @@ final class ScriptedCoordinatedStore: CoordinatedTokenStore {
     func withRefreshLease<Result: Sendable>(
         identifier: String, _ body: @Sendable () async throws -> Result
     ) async throws -> Result {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        await withVisibleCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let granted = state.withLock { state -> Bool in
                 if state.leaseHolders[identifier] == nil {
                     state.leaseHolders[identifier] = false
@@ -133,7 +133,7 @@ final class ScriptedCoordinatedStore: CoordinatedTokenStore {
                 return false
             }
             if granted {
-                continuation.resume()
+                continuation.resumeVisibly()
             } else {
                 leaseWaits.arrive()
             }
@@ -154,7 +154,7 @@ final class ScriptedCoordinatedStore: CoordinatedTokenStore {
             state.leaseAcquisitions += 1
             return next
         }
-        next?.resume()
+        next?.resumeVisibly()
         leaseReleases.arrive()
     }
 

@@ -33,18 +33,18 @@ final class CancellableHold: Sendable {
     func wait() async throws {
         let id = UUID()
         try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            try await withVisibleCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 let resume: Result<Void, any Error>? = state.withLock { state in
                     if state.released { return .success(()) }
                     if Task.isCancelled { return .failure(CancellationError()) }
                     state.waiters[id] = continuation
                     return nil
                 }
-                if let resume { continuation.resume(with: resume) }
+                if let resume { continuation.resumeVisibly(with: resume) }
             }
         } onCancel: {
             let waiter = state.withLock { $0.waiters.removeValue(forKey: id) }
-            waiter?.resume(throwing: CancellationError())
+            waiter?.resumeVisibly(throwing: CancellationError())
         }
     }
 
@@ -55,7 +55,7 @@ final class CancellableHold: Sendable {
             defer { state.waiters.removeAll() }
             return Array(state.waiters.values)
         }
-        for waiter in waiters { waiter.resume() }
+        for waiter in waiters { waiter.resumeVisibly() }
     }
 }
 

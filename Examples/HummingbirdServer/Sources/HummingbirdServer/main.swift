@@ -1,25 +1,25 @@
-// HummingbirdServer: a Hummingbird 2 server acting for many users through one UserSessionRegistry.
+// HummingbirdServer: a Hummingbird 2 server whose browsers sign in with OpenID Connect (UserSessionsHummingbird).
 //
-//   HummingbirdServer serve --port 8080 --store /var/lib/app/sessions
-//   HummingbirdServer seed --store /var/lib/app/sessions --user alice --refresh-token rt-alice
+//   HummingbirdServer serve --port P --issuer http://127.0.0.1:OP --client-id example-app \
+//       --client-secret example-secret --public-url http://127.0.0.1:P --upstream http://127.0.0.1:OP/api \
+//       [--postgres-url postgres://user@127.0.0.1:5432/db]   (a fleet shares browsers, tokens and sign-ins)
+//       [--store DIR]                                       (otherwise files under DIR; without either: memory)
 //
-// `serve` answers `GET /me` for the user named by the `X-User-ID` header: it restores the user's session from the
-// FileTokenStore (get-or-restore, single-flight), calls the upstream API with the user's access token through
-// `withAccessToken` (refresh and replay once on a 401), and maps the package's errors onto HTTP statuses. It logs
-// through swift-log and stops gracefully on SIGTERM or SIGINT: the HTTP server first, the registry last.
-// `seed` stores a user whose access token has expired, as a sign-in long ago would have: the first request for
-// that user refreshes it.
+// The browser holds an opaque cookie; the tokens stay on the server. `/` shows the signed-in user and calls the
+// upstream API through the token-forwarding proxy at `/upstream`; `/auth/…` signs in and out. It listens on
+// 127.0.0.1 only, logs to stderr (never a cookie value or a token), prints `listening on <url>` on stdout when
+// ready, and stops gracefully on SIGTERM or SIGINT: the HTTP server first, the registry last.
 import Foundation
 import Hummingbird
 import Logging
+import PostgresNIO
 import ServiceLifecycle
 import UserSessions
+import UserSessionsHummingbird
 import UserSessionsLogging
+import UserSessionsOpenIDConnect
+import UserSessionsPostgres
 import UserSessionsServiceLifecycle
-
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 
 /// The command line: a command, then `--name value` pairs.
 struct Arguments {
@@ -40,89 +40,101 @@ struct Arguments {
         guard let value = values[name] else { throw UsageError() }
         return value
     }
+
+    func url(_ name: String) throws -> URL {
+        guard let url = URL(string: try required(name)), url.host != nil else { throw UsageError() }
+        return url
+    }
 }
 
 struct UsageError: Error, CustomStringConvertible {
     var description: String {
-        "usage: HummingbirdServer serve --port N --store DIR [--host 127.0.0.1]\n"
-            + "       HummingbirdServer seed --store DIR --user ID --refresh-token TOKEN"
+        "usage: HummingbirdServer serve --port P --issuer URL --client-id ID --client-secret SECRET "
+            + "--public-url URL --upstream URL [--postgres-url URL | --store DIR]"
     }
 }
 
-/// The upstream API answered something other than 200.
-struct UpstreamError: Error {
-    var status: Int
-}
+/// Where tokens, pending sign-ins and browser records are kept.
+struct Stores {
+    var tokens: any TokenStore
+    var signIns: any OpenIDConnectStateStore
+    var browsers: any WebSessionStore
+    var services: [any Service] = []
 
-/// Calls the upstream API for a user.
-struct UpstreamAPI: Sendable {
-    let profileURL: URL
-
-    func profile(accessToken: String) async throws -> String {
-        var request = URLRequest(url: profileURL)
-        request.setValue("Bearer \(accessToken)", forHTTPHeaderField: "Authorization")
-        let (data, response) = try await URLSession.shared.data(for: request)
-        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
-        guard status == 200 else { throw UpstreamError(status: status) }
-        return String(decoding: data, as: UTF8.self)
+    init(_ arguments: Arguments, logger: Logger) throws {
+        if let postgres = arguments.values["postgres-url"] {
+            guard let url = URLComponents(string: postgres), let host = url.host else { throw UsageError() }
+            let client = PostgresClient(
+                configuration: PostgresClient.Configuration(
+                    host: host, port: url.port ?? 5432, username: url.user ?? "postgres", password: url.password,
+                    database: String(url.path.dropFirst()), tls: .disable),
+                backgroundLogger: logger)
+            tokens = try PostgresTokenStore(client: client, namespace: "example")
+            signIns = try PostgresOpenIDConnectStateStore(client: client, namespace: "example")
+            browsers = try PostgresWebSessionStore(client: client, namespace: "example")
+            services = [client]
+        } else if let directory = arguments.values["store"] {
+            let root = URL(fileURLWithPath: directory, isDirectory: true)
+            tokens = FileTokenStore(directory: root.appending(path: "tokens"))
+            signIns = FileOpenIDConnectStateStore(directory: root.appending(path: "sign-ins"))
+            browsers = FileWebSessionStore(directory: root.appending(path: "browsers"))
+        } else {
+            tokens = InMemoryTokenStore()
+            signIns = InMemoryOpenIDConnectStateStore()
+            browsers = InMemoryWebSessionStore()
+        }
     }
 }
 
 func serve(_ arguments: Arguments, logger: Logger) async throws {
-    let host = arguments.values["host"] ?? "127.0.0.1"
     guard let port = Int(try arguments.required("port")) else { throw UsageError() }
-    let directory = URL(fileURLWithPath: try arguments.required("store"), isDirectory: true)
-    guard let base = URL(string: "http://\(host):\(port)") else { throw UsageError() }
-
+    let stores = try Stores(arguments, logger: logger)
+    let configuration = WebSessionConfiguration(
+        publicURL: try arguments.url("public-url"), postLogoutRedirectPath: "/signed-out")
+    let client = OAuth2TokenRefresher.ClientAuthentication.clientSecretBasic(
+        id: try arguments.required("client-id"), secret: try arguments.required("client-secret"))
+    let openID = try OpenIDConnectClient(
+        issuer: try arguments.url("issuer"),
+        configuration: OpenIDConnectConfiguration(
+            clientAuthentication: client, redirectURI: configuration.callbackURL,
+            scopes: ["openid", "profile", "email", "offline_access"]),
+        stateStore: stores.signIns)
+    let provider = try await openID.providerMetadata()
     let refresher = try OAuth2TokenRefresher(
-        tokenEndpoint: base.appending(path: "oauth/token"),
-        clientAuthentication: .publicClient(id: "hummingbird-example"))
-    let registry = UserSessionRegistry(
-        store: LoggingTokenStore(FileTokenStore(directory: directory), logger: logger), refresher: refresher,
-        logger: logger)
-    let upstream = UpstreamAPI(profileURL: base.appending(path: "upstream/profile"))
+        tokenEndpoint: provider.tokenEndpoint, revocationEndpoint: provider.revocationEndpoint,
+        clientAuthentication: client)
+    // The store is not wrapped in a LoggingTokenStore: the PostgreSQL store's coordination (refresh leases, change
+    // notifications to the other instances) must reach the registry.
+    let registry = UserSessionRegistry(store: stores.tokens, refresher: refresher, logger: logger)
+    let sessions = try WebSessions(
+        openID: openID, registry: registry, store: stores.browsers, configuration: configuration, logger: logger)
 
-    let router = Router(context: UserRequestContext.self)
-    DemoAuthorizationServer().addRoutes(to: router)
-    router.group("me").add(middleware: UserSessionMiddleware(registry: registry))
-        .get { _, context -> Response in
-            let session = try context.requireSession()
-            do {
-                let profile = try await session.withAccessToken(
-                    isAuthenticationFailure: { ($0 as? UpstreamError)?.status == 401 }
-                ) { token in
-                    try await upstream.profile(accessToken: token)
-                }
-                return Response(
-                    status: .ok, headers: [.contentType: "application/json"],
-                    body: ResponseBody(byteBuffer: ByteBuffer(string: profile)))
-            } catch let error as UpstreamError {
-                context.logger.warning("upstream refused", metadata: ["status": "\(error.status)"])
-                throw HTTPError(.badGateway, message: "the upstream API answered \(error.status)")
-            }
+    let router = Router(context: BasicWebSessionRequestContext.self)
+    router.add(middleware: sessions.crossSiteRequestMiddleware())
+    sessions.addRoutes(to: router)
+    router.get("signed-out") { _, _ in Page.signedOut() }
+    router.group().add(middleware: sessions.middleware(.required))
+        .get("/") { _, context in
+            let user = try context.requireIdentity().record
+            return Page.home(name: user.claims["name"] ?? user.subject, subject: user.subject)
         }
+    sessions.addProxy(try TokenForwardingProxy(upstream: try arguments.url("upstream")), at: "/upstream", to: router)
 
     let app = Application(
-        router: router, configuration: ApplicationConfiguration(address: .hostname(host, port: port)),
+        router: router, configuration: ApplicationConfiguration(address: .hostname("127.0.0.1", port: port)),
+        onServerRunning: { _ in
+            FileHandle.standardOutput.write(Data("listening on http://127.0.0.1:\(port)\n".utf8))
+        },
         logger: logger)
-    // The registry comes first: a group stops its services in reverse order, so the HTTP server stops taking
-    // requests (and finishes the ones in flight) before the registry closes the sessions.
+    // The stores' services and the registry come first: a group stops its services in reverse order, so the HTTP
+    // server stops taking requests (and finishes the ones in flight) before the registry closes the sessions.
     let group = ServiceGroup(
         configuration: ServiceGroupConfiguration(
-            services: [.init(service: registry), .init(service: app)],
+            services: stores.services.map { .init(service: $0) } + [.init(service: registry), .init(service: app)],
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: logger))
     try await group.run()
     logger.info("stopped")
-}
-
-func seed(_ arguments: Arguments) async throws {
-    let store = FileTokenStore(directory: URL(fileURLWithPath: try arguments.required("store"), isDirectory: true))
-    let user = try arguments.required("user")
-    let credentials = Credentials(
-        accessToken: "at-expired-\(user)", refreshToken: try arguments.required("refresh-token"),
-        expiresAt: Date().addingTimeInterval(-60), source: .signIn)
-    try await store.save(StoredSession(userInfo: UserInfo(id: user), credentials: credentials), identifier: user)
 }
 
 LoggingSystem.bootstrap { label in
@@ -133,11 +145,8 @@ LoggingSystem.bootstrap { label in
 let logger = Logger(label: "HummingbirdServer")
 do {
     let arguments = try Arguments(Array(CommandLine.arguments.dropFirst()))
-    switch arguments.command {
-    case "serve": try await serve(arguments, logger: logger)
-    case "seed": try await seed(arguments)
-    default: throw UsageError()
-    }
+    guard arguments.command == "serve" else { throw UsageError() }
+    try await serve(arguments, logger: logger)
 } catch let error as UsageError {
     FileHandle.standardError.write(Data("\(error)\n".utf8))
     exit(64)

@@ -16,7 +16,7 @@ import FoundationNetworking
 /// - turns every failure into one ``HTTPExchangeFailure``, with a message that never holds the request or body.
 package struct GuardedHTTPClient: Sendable {
     /// The largest response body read: 1 MiB.
-    static let maximumResponseBytes = 1024 * 1024
+    package static let maximumResponseBytes = 1024 * 1024
 
     /// The transport requests go through.
     let transport: any HTTPTransport
@@ -38,15 +38,17 @@ package struct GuardedHTTPClient: Sendable {
     ///
     /// - Throws: ``UserSessionError/Code/insecureEndpoint`` for a URL that breaks the rule above (nothing is sent);
     ///   ``HTTPExchangeFailure`` for everything else that went wrong.
+    /// `maximumResponseBytes` replaces ``maximumResponseBytes`` as the limit of this one request (for a proxy that
+    /// forwards bodies of its own size).
     package func send(
         _ method: HTTPTransportRequest.Method, _ url: URL, headers: HTTPTransportHeaders, body: Data? = nil,
-        timeout: Duration
+        timeout: Duration, maximumResponseBytes: Int = GuardedHTTPClient.maximumResponseBytes
     ) async throws -> HTTPTransportResponse {
         try SecureEndpoint.check(url, describedAs: endpointName)
         let timeout = timeout > .zero ? timeout : .milliseconds(1)
         let request = HTTPTransportRequest(
             method: method, url: url, headers: headers, body: body, timeout: timeout,
-            maximumResponseBytes: Self.maximumResponseBytes)
+            maximumResponseBytes: maximumResponseBytes)
         let transport = transport
         let response: HTTPTransportResponse
         do {
@@ -57,7 +59,7 @@ package struct GuardedHTTPClient: Sendable {
         } catch {
             throw failure(error)
         }
-        if response.body.count > Self.maximumResponseBytes { throw failure(HTTPTransportError(.responseTooLarge)) }
+        if response.body.count > maximumResponseBytes { throw failure(HTTPTransportError(.responseTooLarge)) }
         if (300..<400).contains(response.statusCode) {
             throw HTTPExchangeFailure(
                 .redirected,
@@ -78,8 +80,7 @@ package struct GuardedHTTPClient: Sendable {
         if code == .responseTooLarge {
             return HTTPExchangeFailure(
                 .responseTooLarge,
-                "\(endpointName) answered with a body larger than \(Self.maximumResponseBytes) bytes "
-                    + "(the rest was not read)",
+                "\(endpointName) answered with a body larger than the limit (the rest was not read)",
                 underlying: error)
         }
         let what = (error as? URLError).map { "URLError \($0.code.rawValue)" } ?? String(describing: type(of: error))

@@ -66,7 +66,7 @@ extension URLSessionHTTPTransport {
             let delegate = delegate
             do {
                 return try await withTaskCancellationHandler {
-                    try await withCheckedThrowingContinuation { continuation in
+                    try await withVisibleCheckedThrowingContinuation { continuation in
                         delegate.register(task, continuation, limit: max(0, request.maximumResponseBytes))
                         // The deadline covers the whole exchange; URLSession's own timeout is only an idle timeout.
                         let timer = Deadline.timer(after: request.timeout) { delegate.end(task, because: .timedOut) }
@@ -146,9 +146,9 @@ extension URLSessionHTTPTransport {
                     ending == .responseTooLarge
                     ? "the response body is larger than \(entry.limit) bytes (the rest was not read)"
                     : "the request timed out"
-                entry.continuation.resume(throwing: HTTPTransportError(ending, message))
+                entry.continuation.resumeVisibly(throwing: HTTPTransportError(ending, message))
             } else if let error {
-                entry.continuation.resume(throwing: error)
+                entry.continuation.resumeVisibly(throwing: error)
             } else if let response = task.response as? HTTPURLResponse {
                 var headers = HTTPTransportHeaders()
                 for (name, value) in response.allHeaderFields {
@@ -156,11 +156,11 @@ extension URLSessionHTTPTransport {
                         headers.add(name: name, value: value)
                     }
                 }
-                entry.continuation.resume(
+                entry.continuation.resumeVisibly(
                     returning: HTTPTransportResponse(
                         statusCode: response.statusCode, headers: headers, body: entry.body))
             } else {
-                entry.continuation.resume(throwing: URLError(.badServerResponse))
+                entry.continuation.resumeVisibly(throwing: URLError(.badServerResponse))
             }
         }
 

@@ -1,0 +1,82 @@
+#if Hummingbird
+import HTTPTypes
+import Hummingbird
+import UserSessions
+
+/// Resolves the browser's cookie to the signed-in user for the application's own routes, and puts it in the
+/// request context (`context.identity`, a ``WebSession``).
+///
+/// The record of the cookie is read from the shared store at every request (so a sign-out through another
+/// instance is seen at once), then the user's controller comes from the registry's get-or-restore
+/// (`UserSessionRegistry/session(for:)`).
+///
+/// - Without a session: navigations (GET with `Accept: text/html`) are redirected to `<prefix>/login?returnTo=…`,
+///   other requests get a JSON 401 (``Requirement/required``); ``Requirement/api`` always answers the 401, and
+///   ``Requirement/optional`` lets the request through without an identity.
+/// - When the user's session ends for good while resolving it or in the route (a terminal refresh failure: the
+///   refresh token was revoked), the browser is signed out: its records are deleted, the cookie cleared, and the
+///   request answered as one without a session.
+/// - When it fails for a passing reason (the provider or a store is unreachable), the answer is a JSON 503 with
+///   `Retry-After`, and the browser stays signed in.
+public struct WebSessionMiddleware<Context: WebSessionRequestContext>: RouterMiddleware {
+    /// What a route needs of the browser.
+    public enum Requirement: Sendable {
+        /// A signed-in user; navigations without one are redirected to the login route, other requests get a 401.
+        case required
+        /// A signed-in user; every request without one gets a JSON 401 (for APIs and the proxy).
+        case api
+        /// The user when there is one; requests without one reach the route with no identity.
+        case optional
+    }
+
+    /// The web sessions the cookie is resolved with.
+    public let sessions: WebSessions
+    /// What the routes behind this middleware need.
+    public let requirement: Requirement
+
+    /// A middleware resolving cookies with `sessions`.
+    public init(_ sessions: WebSessions, requirement: Requirement = .required) {
+        self.sessions = sessions
+        self.requirement = requirement
+    }
+
+    /// Resolves the cookie, then runs the rest of the chain with the user in `context.identity`.
+    public func handle(
+        _ request: Request, context: Context, next: (Request, Context) async throws -> Response
+    ) async throws -> Response {
+        var context = context
+        switch await sessions.resolve(request) {
+        case .unavailable:
+            return WebSessions.unavailable()
+        case .signedOut(let clearCookie):
+            guard requirement == .optional else {
+                return sessions.unauthenticated(request, clearCookie: clearCookie, api: requirement == .api)
+            }
+            var response = try await next(request, context)
+            if clearCookie { response.setCookie(sessions.clearedCookie()) }
+            return response
+        case .session(let session):
+            context.identity = session
+            do {
+                return try await next(request, context)
+            } catch let error as UserSessionError {
+                switch await sessions.handle(error, identifier: session.identifier) {
+                case .signedOut:
+                    return sessions.unauthenticated(request, clearCookie: true, api: requirement != .required)
+                case .unavailable:
+                    return WebSessions.unavailable()
+                }
+            }
+        }
+    }
+}
+
+extension WebSessions {
+    /// A ``WebSessionMiddleware`` over these sessions.
+    public func middleware<Context: WebSessionRequestContext>(
+        _ requirement: WebSessionMiddleware<Context>.Requirement = .required
+    ) -> WebSessionMiddleware<Context> {
+        WebSessionMiddleware(self, requirement: requirement)
+    }
+}
+#endif

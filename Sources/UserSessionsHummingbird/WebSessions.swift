@@ -1,0 +1,272 @@
+#if Hummingbird
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import UserSessions
+import UserSessionsOpenIDConnect
+
+/// Web sessions for a Hummingbird server ("backend for frontend"): the browser holds an opaque cookie, the server
+/// holds the user's tokens.
+///
+/// - ``addRoutes(to:)`` mounts `GET login`, `GET callback`, `POST logout`, `POST backchannel-logout` and `GET user`
+///   under ``WebSessionConfiguration/routePrefix``.
+/// - ``middleware(_:)`` resolves the cookie to the user's controller (through the registry's get-or-restore) for
+///   the application's own routes; ``crossSiteRequestMiddleware(requiringHeader:exemptPaths:)`` refuses
+///   cross-site state changes; ``addProxy(_:at:to:)`` forwards API calls with the user's access token.
+///
+/// The cookie's value is 256 random bits, `HttpOnly`, `SameSite=Lax`, `Path=/`, and `Secure` with the `__Host-`
+/// prefix unless the public URL is loopback HTTP. The server keeps a ``WebSessionRecord`` under the value's
+/// SHA-256 in a ``WebSessionStore``; a new value is issued at every sign-in, and the record is deleted at sign-out,
+/// at a back-channel logout, and when the idle or absolute lifetime ends. Cookie values and tokens never appear in
+/// logs, errors or responses.
+public final class WebSessions: Sendable {
+    /// The OpenID Connect client users sign in with.
+    public let openID: OpenIDConnectClient
+    /// The registry of the users' sessions (their tokens).
+    public let registry: UserSessionRegistry
+    /// Where browser records are kept.
+    public let store: any WebSessionStore
+    /// The settings.
+    public let configuration: WebSessionConfiguration
+    /// Where sign-ins, sign-outs and failures are logged (never a cookie value or a token).
+    public let logger: Logger
+
+    /// Web sessions over `openID` and `registry`, with browser records in `store`.
+    ///
+    /// - Parameters:
+    ///   - openID: The client users sign in with; its redirect URI should be
+    ///     ``WebSessionConfiguration/callbackURL``.
+    ///   - registry: The registry the sessions are opened in. Give it the PostgreSQL token store (and `openID` the
+    ///     PostgreSQL state store) for a fleet.
+    ///   - store: Where browser records are kept. Default: in memory.
+    ///   - configuration: The settings.
+    ///   - logger: The logger. Default: one labelled `UserSessionsHummingbird`.
+    /// - Throws: ``WebSessionError/Code/invalidConfiguration`` when ``WebSessionConfiguration/validate()`` does.
+    public init(
+        openID: OpenIDConnectClient, registry: UserSessionRegistry,
+        store: any WebSessionStore = InMemoryWebSessionStore(), configuration: WebSessionConfiguration,
+        logger: Logger = Logger(label: "UserSessionsHummingbird")
+    ) throws(WebSessionError) {
+        try configuration.validate()
+        self.openID = openID
+        self.registry = registry
+        self.store = store
+        self.configuration = configuration
+        self.logger = logger
+    }
+
+    /// The current time.
+    var now: Date { configuration.clock.now() }
+
+    // MARK: - Resolving a browser
+
+    /// What a request's cookie leads to.
+    enum Resolution {
+        /// No session; `clearCookie` when the request carried a cookie that must be cleared.
+        case signedOut(clearCookie: Bool)
+        /// The signed-in user.
+        case session(WebSession)
+        /// The session could not be resolved for now (a store or provider failure); the browser stays signed in.
+        case unavailable
+    }
+
+    /// The key of the request's cookie, when it carries one of the shape this library issues.
+    func key(of request: Request) -> (key: WebSessionKey?, hadCookie: Bool) {
+        guard let value = request.cookies[configuration.cookieName]?.value else { return (nil, false) }
+        guard WebSessionCookieValue.isWellFormed(Substring(value)) else { return (nil, true) }
+        return (WebSessionKey(cookieValue: String(value)), true)
+    }
+
+    /// The unexpired record of the request's cookie; an expired or unreadable record is removed.
+    func record(of request: Request) async throws(WebSessionError) -> (WebSessionKey, WebSessionRecord)? {
+        guard let key = key(of: request).key else { return nil }
+        let record: WebSessionRecord?
+        do {
+            record = try await store.load(key: key)
+        } catch let error as WebSessionError where error.code == .storeCorrupt {
+            logger.warning("a browser record was unreadable and is removed", metadata: ["key": "\(key)"])
+            try? await store.remove(key: key)
+            return nil
+        } catch {
+            throw Self.storeFailure(error)
+        }
+        guard let record else { return nil }
+        let now = self.now
+        if record.isExpired(at: now, idleTimeout: configuration.idleTimeout) {
+            logger.info("a browser's session ended (idle or absolute lifetime)", metadata: ["key": "\(key)"])
+            try? await store.remove(key: key)
+            return nil
+        }
+        if now.timeIntervalSince(record.lastSeenAt) >= configuration.touchInterval.timeInterval {
+            try? await store.touch(key: key, lastSeenAt: now)
+        }
+        return (key, record)
+    }
+
+    /// Resolves the request's cookie to the signed-in user: the browser's record, then the user's controller
+    /// through the registry's get-or-restore.
+    func resolve(_ request: Request) async -> Resolution {
+        let hadCookie = key(of: request).hadCookie
+        let found: (WebSessionKey, WebSessionRecord)?
+        do {
+            found = try await record(of: request)
+        } catch {
+            logger.error("the browser records are unavailable: \(error)")
+            return .unavailable
+        }
+        guard let (key, record) = found else { return .signedOut(clearCookie: hadCookie) }
+        do {
+            let controller = try await registry.session(for: record.identifier)
+            return .session(WebSession(controller: controller, record: record, key: key))
+        } catch {
+            switch await handle(error, identifier: record.identifier) {
+            case .signedOut: return .signedOut(clearCookie: true)
+            case .unavailable: return .unavailable
+            }
+        }
+    }
+
+    /// What a failure of the user's session means for the browser.
+    enum FailureOutcome {
+        /// The session is gone for good: the browser was signed out.
+        case signedOut
+        /// A passing failure: the browser stays signed in.
+        case unavailable
+    }
+
+    /// Signs the browser out when `error` ends the user's session for good (a terminal refresh failure, a refused
+    /// refresh token, nothing stored or unusable credentials); any other error is passing.
+    func handle(_ error: any Error, identifier: String) async -> FailureOutcome {
+        guard let error = error as? UserSessionError else {
+            logger.error("resolving a user's session failed (\(type(of: error)))")
+            return .unavailable
+        }
+        let terminal =
+            error.failureClass == .terminal || error.code == .refreshTokenRefused || error.code == .noStoredSession
+            || error.code == .credentialsUnusable
+        guard terminal else {
+            logger.warning("a user's session is unavailable for now", metadata: ["code": "\(error.code)"])
+            return .unavailable
+        }
+        logger.notice("a user's session ended; signing the browser out", metadata: ["code": "\(error.code)"])
+        _ = try? await store.removeAll(identifier: identifier)
+        try? await registry.closeAndClear(identifier: identifier)
+        return .signedOut
+    }
+
+    // MARK: - Opening and ending browser sessions
+
+    /// Opens `prototype`'s session in the registry and binds a new browser session to it: returns the cookie to
+    /// set on the response. The callback route calls it after a sign-in; call it yourself for users signed in
+    /// another way.
+    ///
+    /// The cookie's value is new (256 random bits); the record of the cookie `request` came with, if any, is
+    /// deleted first, so a cookie planted before the sign-in never becomes a signed-in one (no session fixation).
+    ///
+    /// - Parameters:
+    ///   - prototype: The signed-in user's session (its identifier, user info and credentials).
+    ///   - subject: The ID token's `sub`; default the user info's `id`.
+    ///   - sessionID: The ID token's `sid`, if any.
+    ///   - request: The request whose cookie is replaced, if any.
+    /// - Throws: What `UserSessionRegistry/open(_:)` throws; ``WebSessionError`` when the store fails.
+    public func openBrowserSession(
+        _ prototype: UserSessionPrototype, subject: String? = nil, sessionID: String? = nil,
+        replacingCookieOf request: Request? = nil
+    ) async throws -> Cookie {
+        if let request, let old = key(of: request).key { try await store.remove(key: old) }
+        try await registry.open(prototype)
+        let value = WebSessionCookieValue.random()
+        let now = self.now
+        let userInfo = prototype.userInfo
+        var claims = userInfo.attributes
+        claims["sub"] = subject ?? userInfo.id
+        if let name = userInfo.name { claims["name"] = name }
+        if let email = userInfo.email { claims["email"] = email }
+        let record = WebSessionRecord(
+            identifier: prototype.identifier, subject: subject ?? userInfo.id, sessionID: sessionID, claims: claims,
+            createdAt: now, lastSeenAt: now,
+            absoluteExpiresAt: now.addingTimeInterval(configuration.absoluteLifetime.timeInterval))
+        try await store.insert(record, key: WebSessionKey(cookieValue: value))
+        logger.info("a browser signed in", metadata: ["identifier": "\(record.identifier)"])
+        return sessionCookie(value)
+    }
+
+    /// Removes every browser record whose idle or absolute lifetime has ended; returns how many. Records are also
+    /// removed when their browser comes back too late; call this now and then so the others do not pile up.
+    @discardableResult
+    public func removeExpiredRecords() async throws -> Int {
+        try await store.removeExpired(now: now, idleTimeout: configuration.idleTimeout)
+    }
+
+    // MARK: - Responses
+
+    /// The session cookie carrying `value`.
+    func sessionCookie(_ value: String) -> Cookie {
+        Cookie(
+            name: configuration.cookieName, value: value, maxAge: Int(configuration.absoluteLifetime.timeInterval),
+            path: "/", secure: configuration.isSecure, httpOnly: true, sameSite: .lax)
+    }
+
+    /// A cookie that makes the browser forget the session cookie.
+    func clearedCookie() -> Cookie {
+        Cookie(
+            name: configuration.cookieName, value: "", maxAge: 0, path: "/", secure: configuration.isSecure,
+            httpOnly: true, sameSite: .lax)
+    }
+
+    /// The answer to a request without a session: navigations (GET with `Accept: text/html`) are redirected to
+    /// the login route with `returnTo`, other requests get a JSON 401, unless `api` (always the 401).
+    func unauthenticated(_ request: Request, clearCookie: Bool, api: Bool) -> Response {
+        var response: Response
+        if !api, Self.isNavigation(request) {
+            let target = request.uri.path + (request.uri.query.map { "?" + $0 } ?? "")
+            let returnTo = ReturnPath.local(target)
+            response = Self.redirect(
+                to: configuration.routePrefix + "/login?returnTo=" + Self.percentEncode(returnTo), status: .found)
+        } else {
+            response = Self.json(["error": "unauthenticated"], status: .unauthorized)
+        }
+        if clearCookie { response.setCookie(clearedCookie()) }
+        return response
+    }
+
+    /// The answer when the user's session cannot be resolved for now: 503 with `Retry-After`.
+    static func unavailable() -> Response {
+        var response = json(["error": "temporarily_unavailable"], status: .serviceUnavailable)
+        response.headers[.retryAfter] = "5"
+        return response
+    }
+
+    /// Whether `request` is a browser navigation (a GET or HEAD that accepts HTML).
+    static func isNavigation(_ request: Request) -> Bool {
+        guard request.method == .get || request.method == .head else { return false }
+        return request.headers[values: .accept].contains { $0.lowercased().contains("text/html") }
+    }
+
+    /// A JSON response that is never cached.
+    static func json(_ object: [String: String], status: HTTPResponse.Status) -> Response {
+        let data = (try? JSONEncoder.webSessions.encode(object)) ?? Data("{}".utf8)
+        return Response(
+            status: status,
+            headers: [.contentType: "application/json; charset=utf-8", .cacheControl: "no-store"],
+            body: ResponseBody(byteBuffer: ByteBuffer(bytes: data)))
+    }
+
+    /// A redirect that is never cached.
+    static func redirect(to location: String, status: HTTPResponse.Status) -> Response {
+        Response(status: status, headers: [.location: location, .cacheControl: "no-store"])
+    }
+
+    /// `text` with everything but RFC 3986's unreserved characters percent-encoded (`/` becomes `%2F`).
+    static func percentEncode(_ text: String) -> String {
+        let allowed = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~")
+        return text.addingPercentEncoding(withAllowedCharacters: allowed) ?? ""
+    }
+
+    static func storeFailure(_ error: any Error) -> WebSessionError {
+        if let error = error as? WebSessionError { return error }
+        return WebSessionError(.storeFailure, "the store of browser records failed (\(type(of: error)))")
+    }
+}
+#endif
