@@ -15,35 +15,26 @@ import Darwin
 /// (`-DUSER_SESSIONS_TSAN`, set by `Scripts/tsan.sh`) they close a gap in the Swift runtime's own annotations: when a
 /// continuation is resumed before its task has suspended, `swift_continuation_await` lets the task go on after an
 /// atomic load that ThreadSanitizer cannot see (the concurrency runtime is not instrumented, and that fast path
-/// carries no annotation). The resumer's writes, the value it hands over and the runtime's own reads of the waiting
-/// task's frame inside `resume` then look unordered with everything the task does next, and TSan reports a race
-/// that cannot happen. Here every resumption runs inside one process-wide pthread mutex, and every awaiting task
-/// takes and releases that mutex once it goes on. A task that went on through the fast path therefore waits until
-/// `resume` has returned, and TSan sees the order through the mutex it intercepts.
+/// carries no annotation). Everything the resumer wrote before resuming (the value it hands over, the objects it
+/// made) then looks unordered with everything the task does next, and TSan reports a race that cannot happen. Here
+/// the resumer takes and releases one process-wide pthread mutex just before it resumes, and the awaiting task takes
+/// and releases it once it goes on, so TSan sees the order through a mutex it intercepts. The mutex is never held
+/// while `resume` runs. The runtime's own reads of the waiting task's frame inside `resume` are covered by the
+/// suppressions of the standard library's continuation functions in `Scripts/tsan-suppressions.txt`.
 package enum Handoff {
-    /// Enters the resumption section (sanitizer builds only).
+    /// Publishes what the resumer wrote so far, just before a resumption (sanitizer builds only).
     @inline(__always)
-    package static func beginResume() {
+    package static func beforeResume() {
         #if USER_SESSIONS_TSAN
-        HandoffMutex.shared.lock()
+        HandoffMutex.shared.pass()
         #endif
     }
 
-    /// Leaves the resumption section (sanitizer builds only).
-    @inline(__always)
-    package static func endResume() {
-        #if USER_SESSIONS_TSAN
-        HandoffMutex.shared.unlock()
-        #endif
-    }
-
-    /// Called by an awaiting task once it goes on: waits for the resumption that woke it to be over (sanitizer
-    /// builds only).
+    /// Called by an awaiting task once it goes on: takes in what its resumer published (sanitizer builds only).
     @inline(__always)
     package static func resumed() {
         #if USER_SESSIONS_TSAN
-        HandoffMutex.shared.lock()
-        HandoffMutex.shared.unlock()
+        HandoffMutex.shared.pass()
         #endif
     }
 }
@@ -62,8 +53,12 @@ final class HandoffMutex: @unchecked Sendable {
         precondition(status == 0, "pthread_mutex_init failed: \(status)")
     }
 
-    func lock() { pthread_mutex_lock(mutex) }
-    func unlock() { pthread_mutex_unlock(mutex) }
+    /// Takes and releases the mutex: a release for what this thread wrote before, an acquire of what the threads
+    /// that passed before it wrote.
+    func pass() {
+        pthread_mutex_lock(mutex)
+        pthread_mutex_unlock(mutex)
+    }
 }
 #endif
 
@@ -116,65 +111,57 @@ package func withVisibleCheckedThrowingContinuation<T>(
 }
 
 extension UnsafeContinuation {
-    /// `resume(returning:)` inside the hand-over section (see ``Handoff``).
+    /// `resume(returning:)` after publishing what was written before it (see ``Handoff``).
     package func resumeVisibly(returning value: sending T) {
-        Handoff.beginResume()
-        defer { Handoff.endResume() }
+        Handoff.beforeResume()
         resume(returning: value)
     }
 
-    /// `resume(throwing:)` inside the hand-over section (see ``Handoff``).
+    /// `resume(throwing:)` after publishing what was written before it (see ``Handoff``).
     package func resumeVisibly(throwing error: E) {
-        Handoff.beginResume()
-        defer { Handoff.endResume() }
+        Handoff.beforeResume()
         resume(throwing: error)
     }
 
-    /// `resume(with:)` inside the hand-over section (see ``Handoff``).
+    /// `resume(with:)` after publishing what was written before it (see ``Handoff``).
     package func resumeVisibly(with result: sending Result<T, E>) {
-        Handoff.beginResume()
-        defer { Handoff.endResume() }
+        Handoff.beforeResume()
         resume(with: result)
     }
 }
 
 extension UnsafeContinuation where T == Void {
-    /// `resume()` inside the hand-over section (see ``Handoff``).
+    /// `resume()` after publishing what was written before it (see ``Handoff``).
     package func resumeVisibly() {
-        Handoff.beginResume()
-        defer { Handoff.endResume() }
+        Handoff.beforeResume()
         resume()
     }
 }
 
 extension CheckedContinuation {
-    /// `resume(returning:)` inside the hand-over section (see ``Handoff``).
+    /// `resume(returning:)` after publishing what was written before it (see ``Handoff``).
     package func resumeVisibly(returning value: sending T) {
-        Handoff.beginResume()
-        defer { Handoff.endResume() }
+        Handoff.beforeResume()
         resume(returning: value)
     }
 
-    /// `resume(throwing:)` inside the hand-over section (see ``Handoff``).
+    /// `resume(throwing:)` after publishing what was written before it (see ``Handoff``).
     package func resumeVisibly(throwing error: E) {
-        Handoff.beginResume()
-        defer { Handoff.endResume() }
+        Handoff.beforeResume()
         resume(throwing: error)
     }
 
-    /// `resume(with:)` inside the hand-over section (see ``Handoff``).
+    /// `resume(with:)` after publishing what was written before it (see ``Handoff``).
     package func resumeVisibly(with result: sending Result<T, E>) {
-        Handoff.beginResume()
-        defer { Handoff.endResume() }
+        Handoff.beforeResume()
         resume(with: result)
     }
 }
 
 extension CheckedContinuation where T == Void {
-    /// `resume()` inside the hand-over section (see ``Handoff``).
+    /// `resume()` after publishing what was written before it (see ``Handoff``).
     package func resumeVisibly() {
-        Handoff.beginResume()
-        defer { Handoff.endResume() }
+        Handoff.beforeResume()
         resume()
     }
 }
