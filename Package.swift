@@ -204,7 +204,12 @@ let package = Package(
         // test targets and by the benchmark's transport workload.
         .target(
             name: "UserSessionsTestSupport",
-            dependencies: ["UserSessions"],
+            dependencies: [
+                "UserSessions",
+                // `PostgresTestClient`, the PostgreSQL test targets' one client; without the trait nothing is built.
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
+            ],
             path: "Tests/UserSessionsTestSupport"
         ),
         .testTarget(

@@ -6,6 +6,7 @@ import Testing
 import UserSessions
 import UserSessionsHummingbird
 import UserSessionsOpenIDConnect
+import UserSessionsTestSupport
 import UserSessionsPostgres
 
 /// Browser records in PostgreSQL against the server of `USER_SESSIONS_POSTGRES_URL` (Scripts/with-postgres.sh);
@@ -17,18 +18,7 @@ import UserSessionsPostgres
         "USER_SESSIONS_POSTGRES_URL is not set"))
 struct PostgresWebSessionTests {
     private func withClient(_ body: (PostgresClient, String) async throws -> Void) async throws {
-        let url = try #require(
-            ProcessInfo.processInfo.environment["USER_SESSIONS_POSTGRES_URL"].flatMap(URLComponents.init),
-            "USER_SESSIONS_POSTGRES_URL is not set")
-        let configuration = PostgresClient.Configuration(
-            host: url.host ?? "127.0.0.1", port: url.port ?? 5432, username: url.user ?? "postgres",
-            password: url.password, database: String(url.path.dropFirst()), tls: .disable)
-        let client = PostgresClient(
-            configuration: configuration,
-            backgroundLogger: Logger(label: "tests", factory: { _ in SwiftLogNoOpLogHandler() }))
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await client.run() }
-            defer { group.cancelAll() }
+        try await PostgresTestClient.withClient { client in
             try await body(client, String("w" + UUID().uuidString.lowercased().prefix(12)))
         }
     }

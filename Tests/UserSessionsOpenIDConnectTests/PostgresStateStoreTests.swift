@@ -1,10 +1,10 @@
 #if OpenIDConnect && PostgreSQL
 import Foundation
-import Logging
 import PostgresNIO
 import Testing
 import UserSessions
 import UserSessionsOpenIDConnect
+import UserSessionsTestSupport
 
 /// The PostgreSQL state store against the server of `USER_SESSIONS_POSTGRES_URL` (Scripts/with-postgres.sh); skipped
 /// without one, except where `USER_SESSIONS_REQUIRE_POSTGRES=1` asks for it.
@@ -15,20 +15,7 @@ import UserSessionsOpenIDConnect
         "USER_SESSIONS_POSTGRES_URL is not set"))
 struct PostgresStateStoreTests {
     private func withClient(_ body: (PostgresClient) async throws -> Void) async throws {
-        let url = try #require(
-            ProcessInfo.processInfo.environment["USER_SESSIONS_POSTGRES_URL"].flatMap(URLComponents.init),
-            "USER_SESSIONS_POSTGRES_URL is not set")
-        let configuration = PostgresClient.Configuration(
-            host: url.host ?? "127.0.0.1", port: url.port ?? 5432, username: url.user ?? "postgres",
-            password: url.password, database: String(url.path.dropFirst()), tls: .disable)
-        let client = PostgresClient(
-            configuration: configuration,
-            backgroundLogger: Logger(label: "tests", factory: { _ in SwiftLogNoOpLogHandler() }))
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await client.run() }
-            defer { group.cancelAll() }
-            try await body(client)
-        }
+        try await PostgresTestClient.withClient { client in try await body(client) }
     }
 
     @Test func thePostgresStoreConforms() async throws {

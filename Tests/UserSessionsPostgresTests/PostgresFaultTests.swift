@@ -12,7 +12,7 @@ import UserSessionsTestSupport
 struct PostgresFaultTests {
     @Test func aServerThatIsDownIsATypedErrorNotAHang() async throws {
         // A loopback port nobody listens on: every connection attempt is refused, and the pool would retry forever.
-        var configuration = try PostgresTestServer.configuration(schema: nil)
+        var configuration = try PostgresTestClient.configuration(schema: nil)
         configuration = PostgresClient.Configuration(
             host: "127.0.0.1", port: 9, username: configuration.username, password: nil, database: "nothing",
             tls: .disable)

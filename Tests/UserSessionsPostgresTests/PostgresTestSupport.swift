@@ -6,39 +6,23 @@ import PostgresNIO
 import Testing
 import UserSessions
 import UserSessionsPostgres
+import UserSessionsTestSupport
 
 /// The server the tests use: `USER_SESSIONS_POSTGRES_URL` (`postgres://user@host:port/database`), which
 /// `Scripts/with-postgres.sh` sets for a throwaway cluster. Without it every PostgreSQL test is skipped, unless
 /// `USER_SESSIONS_REQUIRE_POSTGRES=1` (CI) makes ``PostgresRequirementTests`` fail.
 enum PostgresTestServer {
-    static let url = ProcessInfo.processInfo.environment["USER_SESSIONS_POSTGRES_URL"].flatMap(URLComponents.init)
+    static let url = PostgresTestClient.url
     static let isAvailable = url != nil
     static let isRequired = ProcessInfo.processInfo.environment["USER_SESSIONS_REQUIRE_POSTGRES"] == "1"
     static let skipMessage: Comment =
         "USER_SESSIONS_POSTGRES_URL is not set (run `Scripts/with-postgres.sh swift test --traits PostgreSQL`)"
 
-    /// A configuration for the server, with `search_path` set to `schema` when given.
-    static func configuration(schema: String?) throws -> PostgresClient.Configuration {
-        let url = try #require(url, "USER_SESSIONS_POSTGRES_URL is not set")
-        var configuration = PostgresClient.Configuration(
-            host: url.host ?? "127.0.0.1", port: url.port ?? 5432, username: url.user ?? "postgres",
-            password: url.password, database: String(url.path.dropFirst()), tls: .disable)
-        if let schema { configuration.options.additionalStartupParameters = [("search_path", schema)] }
-        return configuration
-    }
-
-    /// Runs `body` with a running client whose connections use `schema`.
+    /// Runs `body` with a running client whose connections use `schema` (see ``PostgresTestClient``).
     static func withClient<Value: Sendable>(
         schema: String?, logger: Logger? = nil, _ body: (PostgresClient) async throws -> Value
     ) async throws -> Value {
-        let client = PostgresClient(
-            configuration: try configuration(schema: schema),
-            backgroundLogger: logger ?? Logger(label: "tests", factory: { _ in SwiftLogNoOpLogHandler() }))
-        return try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await client.run() }
-            defer { group.cancelAll() }
-            return try await body(client)
-        }
+        try await PostgresTestClient.withClient(schema: schema, logger: logger, body)
     }
 
     /// Runs `body` in a new schema of its own (dropped afterwards), with an administrative client in it.

@@ -110,58 +110,48 @@ package func withVisibleCheckedThrowingContinuation<T>(
     }
 }
 
-extension UnsafeContinuation {
+/// The resumptions `UnsafeContinuation` and `CheckedContinuation` share, so that ``resumeVisibly(returning:)`` and
+/// its siblings are written once for both.
+package protocol ResumableContinuation<Success, Failure> {
+    /// The value the awaiting task receives.
+    associatedtype Success
+    /// The error the awaiting task may receive.
+    associatedtype Failure: Error
+    /// Resumes the awaiting task with `value`.
+    func resume(returning value: sending Success)
+    /// Resumes the awaiting task by throwing `error`.
+    func resume(throwing error: Failure)
+    /// Resumes the awaiting task with `result`.
+    func resume(with result: sending Result<Success, Failure>)
+}
+
+extension UnsafeContinuation: ResumableContinuation {}
+extension CheckedContinuation: ResumableContinuation {}
+
+extension ResumableContinuation {
     /// `resume(returning:)` after publishing what was written before it (see ``Handoff``).
-    package func resumeVisibly(returning value: sending T) {
+    package func resumeVisibly(returning value: sending Success) {
         Handoff.beforeResume()
         resume(returning: value)
     }
 
     /// `resume(throwing:)` after publishing what was written before it (see ``Handoff``).
-    package func resumeVisibly(throwing error: E) {
+    package func resumeVisibly(throwing error: Failure) {
         Handoff.beforeResume()
         resume(throwing: error)
     }
 
     /// `resume(with:)` after publishing what was written before it (see ``Handoff``).
-    package func resumeVisibly(with result: sending Result<T, E>) {
+    package func resumeVisibly(with result: sending Result<Success, Failure>) {
         Handoff.beforeResume()
         resume(with: result)
     }
 }
 
-extension UnsafeContinuation where T == Void {
+extension ResumableContinuation where Success == Void {
     /// `resume()` after publishing what was written before it (see ``Handoff``).
     package func resumeVisibly() {
         Handoff.beforeResume()
-        resume()
-    }
-}
-
-extension CheckedContinuation {
-    /// `resume(returning:)` after publishing what was written before it (see ``Handoff``).
-    package func resumeVisibly(returning value: sending T) {
-        Handoff.beforeResume()
-        resume(returning: value)
-    }
-
-    /// `resume(throwing:)` after publishing what was written before it (see ``Handoff``).
-    package func resumeVisibly(throwing error: E) {
-        Handoff.beforeResume()
-        resume(throwing: error)
-    }
-
-    /// `resume(with:)` after publishing what was written before it (see ``Handoff``).
-    package func resumeVisibly(with result: sending Result<T, E>) {
-        Handoff.beforeResume()
-        resume(with: result)
-    }
-}
-
-extension CheckedContinuation where T == Void {
-    /// `resume()` after publishing what was written before it (see ``Handoff``).
-    package func resumeVisibly() {
-        Handoff.beforeResume()
-        resume()
+        resume(returning: ())
     }
 }
