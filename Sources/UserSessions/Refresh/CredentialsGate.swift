@@ -413,3 +413,823 @@ final class CredentialsGate: Sendable {
         }
     }
 }
+
+/// Reads that are tied to one session: a replay stays with the session whose token failed, and a per-call
+/// freshness request refreshes at most once.
+extension CredentialsGate {
+    /// Like ``accessToken()``, with the generation of the session the token belongs to (for a replay, which must
+    /// stay with that session).
+    nonisolated(nonsending) func accessTokenAndGeneration() async throws -> (token: String, generation: UInt64) {
+        let now = clock.nowSeconds()
+        // Any use of the token is activity (the registry's idle eviction reads it).
+        noteDemand(now)
+        let fresh = inspect { machine -> (String, UInt64)? in
+            now < machine.nextActionAt ? (machine.token, machine.generation) : nil
+        }
+        if let fresh { return fresh }
+        let slow = slowFreshAccessTokenAndGeneration(now: now)
+        if let token = slow.token { return (token, slow.generation) }
+        let (credentials, generation) = try await credentialsAndGeneration(for: .demand)
+        return (credentials.accessToken, generation)
+    }
+
+    /// A token valid for at least `minimumValidity` seconds, refreshing through the gate (at most once) if needed.
+    ///
+    /// - Throws: ``UserSessionError/Code/minimumValidityUnreachable`` when the credentials' known lifetime is
+    ///   shorter than asked (without refreshing), or when the token after the refresh still expires too soon; what
+    ///   a forced refresh throws otherwise.
+    nonisolated(nonsending) func accessToken(minimumValidity: Double) async throws -> String {
+        let validity = max(0, minimumValidity)
+        noteDemand(clock.nowSeconds())
+        let credentials = try await credentials(for: .minimumValidity(validity))
+        if let expiresAt = credentials.expiresAt,
+            expiresAt.timeIntervalSinceReferenceDate - clock.nowSeconds() < validity
+        {
+            throw RefreshStateMachine.unreachableValidity
+        }
+        return credentials.accessToken
+    }
+
+    /// After an operation using `token` of the session of `generation` failed authentication: the credentials to
+    /// replay with. If `token` is still current they come from a forced single-flight refresh; otherwise the
+    /// current ones are returned as is. Throws ``UserSessionError/Code/sessionNotOpen`` when that session is no
+    /// longer the active one, so a replay never runs with another session's credentials.
+    nonisolated(nonsending) func replacementCredentials(after token: String, generation: UInt64) async throws
+        -> Credentials
+    {
+        try await credentials(for: .replay(replacing: token, generation: generation))
+    }
+}
+
+extension CredentialsGate {
+    /// The flight over a ``CoordinatedTokenStore``: everything from reading the record to committing runs under
+    /// the store's refresh lease for the identifier, so at most one process at a time presents a refresh token.
+    ///
+    /// Under the lease the record is read first. A record with a newer revision and other credentials than the
+    /// ones this flight would send means another process already rotated them: they are adopted and the refresher
+    /// is not called. Otherwise the refresher is called and its credentials are committed with a write
+    /// conditional on the revision held (``conditionalWrite(_:store:overwrite:)``), still under the lease. A
+    /// record that is gone means the session was cleared elsewhere: nothing is sent or written, and the session
+    /// closes.
+    func runLeasedFlight(
+        _ job: RefreshStateMachine.RefreshJob, store: any CoordinatedTokenStore, startedAt: ContinuousClock.Instant
+    ) async {
+        let identifier = inspect { $0.identifier }
+        do {
+            try await store.withRefreshLease(identifier: identifier) {
+                await self.flightUnderLease(job, identifier: identifier, store: store, startedAt: startedAt)
+            }
+        } catch {
+            // The lease could not be taken (the store failed, or the flight was cancelled while waiting): nothing
+            // was sent, so this is a failure like a transient one.
+            await finish(job, outcome: .failure(Self.classify(error)), startedAt: startedAt)
+        }
+    }
+
+    private func flightUnderLease(
+        _ job: RefreshStateMachine.RefreshJob, identifier: String, store: any CoordinatedTokenStore,
+        startedAt: ContinuousClock.Instant
+    ) async {
+        // While this flight waited for the lease it may have been superseded (an adoption) or its session may have
+        // ended: it has sent nothing, so it sends nothing now.
+        guard stillCurrent(job) else { return }
+        let record: RevisedSession?
+        do {
+            record = try await store.loadRevised(identifier: identifier)
+        } catch {
+            await finish(job, outcome: .failure(Self.classify(error)), startedAt: startedAt)
+            return
+        }
+        let adopt = record.map { record in
+            inspect { $0.storeIsNewer(record, than: job.credentials, generation: job.generation) }
+        }
+        if adopt ?? true {
+            let adoption = await withPersistSlot { _ in adoptHoldingSlot(record, generation: job.generation) }
+            if case .none = adoption {
+                // The session changed while this flight read the record: the flight is stale, or (its session
+                // still active) refreshes after all, so its waiters never hang.
+                guard inspect({ $0.isCurrent(flightID: job.flightID) }) else { return }
+            } else {
+                await finishAdoption(adoption, generation: job.generation)
+                return
+            }
+        }
+        // Checked once more right before sending: a change notification may have adopted the record another
+        // process wrote (superseding this flight) while the record was read here; the refresh token this flight
+        // holds is then spent, and presenting it again would be a reuse that revokes the whole token family.
+        guard stillCurrent(job) else { return }
+        await finish(job, outcome: await callRefresher(job.credentials, for: job), startedAt: startedAt)
+    }
+
+    /// Whether `job` is still the session's flight; a superseded or ended one is forgotten (it has sent nothing).
+    private func stillCurrent(_ job: RefreshStateMachine.RefreshJob) -> Bool {
+        modifyStateAndRunActions { $0.flightProceeds(flightID: job.flightID, announcing: false) }
+    }
+}
+
+extension CredentialsGate {
+    /// Runs a refresh in an unstructured task, so that no caller's cancellation can cancel it: a rotated refresh
+    /// token must always be committed.
+    func startFlight(_ job: RefreshStateMachine.RefreshJob) {
+        runInBackground { await self.runFlight(job) }
+    }
+
+    private func runFlight(_ job: RefreshStateMachine.RefreshJob) async {
+        // Announced only while the flight is current, ordered against `deactivate()`. A flight that ended before
+        // it got here has sent nothing, so it does not call the refresher at all.
+        let started = modifyStateAndRunActions(ordered: true) {
+            $0.flightProceeds(flightID: job.flightID, announcing: true)
+        }
+        guard started else { return }
+        let startedAt = ContinuousClock.now
+        if let coordinatedStore {
+            await runLeasedFlight(job, store: coordinatedStore, startedAt: startedAt)
+            return
+        }
+        var outcome = await callRefresher(job.credentials, for: job)
+        if case .failure(let error) = outcome, error.failureClass == .terminal,
+            let stored = await storedReplacement(for: job)
+        {
+            // The fallback for stores without coordination: another process already rotated the refresh token we
+            // sent (a server with a reuse grace period answered `invalid_grant`). Adopt what it stored, refreshing
+            // once with it when it is expired too.
+            if !stored.credentials.isExpired(at: clock.now()) {
+                let adoption = await withPersistSlot { _ in
+                    adoptHoldingSlot(RevisedSession(session: stored.session, revision: 0), generation: job.generation)
+                }
+                if case .none = adoption {
+                    await finish(job, outcome: outcome, startedAt: startedAt)
+                } else {
+                    await finishAdoption(adoption, generation: job.generation)
+                }
+                return
+            }
+            outcome = await callRefresher(stored.credentials, for: job)
+        }
+        await finish(job, outcome: outcome, startedAt: startedAt)
+    }
+
+    /// Refreshes `credentials` for `job`'s identifier through the ledger: once per refresh token in the process (a
+    /// refresh of another controller presenting the same token is joined, a token already rotated gets the
+    /// rotation, a refused one fails at once).
+    func callRefresher(_ credentials: Credentials, for job: RefreshStateMachine.RefreshJob) async
+        -> Result<Credentials, UserSessionError>
+    {
+        await ledger.refresh(
+            identifier: job.identifier, userInfo: job.userInfo, credentials: credentials, fence: job.ledgerFence
+        ) {
+            await callRefresher(credentials)
+        }
+    }
+
+    /// Calls the refresher (or fails without one).
+    private func callRefresher(_ credentials: Credentials) async -> Result<Credentials, UserSessionError> {
+        guard let refresher else {
+            return .failure(
+                UserSessionError(.noRefresher, "no refresher is configured", failureClass: .misconfiguration))
+        }
+        do {
+            return .success(try await refresher.refresh(credentials))
+        } catch {
+            return .failure(Self.classify(error))
+        }
+    }
+
+    /// Commits or fails the flight with what the refresher returned, and reports it.
+    func finish(
+        _ job: RefreshStateMachine.RefreshJob, outcome: Result<Credentials, UserSessionError>,
+        startedAt: ContinuousClock.Instant
+    ) async {
+        let waiters: Int?
+        switch outcome {
+        case .success(let credentials): waiters = await commit(job, credentials)
+        case .failure(let error): waiters = await fail(job, error)
+        }
+        reportFlight(job, outcome: outcome, waiters: waiters, duration: ContinuousClock.now - startedAt)
+    }
+
+    /// For a store without coordination, after `invalid_grant`: the stored session when it holds credentials
+    /// with another refresh token than the one `job` sent (and the flight is still the session's), else `nil`.
+    private func storedReplacement(for job: RefreshStateMachine.RefreshJob) async
+        -> (session: StoredSession, credentials: Credentials)?
+    {
+        let identifier = inspect { $0.identifier }
+        guard let stored = try? await store.load(identifier: identifier), let credentials = stored.credentials,
+            inspect({
+                $0.mayRetryWithStored(
+                    flightID: job.flightID, identifier: identifier, sent: job.credentials, stored: credentials)
+            })
+        else { return nil }
+        return (stored, credentials)
+    }
+
+    /// Tells the observers how a flight ended (`waiters` is `nil` for a stale flight).
+    private func reportFlight(
+        _ job: RefreshStateMachine.RefreshJob, outcome: Result<Credentials, UserSessionError>, waiters: Int?,
+        duration: Duration
+    ) {
+        guard !events.observers.isEmpty else { return }
+        var report = UserSessionRefreshReport(
+            identifier: events.session.identifier, generation: job.generation, outcome: .discarded,
+            duration: duration, waiters: waiters ?? 0)
+        if waiters != nil {
+            switch outcome {
+            case .success: report.outcome = .succeeded
+            case .failure(let error):
+                report.outcome = .failed
+                report.failureClass = error.failureClass ?? .transient
+            }
+        }
+        events.observers.notify { $0.observeRefresh(report) }
+    }
+
+    /// Maps what a refresher threw onto a failure class.
+    static func classify(_ error: any Error) -> UserSessionError {
+        if let error = error as? UserSessionError {
+            if error.failureClass != nil { return error }
+            return UserSessionError(
+                .refreshFailed, "refresh failed: \(error.message)", failureClass: .transient, underlying: error)
+        }
+        if error is CancellationError {
+            return UserSessionError(
+                .refreshFailed, "the refresh was cancelled", failureClass: .cancelled, underlying: error)
+        }
+        // Other errors may print secrets; only their type is described.
+        return UserSessionError(
+            .refreshFailed, "the refresher threw \(String(describing: type(of: error)))", failureClass: .transient,
+            underlying: error)
+    }
+
+    /// Returns how many waiters got the failure, or `nil` when the flight was stale.
+    private func fail(_ job: RefreshStateMachine.RefreshJob, _ error: UserSessionError) async -> Int? {
+        let now = clock.nowSeconds()
+        let jitter = Double.random(in: 0...1)
+        let report = modifyStateAndRunActions(ordered: true) {
+            $0.flightFailed(flightID: job.flightID, error: error, now: now, jitter: jitter)
+        }
+        guard let report else { return nil }
+        if let generation = report.invalidates, let handler = currentTerminalFailureHandler() {
+            await handler(generation)
+        }
+        return report.waiters
+    }
+
+    /// Commit order: persist, publish to readers, emit, resume waiters. A flight that became stale at any point
+    /// (deactivated, replaced, superseded) publishes nothing; if its session ended keeping its record, its
+    /// credentials are still written there (an orphan), silently. Returns how many waiters got the credentials, or
+    /// `nil` when the flight was stale.
+    private func commit(_ job: RefreshStateMachine.RefreshJob, _ credentials: Credentials) async -> Int? {
+        // Cheap early exit, so a flight whose result goes nowhere does not even queue for the slot.
+        let wanted = inspect { $0.isCurrent(flightID: job.flightID) || $0.orphans[job.flightID] != nil }
+        guard wanted else { return nil }
+        let step = await withPersistSlot { ticket in await commitHoldingSlot(job, credentials, ticket: ticket) }
+        switch step {
+        case .stale:
+            return nil
+        case .superseded(.none):
+            // Only a store whose revisions went backwards gets here: the flight's waiters must not hang.
+            return await fail(
+                job,
+                UserSessionError(
+                    .revisionConflict, "the token store's record changed during the refresh", failureClass: .transient))
+        case .superseded(let adoption):
+            await finishAdoption(adoption, generation: job.generation)
+            return nil
+        case .committed(let waiters):
+            return waiters
+        }
+    }
+
+    /// How a commit ended in the persistence slot.
+    private enum CommitStep {
+        /// The flight went stale: nothing is published (an orphan's credentials were written to its record).
+        case stale
+        /// A coordinated store held a newer record (or none): it stands; this is what was adopted instead.
+        case superseded(Adoption)
+        /// Written (or not, reported), published, announced, and this many waiters resumed.
+        case committed(waiters: Int)
+    }
+
+    /// The part of `commit` that holds the persistence slot. The events are emitted before the slot is released,
+    /// so `deactivate()` (which waits for the slot) returns only after them.
+    private func commitHoldingSlot(_ job: RefreshStateMachine.RefreshJob, _ credentials: Credentials, ticket: UInt64)
+        async -> CommitStep
+    {
+        // Checked again while holding the slot: `deactivate()` may have run while this task waited.
+        let targets = modifyStateAndRunActions {
+            $0.commitTargets(flightID: job.flightID, newCredentials: credentials)
+        }
+        guard let target = targets.session else {
+            if let orphan = targets.orphan {
+                _ = await write(orphan, ticket: ticket)
+            } else {
+                // Nobody here writes this rotation: the ledger does, on its schedule, unless the store has it.
+                ledger.ensureWritten(job.identifier, schedule: ledgerSchedule)
+            }
+            return .stale
+        }
+        let written = await writeOutcome(target, ticket: ticket)
+        if case .superseded(let record) = written {
+            return .superseded(adoptHoldingSlot(record, generation: job.generation))
+        }
+        let now = clock.nowSeconds()
+        let jitter = Double.random(in: 0...1)
+        let waiters = modifyStateAndRunActions {
+            $0.flightCommitted(
+                flightID: job.flightID, newCredentials: credentials, persistError: written.error, now: now,
+                jitter: jitter)
+        }
+        return waiters.map { .committed(waiters: $0) } ?? .stale
+    }
+}
+
+extension CredentialsGate {
+    /// Performs `actions` (never under the state lock).
+    func run(_ actions: RefreshStateMachine.Actions) {
+        if case .resume(let continuation) = actions.slot { continuation.resumeVisibly() }
+        if let (generation, detail) = actions.loopTripped {
+            emitWhileActive(.refreshLoopTripped, generation: generation, detail: detail)
+        }
+        emit(actions.events)
+        if let (continuation, result) = actions.caller {
+            switch result {
+            case .success(let credentials): continuation.resume(returning: credentials, token: credentials.accessToken)
+            case .failure(let error): continuation.resume(throwing: error)
+            }
+        }
+        if !actions.waiters.isEmpty { Self.resume(actions.waiters, with: actions.waitersResult) }
+        if let job = actions.refresh { startFlight(job) }
+        if let job = actions.retry { startPersistRetry(job) }
+        if actions.armRetryTimer { armRetryTimer() }
+        if let identifier = actions.removeAgain { runInBackground { await self.removeAgain(identifier) } }
+    }
+
+    func emit(_ events: [RefreshStateMachine.Actions.Event]) {
+        for event in events { self.events.emit(event.kind, session: nil, detail: event.detail) }
+    }
+
+    /// Emits `kind` if the session of `generation` is still active, ordered against `deactivate()`.
+    func emitWhileActive(_ kind: UserSessionEvent.Kind, generation: UInt64, detail: String?) {
+        modifyStateAndRunActions(ordered: true) { machine in
+            machine.isActive(generation: generation) ? .init(events: [.init(kind: kind, detail: detail)]) : .none
+        }
+    }
+}
+
+extension CredentialsGate {
+    // MARK: - The persistence slot
+
+    /// Runs `body` holding the persistence slot (``PersistenceSlot``), waiting for it in arrival order, and
+    /// releases it when `body` returns or throws. `body` gets the slot's ticket, for ``write(_:ticket:)``.
+    ///
+    /// The only way to hold the slot. It runs on the caller's executor, so an actor can hold the slot while it
+    /// works on its own state (the controller activates an opening session inside it).
+    nonisolated(nonsending) func withPersistSlot<Value>(_ body: (UInt64) async throws -> Value) async rethrows
+        -> Value
+    {
+        let ticket = await acquirePersistSlot()
+        defer { releasePersistSlot(ticket) }
+        return try await body(ticket)
+    }
+
+    private func acquirePersistSlot() async -> UInt64 {
+        let (ticket, granted) = modifyStateAndRunActions { $0.slotRequested() }
+        if granted { return ticket }
+        await withVisibleUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+            // Stored in the queue exactly once or resumed here; the releaser removes it before resuming it.
+            modifyStateAndRunActions { .init(slot: $0.slot.enqueue(ticket: ticket, continuation: continuation)) }
+        }
+        return ticket
+    }
+
+    private func releasePersistSlot(_ ticket: UInt64) {
+        modifyStateAndRunActions { .init(slot: $0.slot.release(ticket: ticket)) }
+    }
+
+    /// Writes `target` to the store while holding the slot of `ticket`; returns the error when the write failed.
+    ///
+    /// If `deactivate()` took the slot away while the store overran its deadline, the write has landed out of
+    /// order: it is repaired here, by removing the record again when a clear came since, or by writing the
+    /// active session's newer credentials again.
+    ///
+    /// With a ``CoordinatedTokenStore`` the write is conditional on the revision the session holds; see
+    /// ``writeOutcome(_:ticket:overwrite:)``, which also says when the store held something newer.
+    func write(_ target: RefreshStateMachine.PersistTarget, ticket: UInt64) async -> (any Error)? {
+        await writeOutcome(target, ticket: ticket).error
+    }
+
+    /// Like ``write(_:ticket:)``, telling a write that was superseded by a newer record in a coordinated store
+    /// (which is left as it is) from one that was written or failed. With `overwrite`, a coordinated write
+    /// replaces whatever is stored (used for credentials the caller hands over explicitly).
+    func writeOutcome(_ target: RefreshStateMachine.PersistTarget, ticket: UInt64, overwrite: Bool = false) async
+        -> WriteOutcome
+    {
+        // The ledger refuses a write taken before a sign-out of its identifier, from wherever it came.
+        guard ledger.writeBegins(target.identifier, fence: target.ledgerFence) else {
+            let now = clock.nowSeconds()
+            modifyStateAndRunActions { $0.writeReturned(target, ticket: ticket, now: now) }
+            return .failed(UserSessionError(.sessionNotOpen, "the user signed out; the write was dropped"))
+        }
+        var outcome: WriteOutcome
+        do {
+            if let coordinated = coordinatedStore, overwrite || target.baseRevision != nil {
+                outcome = try await conditionalWrite(target, store: coordinated, overwrite: overwrite)
+            } else {
+                try await store.save(target.stored, identifier: target.identifier)
+                outcome = .written
+            }
+        } catch {
+            outcome = .failed(error)
+        }
+        // What the store holds now, as far as this write knows: its own credentials, or a newer record's.
+        let wrote: Credentials? =
+            switch outcome {
+            case .written: target.stored.credentials
+            case .superseded(let record): record?.session.credentials
+            case .failed: nil
+            }
+        // No record where one was expected: the user signed out elsewhere, for every controller of this process too.
+        if case .superseded(.none) = outcome { ledger.signedOut(identifier: target.identifier) }
+        let landing = ledger.writeFinished(
+            target.identifier, fence: target.ledgerFence, wrote: wrote, schedule: ledgerSchedule)
+        let now = clock.nowSeconds()
+        modifyStateAndRunActions { machine -> RefreshStateMachine.Actions in
+            var actions = machine.writeReturned(target, ticket: ticket, now: now)
+            // Landed after a sign-out of its identifier (a store that overran the close's deadline): undone.
+            if landing == .removeAgain { actions.removeAgain = target.identifier }
+            return actions
+        }
+        return outcome
+    }
+
+    /// Removes `identifier`'s record once more, after a write left behind by a close landed after the clear.
+    func removeAgain(_ identifier: String) async {
+        await withPersistSlot { _ in
+            let owned = inspect { $0.active && ExactIdentifier.areEqual($0.identifier, identifier) }
+            if !owned { try? await store.remove(identifier: identifier) }
+        }
+    }
+
+    // MARK: - Writes of the lifecycle
+
+    /// The opening session's first write. The controller makes it holding the slot (``withPersistSlot(_:)``), which
+    /// it takes before the session's credentials become readable: nothing of the new session (a refresh commit)
+    /// can then be written before it.
+    func writeOpening(_ stored: StoredSession, identifier: String) async throws {
+        if let coordinatedStore {
+            let revision = try await Self.overwrite(stored, identifier: identifier, store: coordinatedStore)
+            modifyStateAndRunActions { $0.openingWritten(revision: revision, identifier: identifier) }
+        } else {
+            try await store.save(stored, identifier: identifier)
+        }
+        // A sign-in, once the store has it: it replaces whatever the ledger held for the identifier (a failed
+        // sign-in replaces nothing), and this session's writes are taken under the new fence.
+        let fence = ledger.signedIn(identifier)
+        modifyStateAndRunActions { $0.signedIn(ledgerFence: fence) }
+    }
+
+    /// `closeAndClear()`'s removal of `identifier`'s record (its session is already deactivated), fenced against
+    /// every write: no write taken before it can land after it.
+    ///
+    /// The fence has three parts. The clear epoch is bumped first, so a refresh of the ended session that is
+    /// still running (an orphan) writes nothing. The removal then waits for the persistence slot, so a write in
+    /// progress lands before it. And a write that overran the close's deadline (its slot was taken away) and
+    /// lands after the removal finds the epoch changed and removes the record again (``write(_:ticket:)``).
+    func clear(identifier: String) async throws {
+        ledger.signedOut(identifier: identifier)
+        modifyStateAndRunActions { $0.clearBegun(identifier: identifier) }
+        try await withPersistSlot { _ in try await store.remove(identifier: identifier) }
+    }
+
+    /// Publishes credentials obtained elsewhere: written first, then published, then the event, then the waiters
+    /// of a superseded refresh get them.
+    ///
+    /// If the session ends while the write is in progress, the write stands (it went to that session's own
+    /// record, which a close keeps and a clear removes after it) and this returns normally; nothing is
+    /// published or announced.
+    ///
+    /// - Throws: ``UserSessionError/Code/sessionNotOpen`` when no session is open (nothing is written); the
+    ///   store's error when the write fails (then nothing changes).
+    func update(_ credentials: Credentials) async throws {
+        try await withPersistSlot { ticket in
+            guard let (generation, target) = inspect({ $0.updateTarget(credentials) }) else {
+                throw RefreshStateMachine.notOpenError
+            }
+            if let error = await writeOutcome(target, ticket: ticket, overwrite: true).error { throw error }
+            // Emitted holding the slot, so `deactivate()` (which waits for it) returns only after the event.
+            modifyStateAndRunActions { $0.credentialsUpdated(credentials, generation: generation) }
+        }
+    }
+
+    // MARK: - Retries of failed writes
+
+    /// The session was restored from a rotation the ledger held and the store has not taken yet: it is written now,
+    /// and retried on the failed-write schedule until the store takes it.
+    func rotationAdoptedUnwritten() {
+        let now = clock.nowSeconds()
+        modifyStateAndRunActions { $0.unwrittenRotationAdopted(now: now) }
+    }
+
+    /// Retries a failed write in the background.
+    func startPersistRetry(_ job: RefreshStateMachine.PersistJob) {
+        runInBackground { await self.runPersistRetry(job) }
+    }
+
+    private func runPersistRetry(_ job: RefreshStateMachine.PersistJob) async {
+        let adoption = await withPersistSlot { ticket -> Adoption in
+            let target = modifyStateAndRunActions { $0.retryTargetTaken(generation: job.generation) }
+            guard let target else { return .none }
+            let outcome = await writeOutcome(target, ticket: ticket)
+            if case .superseded(let record) = outcome {
+                // Another process wrote a newer record (or removed it) since: that one stands.
+                let adoption = adoptHoldingSlot(record, generation: job.generation)
+                modifyStateAndRunActions { $0.retrySuperseded() }
+                return adoption
+            }
+            let now = clock.nowSeconds()
+            let jitter = Double.random(in: 0...1)
+            modifyStateAndRunActions(ordered: true) {
+                $0.writeRetried(
+                    generation: job.generation, version: target.version, error: outcome.error, now: now, jitter: jitter)
+            }
+            return .none
+        }
+        await finishAdoption(adoption, generation: job.generation)
+    }
+
+    /// Starts the background timer for the next retry of a failed write, if one is waiting: it fires when the
+    /// session's clock reaches the retry time (initial delay, then doubling, with jitter), whether or not anyone
+    /// asks for a token. A token request past that time starts the retry too; only one runs.
+    func armRetryTimer() {
+        guard let retryAt = inspect({ $0.pendingRetryAt }) else { return }
+        let clock = self.clock
+        let timer = Task { [weak self] in
+            guard (try? await clock.sleep(until: retryAt)) != nil, let self else { return }
+            let now = clock.nowSeconds()
+            self.modifyStateAndRunActions { .init(retry: $0.schedulePersistRetryIfDue(now: now)) }
+        }
+        retryTimer.replace(with: timer)
+    }
+
+    func disarmRetryTimer() {
+        retryTimer.replace(with: nil)
+    }
+}
+
+/// The gate over a ``CoordinatedTokenStore``: conditional writes, adopting what another process stored, and the
+/// subscription to the store's changes. Nothing here runs on the hot path.
+extension CredentialsGate {
+    /// How a write ended.
+    enum WriteOutcome {
+        case written
+        case failed(any Error)
+        /// A coordinated store holds a newer record than the one the write was based on (or none: it was removed
+        /// elsewhere). Nothing was written; that record stands.
+        case superseded(RevisedSession?)
+
+        /// The error of a failed write; `nil` otherwise.
+        var error: (any Error)? {
+            if case .failed(let error) = self { return error }
+            return nil
+        }
+    }
+
+    /// At most this many conditional attempts for one write (each conflict that leaves the write ours to make
+    /// reloads the revision and tries again).
+    static let conditionalWriteAttempts = 4
+
+    /// Writes `target` conditionally on the revision the session holds.
+    ///
+    /// On a conflict the record is read back: a record equal to the target counts as written; a record that
+    /// still holds the refresh token the session's write was based on (rewritten by someone who held nothing
+    /// newer) is written over, conditionally on its revision; anything else is newer than the target (another
+    /// process rotated the credentials or signed the user in again) and supersedes it; no record means the
+    /// session was cleared elsewhere. With `overwrite`, whatever is stored is replaced.
+    func conditionalWrite(
+        _ target: RefreshStateMachine.PersistTarget, store: any CoordinatedTokenStore, overwrite: Bool
+    ) async throws -> WriteOutcome {
+        if overwrite {
+            let revision = try await Self.overwrite(target.stored, identifier: target.identifier, store: store)
+            noteWritten(target, revision: revision)
+            return .written
+        }
+        var expected = target.baseRevision
+        for _ in 0..<Self.conditionalWriteAttempts {
+            do {
+                let revision = try await store.save(
+                    target.stored, identifier: target.identifier, expectedRevision: expected)
+                noteWritten(target, revision: revision)
+                return .written
+            } catch let error as UserSessionError where error.code == .revisionConflict {
+                guard let record = try await store.loadRevised(identifier: target.identifier) else {
+                    return .superseded(nil)
+                }
+                if record.session == target.stored {
+                    noteWritten(target, revision: record.revision)
+                    return .written
+                }
+                let newer = record.revision > (target.baseRevision ?? 0)
+                guard !newer || record.session.credentials?.refreshToken == target.baseRefreshToken else {
+                    return .superseded(record)
+                }
+                expected = record.revision
+            }
+        }
+        throw UserSessionError(
+            .storeFailure, "the stored record kept changing during \(Self.conditionalWriteAttempts) conditional writes")
+    }
+
+    private func noteWritten(_ target: RefreshStateMachine.PersistTarget, revision: UInt64) {
+        modifyStateAndRunActions { $0.written(target, revision: revision) }
+    }
+
+    /// Replaces whatever is stored under `identifier` with `stored`, conditionally on the revision read just
+    /// before (so a concurrent writer makes it try again, never interleave); returns the new revision.
+    static func overwrite(_ stored: StoredSession, identifier: String, store: any CoordinatedTokenStore) async throws
+        -> UInt64
+    {
+        var expected: UInt64?
+        do {
+            expected = try await store.loadRevised(identifier: identifier)?.revision
+        } catch let error as UserSessionError
+            where error.code == .storeCorrupt || error.code == .unsupportedFormatVersion
+        {
+            // Unreadable data is replaced, as a plain save always did; its revision is read back.
+            try await store.save(stored, identifier: identifier)
+            return try await store.loadRevised(identifier: identifier)?.revision ?? 0
+        }
+        // Every attempt but the last retries a conflict with the revision read again; the last one throws it.
+        for _ in 1..<conditionalWriteAttempts {
+            do {
+                return try await store.save(stored, identifier: identifier, expectedRevision: expected)
+            } catch let error as UserSessionError where error.code == .revisionConflict {
+                expected = try await store.loadRevised(identifier: identifier)?.revision
+            }
+        }
+        return try await store.save(stored, identifier: identifier, expectedRevision: expected)
+    }
+
+    // MARK: - Adopting what the store holds
+
+    /// What adopting a record (or its absence) did.
+    enum Adoption {
+        case none
+        /// Credentials were adopted (the event emitted, the waiters resumed).
+        case adopted
+        /// The record was removed elsewhere (the waiters failed): the session must close.
+        case removed
+    }
+
+    /// While holding the persistence slot: adopts `record` (newer credentials another process stored) for the
+    /// session of `generation`, or, for `nil`, stops that session because its record was removed elsewhere.
+    /// Hand the result to ``finishAdoption(_:generation:)`` after releasing the slot.
+    func adoptHoldingSlot(_ record: RevisedSession?, generation: UInt64) -> Adoption {
+        guard let record else {
+            // Signed out elsewhere (another instance removed the record): fenced here too.
+            if let identifier = inspect({ $0.generation == generation ? $0.identifier : nil }) {
+                ledger.signedOut(identifier: identifier)
+            }
+            let removed = modifyStateAndRunActions { $0.recordRemoved(generation: generation) }
+            return removed ? .removed : .none
+        }
+        let adopted = modifyStateAndRunActions { $0.recordAdopted(record, generation: generation) }
+        return adopted ? .adopted : .none
+    }
+
+    /// After the persistence slot is released: a session whose record was removed elsewhere is closed by its
+    /// controller.
+    func finishAdoption(_ adoption: Adoption, generation: UInt64) async {
+        guard case .removed = adoption, let handler = storeRemovedHandler.withLock({ $0 }) else { return }
+        await handler(generation)
+    }
+
+    /// Reads the record of the active session of `generation` and adopts it when it is newer than what the
+    /// session holds, or closes the session when it is gone. Ordered with the session's own writes (it takes the
+    /// persistence slot). Returns whether something was adopted or the session was found cleared.
+    @discardableResult
+    func reloadFromStore(generation: UInt64) async -> Bool {
+        guard let coordinatedStore else { return false }
+        let adoption = await withPersistSlot { _ -> Adoption? in
+            guard
+                let (identifier, held) = inspect({ machine -> (String, Credentials?)? in
+                    machine.active && machine.generation == generation
+                        ? (machine.identifier, machine.credentials) : nil
+                })
+            else { return nil }
+            let record: RevisedSession?
+            do {
+                record = try await coordinatedStore.loadRevised(identifier: identifier)
+            } catch {
+                emitWhileActive(
+                    .persistenceFailed, generation: generation,
+                    detail: "could not read the token store after a change notification: "
+                        + RefreshStateMachine.describePersistFailure(error))
+                return nil
+            }
+            let newer = record.map { record in
+                inspect { $0.storeIsNewer(record, than: held, generation: generation) }
+            }
+            guard newer ?? true else { return nil }
+            return adoptHoldingSlot(record, generation: generation)
+        }
+        guard let adoption else { return false }
+        await finishAdoption(adoption, generation: generation)
+        return true
+    }
+
+    // MARK: - Change notifications
+
+    /// Subscribes to the coordinated store's changes for the session of `generation` (until ``stopWatchingStore()``).
+    func startWatchingStore(identifier: String, generation: UInt64) {
+        guard let coordinatedStore else { return }
+        let stream = coordinatedStore.changes()
+        let task = Task { [weak self] in
+            for await change in stream {
+                guard let self else { return }
+                await self.storeChanged(change, identifier: identifier, generation: generation)
+            }
+        }
+        changeSubscription.replace(with: task)
+    }
+
+    func stopWatchingStore() {
+        changeSubscription.replace(with: nil)
+    }
+
+    private func storeChanged(_ change: TokenStoreChange, identifier: String, generation: UInt64) async {
+        switch change {
+        case .saved(let changed, let revision):
+            guard ExactIdentifier.areEqual(changed, identifier) else { return }
+            let held = inspect { $0.generation == generation ? $0.heldRevision : nil }
+            if let held, revision <= held { return }
+        case .removed(let changed):
+            guard ExactIdentifier.areEqual(changed, identifier) else { return }
+        case .resynchronize:
+            break
+        }
+        await reloadFromStore(generation: generation)
+    }
+}
+
+extension CredentialsGate {
+    // MARK: - Background work
+
+    /// The unstructured tasks running refreshes and write retries, so a close can cancel them when the store
+    /// overruns its deadline.
+    struct BackgroundWork {
+        var nextID: UInt64 = 0
+        var running: [UInt64: Task<Void, Never>] = [:]
+        /// Tasks that finished before they were recorded (a task may finish before `Task {}` returns).
+        var finishedEarly: Set<UInt64> = []
+    }
+
+    /// Runs `body` in an unstructured task that no caller's cancellation reaches, recorded until it finishes.
+    @discardableResult
+    func runInBackground(_ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
+        let id = backgroundWork.withLock { work -> UInt64 in
+            work.nextID += 1
+            return work.nextID
+        }
+        let task = Task {
+            await body()
+            self.backgroundWork.withLock { work in
+                if work.running.removeValue(forKey: id) == nil { work.finishedEarly.insert(id) }
+            }
+        }
+        backgroundWork.withLock { work in
+            if work.finishedEarly.remove(id) == nil { work.running[id] = task }
+        }
+        lastBackgroundTask.withLock { $0 = task }
+        return task
+    }
+
+    func cancelBackgroundWork() {
+        let tasks = backgroundWork.withLock { Array($0.running.values) }
+        for task in tasks { task.cancel() }
+    }
+}
+
+extension CredentialsGate {
+    /// Records that a token was asked for at `now` (seconds since the reference date), for the registry's idle
+    /// eviction.
+    ///
+    /// On the hot path, so it writes at most once a second per session: the shared cache line is only read by
+    /// every other call in that second.
+    @inline(__always)
+    func noteDemand(_ now: Double) {
+        if now - Double(bitPattern: lastDemandBits.load(ordering: .relaxed)) >= 1 {
+            lastDemandBits.store(now.bitPattern, ordering: .relaxed)
+        }
+    }
+
+    /// When a token was last asked for, in seconds since the reference date (to the second), or 0 if never.
+    var lastTokenDemand: Double { Double(bitPattern: lastDemandBits.load(ordering: .relaxed)) }
+
+    /// Whether a refresh is in flight or a write to the store is in progress: the registry never evicts a session
+    /// while its credentials are being committed.
+    /// The ledger's work counts too: nothing with a refresh in flight or an unwritten rotation is evicted.
+    var hasWorkInProgress: Bool {
+        let (busy, identifier) = inspect { ($0.flights.isRefreshing || $0.slot.isHeld, $0.identifier) }
+        return busy || (!identifier.isEmpty && ledger.hasPendingWork(identifier))
+    }
+}
