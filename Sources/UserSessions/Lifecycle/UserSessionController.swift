@@ -327,3 +327,507 @@ public actor UserSessionController {
         UserSessionError(.wrongState, "a session is open; close it before restoring, or open the new one")
     }
 }
+
+/// The pipeline an open and a restore share once their preliminaries are done: activating the credentials, the
+/// opening step, persisting, starting the services, committing or unwinding.
+extension UserSessionController {
+    /// What an opening session starts from.
+    enum OpeningSource {
+        /// A prototype handed to ``open(_:)``: its credentials are written to the store first.
+        case prototype(UserSessionPrototype)
+        /// A session read by a restore, at `revision` of a coordinated store; `needsRefresh` when its credentials
+        /// expired (they are refreshable) and are refreshed before the restore goes on.
+        case stored(StoredSession, identifier: String, revision: UInt64?, needsRefresh: Bool)
+
+        var identifier: String {
+            switch self {
+            case .prototype(let prototype): prototype.identifier
+            case .stored(_, let identifier, _, _): identifier
+            }
+        }
+
+        var userInfo: UserInfo {
+            switch self {
+            case .prototype(let prototype): prototype.userInfo
+            case .stored(let stored, _, _, _): stored.userInfo
+            }
+        }
+
+        /// The message of the error thrown when persisting the current identifier or the directories fails.
+        var persistFailure: String {
+            switch self {
+            case .prototype: "could not persist the session"
+            case .stored: "could not persist the current identifier"
+            }
+        }
+    }
+
+    /// Opens a session from `source` and returns it: the one pipeline of ``open(_:)`` and the restores, run in
+    /// their turn once no session is opened (the caller closed it or checked).
+    ///
+    /// In order: the session's credentials become readable through the gate; the source's opening step runs (the
+    /// prototype's first write, or the stored credentials' refresh); the identifier and the directories are
+    /// persisted; the services start and the open commits. A failure before the services unwinds the open.
+    func openInTurn(
+        _ source: OpeningSource,
+        services: [any UserSessionService],
+        openedAt: Date
+    ) async throws -> UserSession {
+        lifecycle.beginOpening()
+        generation += 1
+        let generation = generation
+        let identifier = source.identifier
+        let session = UserSession(
+            identifier: identifier, state: .opened, userInfo: source.userInfo, openedAt: openedAt)
+        lifecycle.openingActivated(generation: generation)
+        do {
+            try await activateAndRunFirstStep(source, generation: generation)
+        } catch {
+            throw await unwindOpening(session, failure: error)
+        }
+        let (store, configuration) = (self.store, self.configuration)
+        do {
+            try await runOpeningStep {
+                try await Self.persistCurrentIdentifierAndCreateDirectories(
+                    identifier, store: store, configuration: configuration)
+            }
+        } catch {
+            throw await unwindOpening(session, failure: Self.storeError(error, source.persistFailure))
+        }
+        return try await startServicesAndCommit(session, services: services, generation: generation)
+    }
+
+    /// Makes the credentials of `source` readable through the gate, then runs its opening step (cancellable, see
+    /// ``runOpeningStep(_:)``). Throws the error to unwind with.
+    private func activateAndRunFirstStep(_ source: OpeningSource, generation: UInt64) async throws {
+        let gate = self.gate
+        switch source {
+        case .prototype(let prototype):
+            // The slot is taken before the credentials become readable, so no refresh commit of this session can
+            // be written before its first write; it is released before any unwind, whose `deactivate()` takes it.
+            do {
+                try await gate.withPersistSlot { _ in
+                    gate.activate(
+                        identifier: prototype.identifier, userInfo: prototype.userInfo,
+                        credentials: prototype.credentials, generation: generation)
+                    try await runOpeningStep {
+                        try await gate.writeOpening(
+                            StoredSession(userInfo: prototype.userInfo, credentials: prototype.credentials),
+                            identifier: prototype.identifier)
+                    }
+                }
+            } catch {
+                throw Self.storeError(error, source.persistFailure)
+            }
+
+        case .stored(let stored, let identifier, let revision, let needsRefresh):
+            gate.activate(
+                identifier: identifier, userInfo: stored.userInfo, credentials: stored.credentials,
+                generation: generation, restoring: true, revision: revision)
+            // Only the wait is cancelled: the shared refresh keeps running and commits its result. One that
+            // outlives a failed or cancelled restore still writes its rotated credentials to this user's record
+            // (the gate keeps it as an orphan), so the next restore sends the new refresh token.
+            if needsRefresh { try await runOpeningStep { try await gate.ensureUsable() } }
+        }
+    }
+
+    /// The last steps of persisting an opening session: its identifier for ``restore()`` (unless
+    /// ``Configuration/persistsCurrentIdentifier`` is off) and its data directories (if configured).
+    static func persistCurrentIdentifierAndCreateDirectories(
+        _ identifier: String, store: any TokenStore, configuration: Configuration
+    ) async throws {
+        if configuration.persistsCurrentIdentifier {
+            try await store.saveCurrentIdentifier(identifier)
+        }
+        try await configuration.dataDirectories?.createDirectories(for: identifier)
+    }
+
+    /// Runs a step of an opening session in a task of its own, so that a close arriving meanwhile (through
+    /// `cancelOpeningWork`) or the caller's cancellation cancels it: a store that never answers but honours
+    /// cancellation cannot keep the open, and the close queued behind it, waiting forever. A store that ignores
+    /// cancellation is still awaited, so that its write never lands after a later `closeAndClear()` removed it.
+    func runOpeningStep(_ step: @escaping @Sendable () async throws -> Void) async throws {
+        let task = Task { try await step() }
+        cancelOpeningWork = { task.cancel() }
+        defer { cancelOpeningWork = nil }
+        try await withTaskCancellationHandler {
+            try await task.value
+        } onCancel: {
+            task.cancel()
+        }
+    }
+
+    /// Starts `services` for `session` and commits the open, or unwinds it. Runs in the open's turn, after
+    /// ``LifecycleStateMachine/beginOpening()`` and the gate's activation.
+    func startServicesAndCommit(
+        _ session: UserSession,
+        services: [any UserSessionService],
+        generation: UInt64
+    ) async throws -> UserSession {
+        let outcome: ServiceStartOutcome
+        if lifecycle.openingVerdict != .proceed || services.isEmpty {
+            outcome = .started([])
+        } else {
+            // An unstructured task, so that a close arriving through the turnstile can cancel it; the caller's
+            // cancellation is forwarded to it as well.
+            let starting = Task { await ServiceRunner.start(services, session: session) }
+            cancelOpeningWork = { starting.cancel() }
+            outcome = await withTaskCancellationHandler {
+                await starting.value
+            } onCancel: {
+                starting.cancel()
+            }
+            cancelOpeningWork = nil
+        }
+
+        let started: [any UserSessionService]
+        switch outcome {
+        case .started(let all): started = all
+        case .failed(_, _, let partial): started = partial
+        }
+
+        switch lifecycle.openingVerdict {
+        case .rollBack:
+            await gate.deactivate()
+            await stopServices(started, session: session)
+            throw rolledBack(session)
+
+        case .invalidate(let reason):
+            await stopServices(started, session: session)
+            await gate.deactivate()
+            lifecycle.endActivity()
+            var invalid = session
+            invalid.state = .invalid
+            hub.emit(.invalidated(reason), session: invalid)
+            throw UserSessionError(
+                .refreshFailed, "the credentials were revoked while the session was opening", failureClass: .terminal)
+
+        case .proceed:
+            if case .failed(let service, let error, _) = outcome {
+                await stopServices(started, session: session)
+                await gate.deactivate()
+                lifecycle.endActivity()
+                let name = service.name
+                var invalid = session
+                invalid.state = .invalid
+                let cause = "cause: \(String(describing: type(of: error)))"
+                hub.emit(.serviceStartFailed(service: name), session: invalid, detail: cause)
+                hub.emit(.invalidated(.serviceStartFailed(service: name)), session: invalid)
+                let verb = error is CancellationError ? "was cancelled while starting" : "failed to start"
+                throw UserSessionError(
+                    .serviceStartFailed, "service \"\(name)\" \(verb)", serviceName: name, underlying: error)
+            }
+            running = RunningSession(session: session, generation: generation, services: started)
+            lifecycle.opened(generation: generation)
+            hub.emit(.opened, session: session)
+            return session
+        }
+    }
+
+    /// Unwinds an open or restore whose step before the services failed with `failure`: deactivates the gate and
+    /// returns the error to throw, as decided by what arrived meanwhile. A close rolls it back; a terminal refresh
+    /// failure of its credentials (reported by the gate, which cancelled the step) ends it
+    /// ``UserSession/State/invalid`` and the refresh failure is thrown, not the cancelled step's error.
+    func unwindOpening(_ session: UserSession, failure: any Error) async -> any Error {
+        let terminal = gate.inspect { $0.terminalError }
+        await gate.deactivate()
+        switch lifecycle.openingVerdict {
+        case .rollBack:
+            return rolledBack(session)
+        case .invalidate(let reason):
+            lifecycle.endActivity()
+            var invalid = session
+            invalid.state = .invalid
+            hub.emit(.invalidated(reason), session: invalid)
+            return terminal
+                ?? UserSessionError(
+                    .refreshFailed, "the credentials were revoked while the session was opening",
+                    failureClass: .terminal)
+        case .proceed:
+            lifecycle.endActivity()
+            return failure
+        }
+    }
+
+    /// Ends a rolled-back open (gate deactivated and services stopped already) and returns the error to throw.
+    func rolledBack(_ session: UserSession) -> UserSessionError {
+        lifecycle.endActivity()
+        var closed = session
+        closed.state = .closed
+        hub.emit(.closed(.rolledBack), session: closed)
+        return UserSessionError(
+            .openRolledBack, "a close arrived while the session was opening; the open was rolled back")
+    }
+}
+
+extension UserSessionController {
+    /// Restores the session whose identifier the last open persisted, or returns `nil` when none is persisted.
+    ///
+    /// Works like ``restore(identifier:)`` with the persisted identifier.
+    ///
+    /// - Throws: What ``restore(identifier:)`` throws; a persisted identifier with nothing stored under it throws
+    ///   ``UserSessionError/Code/noStoredSession``; a persisted identifier that no open could have stored (empty,
+    ///   over-long, containing NUL: the store returned damaged data) throws ``UserSessionError/Code/storeCorrupt``.
+    public func restore() async throws -> UserSession? {
+        if let configurationError { throw configurationError }
+        guard let ticket = try await enterTurn(.open) else { return nil }
+        defer { leaveTurn(ticket) }
+        guard running == nil else { throw Self.wrongStateError }
+        let identifier: String?
+        do {
+            identifier = try await store.loadCurrentIdentifier()
+        } catch {
+            throw Self.storeError(error, "could not read the current identifier")
+        }
+        guard let identifier else { return nil }
+        // No open persists such an identifier: the store returned damaged data. Never hand it on to `load`.
+        if Self.identifierProblem(identifier) != nil {
+            throw UserSessionError(.storeCorrupt, "the persisted current identifier is unusable")
+        }
+        return try await restoreInTurn(identifier: identifier)
+    }
+
+    /// Restores the session stored under `identifier` and returns it (never `nil`).
+    ///
+    /// Stored credentials must be usable: valid, or expired but refreshable, in which case they are refreshed
+    /// first through the single-flight gate. Then the identifier is persisted as current, the services start as in
+    /// ``open(_:)`` and `.opened` is emitted. If anything fails before that, nothing is opened.
+    ///
+    /// - Throws: ``UserSessionError`` with code
+    ///   - ``UserSessionError/Code/invalidIdentifier`` for an empty, over-long or NUL-containing identifier;
+    ///   - ``UserSessionError/Code/wrongState`` while a session is opened (close it first, or use ``open(_:)``);
+    ///   - ``UserSessionError/Code/shutdown`` after ``shutdown()``;
+    ///   - ``UserSessionError/Code/noStoredSession`` when nothing is stored under `identifier`;
+    ///   - ``UserSessionError/Code/storeCorrupt`` when the stored data is unreadable (event `.storeCorrupt`; the
+    ///     data is kept), or another store error;
+    ///   - ``UserSessionError/Code/credentialsUnusable`` when the credentials are expired and not refreshable;
+    ///   - the refresh error when refreshing fails (a terminal failure ends the session
+    ///     ``UserSession/State/invalid`` with `.invalidated(.credentialsRevoked)`);
+    ///   - ``UserSessionError/Code/serviceStartFailed`` and ``UserSessionError/Code/openRolledBack`` as ``open(_:)``.
+    public func restore(identifier: String) async throws -> UserSession? {
+        if let problem = Self.identifierProblem(identifier) {
+            throw UserSessionError(.invalidIdentifier, "the identifier \(problem)")
+        }
+        if let configurationError { throw configurationError }
+        guard let ticket = try await enterTurn(.open) else { return nil }
+        defer { leaveTurn(ticket) }
+        guard running == nil else { throw Self.wrongStateError }
+        return try await restoreInTurn(identifier: identifier)
+    }
+
+    /// Whether stored data would let ``restore()`` open a session: a current identifier is persisted and its
+    /// stored credentials are usable (valid, or refreshable), or it has none.
+    ///
+    /// Reads the store only: no side effects, no events; store errors answer `false`. It does not consider whether
+    /// a session is open now.
+    public nonisolated var canRestore: Bool {
+        get async {
+            guard let identifier = try? await store.loadCurrentIdentifier(),
+                let stored = try? await store.load(identifier: identifier)
+            else { return false }
+            guard let credentials = stored.credentials else { return true }
+            return !credentials.isExpired(at: configuration.clock.now()) || credentials.isRefreshable
+        }
+    }
+
+    /// The part of restore that runs in the caller's turn, once no session is opened: reads and checks the stored
+    /// session, then opens it through ``openInTurn(_:services:openedAt:)``.
+    func restoreInTurn(identifier: String) async throws -> UserSession {
+        // Held from before the read until the session holds it itself: a rotation the store has not taken yet, or
+        // a refresh in flight, cannot leave the ledger in between.
+        gate.ledger.hold(identifier)
+        defer { gate.ledger.release(identifier, schedule: gate.ledgerSchedule) }
+        let loaded: StoredSession?
+        var revision: UInt64?
+        do {
+            if let coordinated = gate.coordinatedStore {
+                let revised = try await coordinated.loadRevised(identifier: identifier)
+                (loaded, revision) = (revised?.session, revised?.revision)
+            } else {
+                loaded = try await store.load(identifier: identifier)
+            }
+        } catch {
+            let failure = Self.storeError(error, "could not read the stored session")
+            if failure.code == .storeCorrupt { hub.emit(.storeCorrupt(identifier: identifier)) }
+            throw failure
+        }
+        guard let record = loaded else {
+            throw UserSessionError(.noStoredSession, "nothing is stored under the identifier")
+        }
+        // Read through the ledger: an unwritten rotation replaces the spent token the store still holds, and a
+        // refused refresh token fails at once without contacting the server.
+        let (stored, adopted) = try gate.ledger.readThrough(record, identifier: identifier)
+        let now = configuration.clock.now()
+        var needsRefresh = false
+        if let credentials = stored.credentials, credentials.isExpired(at: now) {
+            guard credentials.isRefreshable else {
+                throw UserSessionError(.credentialsUnusable, "the stored credentials expired and cannot be refreshed")
+            }
+            needsRefresh = true
+        }
+        let session = try await openInTurn(
+            .stored(stored, identifier: identifier, revision: revision, needsRefresh: needsRefresh),
+            services: services, openedAt: now)
+        // The adopted rotation is not in the store yet: this session writes it, on the failed-write schedule.
+        if adopted { gate.rotationAdoptedUnwritten() }
+        return session
+    }
+}
+
+extension UserSessionController {
+    /// A valid access token for the open session, refreshing it first when it is about to expire.
+    ///
+    /// This is the hot path of every request: while the token is fresh it is returned after one clock read and
+    /// one short lock, without hopping onto the controller's executor and without suspending.
+    ///
+    /// - Inside the proactive window (``Configuration/proactiveRefreshWindow``) the still-valid token is returned
+    ///   at once and one refresh starts in the background; callers never see its outcome.
+    /// - Inside the lead time (``Configuration/refreshLeadTime``) or after expiry, callers wait for a single-flight
+    ///   refresh: however many call at once, the refresher runs once and all of them get its result. A caller that
+    ///   waited for a refresh that failed gets that failure, even if the old token had a few seconds left. After a
+    ///   failed refresh, a token that is still valid is served again until the retry backoff elapses.
+    ///
+    /// - Important: Cancelling the calling task makes this call throw `CancellationError` at once; the refresh it
+    ///   was waiting for keeps running and its result is committed, so a rotated refresh token is never lost.
+    /// - Throws: ``UserSessionError`` with code ``UserSessionError/Code/sessionNotOpen`` when no session is open;
+    ///   ``UserSessionError/Code/refreshFailed`` (see ``UserSessionError/failureClass``) when the refresh this call
+    ///   waited for failed; ``UserSessionError/Code/noRefresher`` when the token expired and cannot be refreshed;
+    ///   ``UserSessionError/Code/refreshLoop`` when the refresh-loop breaker refused a needed refresh;
+    ///   `CancellationError` when the calling task was cancelled.
+    nonisolated(nonsending) public func accessToken() async throws -> String {
+        if let token = gate.freshAccessToken() { return token }
+        return try await gate.waitForAccessToken()
+    }
+
+    /// Runs `operation` with a valid access token, and replays it once if it fails authentication.
+    ///
+    /// If `operation` throws an error for which `isAuthenticationFailure` returns `true` (for example an HTTP 401):
+    /// - if the token it used is still the current one, the credentials are refreshed once (a forced refresh
+    ///   through the same single-flight gate, so concurrent replays share one refresh) and `operation` runs again
+    ///   with the new token;
+    /// - if the token had already been replaced meanwhile, `operation` runs again with the current token without
+    ///   a refresh.
+    ///
+    /// A second authentication failure is thrown to the caller, as is any error that is not an authentication
+    /// failure (untouched, on the first attempt). Both closures run in the caller's isolation and are not
+    /// retained after this call returns.
+    ///
+    /// - Important: A replay belongs to the session whose token the first attempt used. If that session was
+    ///   closed, replaced (another ``open(_:)``) or invalidated meanwhile, the authentication failure is not
+    ///   replayed: this throws ``UserSessionError/Code/sessionNotOpen``, so an operation never runs with another
+    ///   user's credentials.
+    ///
+    /// - Throws: what ``accessToken()`` throws; what `operation` throws; when the refresh needed for the replay
+    ///   fails, that refresh's error (``UserSessionError/Code/refreshFailed``, or
+    ///   ``UserSessionError/Code/refreshLoop`` when refreshes keep failing to help);
+    ///   ``UserSessionError/Code/sessionNotOpen`` when the session of the first attempt ended before the replay.
+    nonisolated(nonsending) public func withAccessToken<R>(
+        isAuthenticationFailure: (any Error) -> Bool,
+        _ operation: (String) async throws -> R
+    ) async throws -> R {
+        let (token, generation) = try await gate.accessTokenAndGeneration()
+        do {
+            return try await operation(token)
+        } catch {
+            guard isAuthenticationFailure(error) else { throw error }
+            let replacement = try await gate.replacementCredentials(after: token, generation: generation)
+            let replay = UserSessionReplayReport(identifier: hub.session.identifier)
+            hub.observers.notify { $0.observeReplay(replay) }
+            return try await operation(replacement.accessToken)
+        }
+    }
+
+    /// A valid access token that stays valid for at least `minimumValidity`, refreshing first (through the same
+    /// single-flight gate as ``accessToken()``) when the current one expires sooner.
+    ///
+    /// Use it before work that outlives a request, such as a long upload. A token that does not expire always
+    /// qualifies; a negative `minimumValidity` counts as zero.
+    ///
+    /// - Important: This refreshes at most once per call and never loops. When the token's lifetime is known
+    ///   (from ``Credentials/lastRefreshedAt``, or its refresh) and is shorter than `minimumValidity`, it throws
+    ///   ``UserSessionError/Code/minimumValidityUnreachable`` without refreshing, since a new token would live no
+    ///   longer; when the lifetime is unknown, it refreshes once and throws the same error if the new token still
+    ///   expires too soon (the new token is kept and served to other callers).
+    /// - Throws: ``UserSessionError/Code/minimumValidityUnreachable`` as above; otherwise what
+    ///   ``refreshCredentials()`` throws (``UserSessionError/Code/sessionNotOpen``,
+    ///   ``UserSessionError/Code/noRefresher``, ``UserSessionError/Code/refreshLoop``,
+    ///   ``UserSessionError/Code/refreshFailed``), and `CancellationError` when the calling task is cancelled
+    ///   while waiting (the refresh goes on and is committed).
+    nonisolated(nonsending) public func accessToken(minimumValidity: Duration) async throws -> String {
+        try await gate.accessToken(minimumValidity: minimumValidity.seconds)
+    }
+
+    /// Refreshes the credentials now, through the single-flight gate, and returns the new ones.
+    ///
+    /// If a refresh is already in flight, this call joins it instead of starting another. The new credentials
+    /// are persisted, published and announced with ``UserSessionEvent/Kind/credentialsRefreshed`` before this
+    /// returns.
+    ///
+    /// - Important: Cancelling the calling task throws `CancellationError` at once; the refresh continues and is
+    ///   committed.
+    /// - Throws: ``UserSessionError/Code/sessionNotOpen``; ``UserSessionError/Code/noRefresher`` when there is no
+    ///   refresher or no refresh token; ``UserSessionError/Code/refreshLoop`` when the refresh-loop breaker
+    ///   tripped; the refresh's error (``UserSessionError/Code/refreshFailed`` with its failure class).
+    @discardableResult
+    nonisolated(nonsending) public func refreshCredentials() async throws -> Credentials {
+        try await gate.refresh()
+    }
+
+    /// Replaces the session's credentials with ones obtained elsewhere (for example after re-authorizing with
+    /// more permissions).
+    ///
+    /// The credentials are written to the ``store`` first, then handed out to readers, then announced with
+    /// ``UserSessionEvent/Kind/credentialsUpdated(_:)`` saying whether the token was extended and which
+    /// permissions were added or removed. A refresh in flight is superseded: its result is discarded and its
+    /// waiters get these credentials.
+    ///
+    /// If the session ends while the write is in progress, the write stands (the credentials went to that
+    /// session's own record) and this returns normally, without publishing them or emitting an event.
+    ///
+    /// - Throws: ``UserSessionError/Code/sessionNotOpen`` when no session is open (nothing is written); the store's
+    ///   error when writing fails, in which case nothing changes.
+    nonisolated(nonsending) public func updateCredentials(_ credentials: Credentials) async throws {
+        try await gate.update(credentials)
+    }
+
+    /// The current credentials, or `nil` when no session is open.
+    public nonisolated var credentials: Credentials? { gate.currentCredentials() }
+}
+
+extension UserSessionController {
+    /// ``closeAndClear()``'s revocation, after the session ended and before its credentials are removed, within
+    /// ``Configuration/revocationTimeout``.
+    ///
+    /// When a session was open (`sessionWasOpen`), its last credentials in memory are revoked: they are the newest
+    /// this controller saw (a refresh that committed while it closed included), newer than the stored ones if a
+    /// write failed. Otherwise the credentials stored under `identifier` are, if they can be loaded. A failure is
+    /// reported with `.revocationFailed`, never thrown: the removal goes ahead either way.
+    func revokeBeforeClearing(_ identifier: String, sessionWasOpen: Bool) async {
+        guard SignOutRevocation.isEnabled(configuration, gate.refresher) else { return }
+        // Ending the session stops serving the credentials but keeps them in the gate until the next open.
+        let credentials = sessionWasOpen ? gate.inspect { $0.credentials } : nil
+        guard
+            let failure = await SignOutRevocation.run(
+                refresher: gate.refresher, credentials: credentials, identifier: identifier, store: store,
+                configuration: configuration)
+        else { return }
+        hub.emit(.revocationFailed(failure.failureClass), session: nil, detail: failure.detail)
+    }
+}
+
+extension UserSessionController {
+    /// Shuts the controller down, as ``shutdown()`` does, if nothing is in progress in it: no lifecycle call
+    /// running or waiting, no refresh in flight, no write of credentials in progress. Returns whether it did.
+    ///
+    /// The check and the start of the shutdown happen in one step on the actor (the shutdown takes its turn before
+    /// its first suspension), so an open or restore is never rolled back by it: one that was called before is seen
+    /// by the check, and one called after finds the controller shut down.
+    func shutdownIfIdle() async -> Bool {
+        guard lifecycle.isIdle, !gate.hasWorkInProgress else { return false }
+        await shutdown()
+        return true
+    }
+
+    /// When a token of this controller was last asked for, in seconds since the reference date (to the second).
+    nonisolated var lastTokenDemand: Double { gate.lastTokenDemand }
+}

@@ -211,3 +211,433 @@ public final class UserSessionRegistry: Sendable {
 
     static var shutdownError: UserSessionError { UserSessionError(.shutdown, "the registry was shut down") }
 }
+
+extension UserSessionRegistry {
+    /// The open controller of `identifier`'s user: the held one if its session is open, otherwise its stored
+    /// session restored into it. The call for server requests.
+    ///
+    /// Single-flight: however many calls ask for a user whose session is not open at the same time, the store is
+    /// read once and the session restored once (refreshing its credentials at most once), and all of them get the
+    /// same opened controller, or all the same error. A call made while an earlier operation for the user (an open,
+    /// a close, …) is still in progress gets its outcome from after that operation, in call order. While the
+    /// session is open and nothing is in progress for the user, this returns without suspending for long: one
+    /// short critical section, no store access.
+    ///
+    /// The restore runs in a task of its own: cancelling one caller makes that call throw `CancellationError` at
+    /// once and never cancels the restore the others are waiting for.
+    ///
+    /// - Throws: ``UserSessionError`` with code
+    ///   - ``UserSessionError/Code/noStoredSession`` when nothing is stored under `identifier` (the user must sign
+    ///     in; then ``open(_:)``);
+    ///   - ``UserSessionError/Code/invalidIdentifier`` for an empty, over-long or NUL-containing identifier;
+    ///   - ``UserSessionError/Code/shutdown`` after ``shutdown()``;
+    ///   - what ``UserSessionController/restore(identifier:)`` throws otherwise (unusable credentials, a corrupt
+    ///     record, a store or refresh failure, a service that failed to start).
+    ///   `CancellationError` when the calling task is cancelled while waiting.
+    public func session(for identifier: String) async throws -> UserSessionController {
+        try Self.check(identifier)
+        let key = ExactIdentifier(identifier)
+        let now = now()
+        if let controller = state.withLock({ $0.openIdleController(key, now: now) }) { return controller }
+
+        let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
+        return try await withTaskCancellationHandler {
+            try await withVisibleCheckedThrowingContinuation {
+                (continuation: CheckedContinuation<UserSessionController, any Error>) in
+                // Decided under the lock; the continuation is resumed after it is released.
+                enum Step {
+                    case answer(Result<UserSessionController, any Error>)
+                    case wait
+                    case lead(flight: UInt64, ticket: Ticket, runsNow: Bool)
+                }
+                let step = state.withLock { state -> Step in
+                    if state.isShutDown { return .answer(.failure(Self.shutdownError)) }
+                    if Task.isCancelled { return .answer(.failure(CancellationError())) }
+                    if let controller = state.openIdleController(key, now: now) { return .answer(.success(controller)) }
+                    if let flight = state.lanes.joinableFlight(.user(key)) {
+                        state.flights[flight]?.waiters[waiterID] = continuation
+                        return .wait
+                    }
+                    let flight = state.startFlight(waiterID: waiterID, continuation)
+                    let (ticket, runsNow) = state.lanes.enter(.user(key), flight: flight)
+                    return .lead(flight: flight, ticket: ticket, runsNow: runsNow)
+                }
+                switch step {
+                case .answer(let result): continuation.resumeVisibly(with: result)
+                case .wait: break
+                case .lead(let flight, let ticket, let runsNow):
+                    // Unstructured, so that no caller's cancellation reaches the restore the others wait for.
+                    Task {
+                        await self.runFlight(flight, ticket, runsNow: runsNow, identifier: identifier)
+                    }
+                }
+            }
+        } onCancel: {
+            state.withLock { $0.removeFlightWaiter(waiterID) }?.resumeVisibly(throwing: CancellationError())
+        }
+    }
+
+    /// Opens a session for `prototype` in its user's controller and returns that controller.
+    ///
+    /// If the user already has an open session it is replaced, as ``UserSessionController/open(_:)`` does. Runs in
+    /// the identifier's turn (see the type's documentation); when it brings the open sessions over
+    /// ``maximumOpenSessions``, the least recently used one is closed before this returns.
+    ///
+    /// - Throws: What `open` throws (``UserSessionError/Code/invalidPrototype`` for an unusable identifier);
+    ///   ``UserSessionError/Code/shutdown`` after ``shutdown()``. On failure the controller is evicted unless its
+    ///   session is open.
+    @discardableResult
+    public func open(_ prototype: UserSessionPrototype) async throws -> UserSessionController {
+        if let problem = UserSessionController.identifierProblem(prototype.identifier) {
+            throw UserSessionError(.invalidPrototype, "the prototype's identifier \(problem)")
+        }
+        let key = ExactIdentifier(prototype.identifier)
+        let controller = try await withTurn(.user(key)) { try await openInTurn(prototype, key: key) }
+        await enforceMaximumOpenSessions(sparing: key)
+        return controller
+    }
+
+    /// Restores the session stored under `identifier` into its controller.
+    ///
+    /// Runs in the identifier's turn. Unlike ``session(for:)`` it is not single-flight and does not accept an
+    /// open session: it is the explicit step, for code that knows the user is not open.
+    ///
+    /// - Returns: The controller, or `nil` when nothing usable is stored: nothing at all
+    ///   (``UserSessionError/Code/noStoredSession``) or credentials that expired and cannot be refreshed
+    ///   (``UserSessionError/Code/credentialsUnusable``). Either way the user must sign in again, and the
+    ///   controller is evicted.
+    /// - Throws: Every other error of ``UserSessionController/restore(identifier:)``, such as
+    ///   ``UserSessionError/Code/wrongState`` when the session is already open, ``UserSessionError/Code/storeCorrupt``
+    ///   or a refresh failure; ``UserSessionError/Code/invalidIdentifier``; ``UserSessionError/Code/shutdown``.
+    public func restore(identifier: String) async throws -> UserSessionController? {
+        try Self.check(identifier)
+        let key = ExactIdentifier(identifier)
+        let controller = try await withTurn(.user(key)) { () -> UserSessionController? in
+            do {
+                return try await restoreInTurn(identifier, key: key)
+            } catch let error as UserSessionError
+                where error.code == .noStoredSession
+                || error.code == .credentialsUnusable
+            {
+                return nil
+            }
+        }
+        if controller != nil { await enforceMaximumOpenSessions(sparing: key) }
+        return controller
+    }
+
+    /// Closes `identifier`'s session, keeping its stored credentials, and evicts its controller. Runs in the
+    /// identifier's turn.
+    public func close(identifier: String) async {
+        let key = ExactIdentifier(identifier)
+        await withTurn(.user(key)) {
+            guard let controller = state.withLock({ $0.entries[key]?.controller }) else { return }
+            await controller.close()
+            await removeIfNotOpened(key, controller)
+        }
+    }
+
+    /// Closes `identifier`'s session, removes its stored credentials and data, and evicts its controller. Runs in
+    /// the identifier's turn.
+    ///
+    /// Works for users without a controller too: their stored credentials and data directories are removed. If
+    /// `identifier` is the current user, there is no current user afterwards (also after a restart).
+    ///
+    /// Like ``UserSessionController/closeAndClear()``, it first revokes the credentials at the authorization server
+    /// when ``UserSessionController/Configuration/revokesOnSignOut`` is on and the refresher can revoke; for a user
+    /// without a controller, the stored credentials are loaded for that (if they can be), and a failure is
+    /// delivered through ``events(bufferSize:)`` and the observers as `.revocationFailed`. Either way the
+    /// credentials are removed.
+    public func closeAndClear(identifier: String) async throws {
+        let key = ExactIdentifier(identifier)
+        try await withTurn(.user(key)) {
+            if let controller = state.withLock({ $0.entries[key]?.controller }) {
+                do {
+                    try await controller.closeAndClear()
+                } catch {
+                    await removeIfNotOpened(key, controller)
+                    throw error
+                }
+                await removeIfNotOpened(key, controller)
+            } else {
+                await revokeStoredCredentials(of: identifier)
+                // Fences the identifier for every controller of the process: a refresh of an evicted controller
+                // still in flight, or a write the ledger still retries, never brings the record back.
+                ledger.signedOut(identifier: identifier)
+                try await store.remove(identifier: identifier)
+                try await configuration.dataDirectories?.removeDirectories(for: identifier)
+            }
+            // Checked and reset in one critical section, so a `switchUser` in between is never undone.
+            let wasCurrent = state.withLock { state -> Bool in
+                guard let current = state.currentIdentifier, ExactIdentifier.areEqual(current, identifier) else {
+                    return false
+                }
+                state.currentIdentifier = nil
+                return true
+            }
+            if wasCurrent { try await store.saveCurrentIdentifier(nil) }
+        }
+    }
+
+    // MARK: Internals
+
+    /// Restores `identifier` into its (held or new) controller; on failure the controller is evicted unless its
+    /// session is open. Called in the identifier's turn.
+    func restoreInTurn(_ identifier: String, key: ExactIdentifier) async throws -> UserSessionController {
+        try await inController(identifier, key: key) { _ = try await $0.restore(identifier: identifier) }
+    }
+
+    /// Opens `prototype` in its (held or new) controller; on failure the controller is evicted unless its session
+    /// is open. Called in the identifier's turn.
+    func openInTurn(_ prototype: UserSessionPrototype, key: ExactIdentifier) async throws -> UserSessionController {
+        try await inController(prototype.identifier, key: key) { _ = try await $0.open(prototype) }
+    }
+
+    private func inController(
+        _ identifier: String, key: ExactIdentifier, _ step: (UserSessionController) async throws -> Void
+    ) async throws -> UserSessionController {
+        let controller = try heldOrNewController(for: identifier, key: key)
+        do {
+            try await step(controller)
+        } catch {
+            await removeIfNotOpened(key, controller)
+            throw error
+        }
+        return controller
+    }
+
+    /// The work of one get-or-restore flight: in the identifier's turn, the held open controller or a restore;
+    /// then the bound on open sessions; then every waiter gets the outcome.
+    private func runFlight(_ flight: UInt64, _ ticket: Ticket, runsNow: Bool, identifier: String) async {
+        if !runsNow { await waitForTurn(ticket) }
+        let key = ExactIdentifier(identifier)
+        let result: Result<UserSessionController, any Error>
+        do {
+            if let held = state.withLock({ $0.entries[key]?.controller }), held.session.isOpened {
+                result = .success(held)
+            } else {
+                result = .success(try await restoreInTurn(identifier, key: key))
+            }
+        } catch {
+            result = .failure(error)
+        }
+        state.withLock { $0.lanes.closeFlight(flight, in: .user(key)) }
+        leave(ticket)
+        if case .success = result { await enforceMaximumOpenSessions(sparing: key) }
+        let waiters = state.withLock { $0.flights.removeValue(forKey: flight)?.waiters } ?? [:]
+        for waiter in waiters.values { waiter.resumeVisibly(with: result) }
+    }
+}
+
+extension UserSessionRegistry {
+    typealias LaneKey = RegistryLanes<CheckedContinuation<Void, Never>>.Key
+    typealias Ticket = RegistryLanes<CheckedContinuation<Void, Never>>.Ticket
+
+    /// Runs `body` in its turn in `key`'s lane: after every operation called before it for that lane has finished,
+    /// and before any called after it starts.
+    ///
+    /// The ticket is taken synchronously when this is called, before the first suspension, so the lane's order is
+    /// the call order. Waiting for the turn is not cut short by cancellation: `body` still runs (and the
+    /// controller calls in it see the cancellation), so that every operation that was called takes effect.
+    func withTurn<Value>(
+        _ key: LaneKey,
+        _ body: () async throws -> Value
+    ) async rethrows -> Value {
+        let (ticket, runsNow) = state.withLock { $0.lanes.enter(key) }
+        if !runsNow { await waitForTurn(ticket) }
+        defer { leave(ticket) }
+        return try await body()
+    }
+
+    /// Suspends until `ticket` is at the head of its lane.
+    func waitForTurn(_ ticket: Ticket) async {
+        await withVisibleCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            state.withLock { $0.lanes.park(continuation, ticket: ticket) }?.resumeVisibly()
+        }
+    }
+
+    /// Ends the turn of `ticket` and resumes the next operation in its lane.
+    func leave(_ ticket: Ticket) {
+        state.withLock { $0.lanes.leave(ticket) }?.resumeVisibly()
+    }
+
+    /// How many operations for `identifier` are running or waiting (for tests).
+    func pendingOperationCount(for identifier: String) -> Int {
+        state.withLock { $0.lanes.count(.user(ExactIdentifier(identifier))) }
+    }
+
+    /// How many `switchUser(to:)` and `restoreCurrentUser()` calls are running or waiting (for tests).
+    var pendingSwitchCount: Int { state.withLock { $0.lanes.count(.switching) } }
+}
+
+extension UserSessionRegistry {
+    /// The controller of the current user, set by ``switchUser(to:)`` or ``restoreCurrentUser()``.
+    public var currentController: UserSessionController? {
+        state.withLock { state in state.currentIdentifier.flatMap { state.entries[ExactIdentifier($0)]?.controller } }
+    }
+
+    /// Makes `prototype`'s user the current one: the previous current user's session is closed first (its services
+    /// stop first), then the new session opens and its identifier is persisted for ``restoreCurrentUser()``.
+    ///
+    /// Switches take effect in call order, each after the one before it has finished: switching to bob and then
+    /// to carol leaves carol current and persisted and bob closed, even if bob's services were still starting when
+    /// the second call was made. Switching never leaves two switched-to users open. The close and the open take
+    /// their turns in the two users' lanes when the switch runs, and the new user's lane is held until its
+    /// identifier is persisted.
+    ///
+    /// - Throws: What ``open(_:)`` throws (the previous user stays closed), or the store's error when persisting
+    ///   the identifier fails.
+    @discardableResult
+    public func switchUser(to prototype: UserSessionPrototype) async throws -> UserSessionController {
+        if let problem = UserSessionController.identifierProblem(prototype.identifier) {
+            throw UserSessionError(.invalidPrototype, "the prototype's identifier \(problem)")
+        }
+        let key = ExactIdentifier(prototype.identifier)
+        return try await withTurn(.switching) {
+            let previous = state.withLock { $0.currentIdentifier }
+            if let previous, !ExactIdentifier.areEqual(previous, prototype.identifier) {
+                await close(identifier: previous)
+            }
+            let controller = try await withTurn(.user(key)) {
+                let controller = try await openInTurn(prototype, key: key)
+                state.withLock { $0.currentIdentifier = prototype.identifier }
+                try await store.saveCurrentIdentifier(prototype.identifier)
+                return controller
+            }
+            await enforceMaximumOpenSessions(sparing: key)
+            return controller
+        }
+    }
+
+    /// Restores the user persisted by the last ``switchUser(to:)`` and makes it current.
+    ///
+    /// Takes its turn among the switches, like ``switchUser(to:)``.
+    ///
+    /// - Returns: The controller, or `nil` when no user is persisted or nothing usable is stored for it (see
+    ///   ``restore(identifier:)``).
+    /// - Throws: What ``restore(identifier:)`` throws; the store's error when reading the identifier fails.
+    public func restoreCurrentUser() async throws -> UserSessionController? {
+        try await withTurn(.switching) {
+            guard let identifier = try await store.loadCurrentIdentifier() else { return nil }
+            guard let controller = try await restore(identifier: identifier) else { return nil }
+            state.withLock { $0.currentIdentifier = identifier }
+            return controller
+        }
+    }
+}
+
+extension UserSessionRegistry {
+    /// Evicts what the registry need not hold, and returns how many controllers it evicted:
+    /// - every controller whose session is not open (closed, invalid, or never opened);
+    /// - with ``idleTimeout``, every open session that nobody looked up through the registry and nobody asked a
+    ///   token of for that long, judged by ``UserSessionController/Configuration/clock``;
+    /// - with ``maximumOpenSessions``, the least recently used open sessions beyond the bound.
+    ///
+    /// Evicting closes the session (event `.closed(.shutdown)`), keeps its stored credentials, shuts the
+    /// controller down and drops it, so the user's next ``session(for:)`` restores. A controller with anything in
+    /// progress is left alone: an operation of the registry for its identifier running or waiting, a lifecycle
+    /// call of its own (an open or restore made directly on it), a refresh in flight or a write of its
+    /// credentials. The registry runs no timer: call this periodically (for example every minute) to apply
+    /// ``idleTimeout``.
+    @discardableResult
+    public func evictIdle() async -> Int {
+        let now = now()
+        let timeout = idleTimeout?.seconds
+        let victims = state.withLock { state in
+            state.isShutDown
+                ? []
+                : state.claimVictims(now: now, unopened: true, idleTimeout: timeout, maximumOpen: maximumOpenSessions)
+        }
+        return await evict(victims)
+    }
+
+    /// Shuts every controller down (closing their sessions and finishing their event streams), then finishes the
+    /// streams of ``events(bufferSize:)`` after every controller's last event, and refuses new work: later calls
+    /// throw ``UserSessionError/Code/shutdown`` (``close(identifier:)`` does nothing).
+    public func shutdown() async {
+        let controllers = state.withLock { state in
+            state.isShutDown = true
+            defer { state.entries.removeAll() }
+            return state.entries.values.map(\.controller)
+        }
+        await withTaskGroup(of: Void.self) { group in
+            for controller in controllers { group.addTask { await controller.shutdown() } }
+        }
+        await relay.finish()
+    }
+
+    // MARK: Internals
+
+    /// Closes the least recently used open sessions beyond ``maximumOpenSessions``, never `sparing`'s.
+    func enforceMaximumOpenSessions(sparing key: ExactIdentifier) async {
+        guard let maximumOpenSessions else { return }
+        let victims = state.withLock { state -> [RegistryState.Victim] in
+            // Cheap check first: the bound cannot be exceeded by fewer held controllers.
+            guard !state.isShutDown, state.entries.count > maximumOpenSessions else { return [] }
+            return state.claimVictims(
+                now: 0, unopened: false, idleTimeout: nil, maximumOpen: maximumOpenSessions, sparing: key)
+        }
+        _ = await evict(victims)
+    }
+
+    /// Evicts the claimed `victims` concurrently; returns how many were evicted.
+    private func evict(_ victims: [RegistryState.Victim]) async -> Int {
+        guard !victims.isEmpty else { return 0 }
+        return await withTaskGroup(of: Bool.self) { group in
+            for victim in victims { group.addTask { await self.evict(victim) } }
+            return await group.reduce(0) { $0 + ($1 ? 1 : 0) }
+        }
+    }
+
+    /// Shuts `victim` down if nothing is in progress in it and drops it; then ends the turn it was claimed with.
+    private func evict(_ victim: RegistryState.Victim) async -> Bool {
+        defer { leave(victim.ticket) }
+        guard await victim.controller.shutdownIfIdle() else { return false }
+        _ = state.withLock { $0.remove(victim.key, entryID: victim.entryID) }
+        relay.detach(victim.entryID)
+        reportEviction(victim.key.value)
+        return true
+    }
+
+    /// Makes `controller` leave the registry when a terminal refresh failure invalidates its session.
+    func leaveWhenInvalidated(_ controller: UserSessionController, key: ExactIdentifier, entryID: UInt64) {
+        let invalidate = controller.gate.currentTerminalFailureHandler()
+        controller.gate.setTerminalFailureHandler { [weak self] generation in
+            await invalidate?(generation)
+            await self?.removeIfInvalid(key, entryID: entryID)
+        }
+    }
+
+    private func removeIfInvalid(_ key: ExactIdentifier, entryID: UInt64) async {
+        await withTurn(.user(key)) {
+            guard let entry = state.withLock({ $0.entries[key] }), entry.id == entryID,
+                entry.controller.session.state == .invalid, await entry.controller.shutdownIfIdle()
+            else { return }
+            _ = state.withLock { $0.remove(key, entryID: entryID) }
+            relay.detach(entryID)
+        }
+    }
+}
+
+extension UserSessionRegistry {
+    /// ``closeAndClear(identifier:)``'s revocation for a user without a controller: revokes the credentials stored
+    /// under `identifier`, if they can be loaded, within the configuration's
+    /// ``UserSessionController/Configuration/revocationTimeout``.
+    ///
+    /// A failure is delivered to the subscribers of ``events(bufferSize:)`` and to the observers as a
+    /// `.revocationFailed` event of that identifier. No controller emitted it, so its session is a closed session
+    /// of that identifier and its ``UserSessionEvent/sequence`` is 0; observers get generation 0.
+    func revokeStoredCredentials(of identifier: String) async {
+        guard
+            let failure = await SignOutRevocation.run(
+                refresher: refresher, credentials: nil, identifier: identifier, store: store,
+                configuration: configuration)
+        else { return }
+        let event = UserSessionEvent(
+            kind: .revocationFailed(failure.failureClass),
+            session: UserSession(identifier: identifier, state: .closed), sequence: 0, detail: failure.detail)
+        relay.publish(Event(identifier: identifier, event: event))
+        let context = UserSessionEventContext(generation: 0, previousState: .closed)
+        configuration.observers.notify { $0.observe(event, context: context) }
+    }
+}
