@@ -9,6 +9,7 @@ struct PersistenceFenceTests {
     /// Opens "user" with a one-hour token 10 s from expiry: the next `accessToken()` waits for a refresh.
     private func openExpiring(_ rig: FaultRig) async throws {
         let controller = rig.controller
+        _ = controller.gate.backgroundTasks
         let prototype = rig.prototype(expiresIn: 10)
         _ = try await withHangGuard("open") { try await controller.open(prototype) }
     }
@@ -51,7 +52,7 @@ struct PersistenceFenceTests {
         let saves = rig.store.calls(.save)
         rig.refresher.release()
         try await withHangGuard("the refresh finishing") { await rig.refresher.finished.wait(for: 1) }
-        let late = controller.gate.lastBackgroundTask.withLock { $0 }
+        let late = controller.gate.backgroundTasks.last
         try await withHangGuard("the late commit") { await late?.value }
         #expect(rig.store.calls(.save) == saves)
         #expect(await rig.store.stored("user") == nil)

@@ -66,7 +66,7 @@ struct RefreshGateTests {
         harness.activate(expiresIn: 10)
         let waiter = Task { try await harness.gate.accessToken() }
         await harness.refresher?.started.wait(for: 1)
-        let flight = harness.gate.lastBackgroundTask.withLock { $0 }
+        let flight = harness.gate.backgroundTasks.last
         await harness.gate.deactivate()
         await #expect(throws: UserSessionError(.sessionNotOpen, "")) { try await waiter.value }
         // A new session opens before the old refresh returns.
@@ -249,7 +249,7 @@ struct RefreshGateTests {
         harness.activate(expiresIn: 10)
         let waiter = Task { try await harness.gate.accessToken() }
         await harness.refresher?.started.wait(for: 1)
-        let flight = harness.gate.lastBackgroundTask.withLock { $0 }
+        let flight = harness.gate.backgroundTasks.last
         await harness.awaitWaiters(1)
         let updated = Credentials(
             accessToken: "at-new", refreshToken: "rt-new", expiresAt: harness.time.now.addingTimeInterval(7200),

@@ -16,6 +16,7 @@ struct TokenLifetimeTests {
         let controller = UserSessionController(
             store: InMemoryTokenStore(), refresher: refresher, configuration: .init(clock: time.clock))
         let probe = EventProbe(controller)
+        _ = controller.gate.backgroundTasks
         let credentials = Credentials(
             accessToken: "at-0", refreshToken: "rt-0", expiresAt: time.now + lifetime,
             lastRefreshedAt: issueTimeKnown ? time.now : nil)
@@ -25,7 +26,7 @@ struct TokenLifetimeTests {
 
     /// Waits for the refresh or write retry the last token request started, if any.
     static func settle(_ controller: UserSessionController) async {
-        await controller.gate.lastBackgroundTask.withLock { $0 }?.value
+        await controller.gate.backgroundTasks.last?.value
     }
 
     // MARK: - Item 14

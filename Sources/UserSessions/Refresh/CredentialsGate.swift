@@ -50,8 +50,8 @@ final class CredentialsGate: Sendable {
     let ledgerHold = Locked<String?>(nil)
     let policy: Policy
     let clock: SessionClock
-    /// The task of the latest refresh or write retry, kept only so tests can await it.
-    let lastBackgroundTask = Locked<Task<Void, Never>?>(nil)
+    /// What observes the background work, if anything (see ``BackgroundWorkProbe``; production code installs none).
+    let probe = Locked<(any BackgroundWorkProbe)?>(nil)
     /// The final flushes started by ``deactivate()``, and the newest one it stopped waiting for: an abandoned flush
     /// reports nothing.
     let flushes = Locked<(started: UInt64, abandoned: UInt64)>((0, 0))
@@ -1199,7 +1199,7 @@ extension CredentialsGate {
         backgroundWork.withLock { work in
             if work.finishedEarly.remove(id) == nil { work.running[id] = task }
         }
-        lastBackgroundTask.withLock { $0 = task }
+        probe.withLock { $0 }?.backgroundTaskStarted(task)
         return task
     }
 
@@ -1232,4 +1232,11 @@ extension CredentialsGate {
         let (busy, identifier) = inspect { ($0.flights.isRefreshing || $0.slot.isHeld, $0.identifier) }
         return busy || (!identifier.isEmpty && ledger.hasPendingWork(identifier))
     }
+}
+
+/// A small internal probe of a gate's background work: the refreshes and write retries it runs in unstructured tasks
+/// of their own. Tests install one to wait for that work; the gate keeps nothing for them.
+protocol BackgroundWorkProbe: Sendable {
+    /// `task` was started. Called with no lock of the gate held.
+    func backgroundTaskStarted(_ task: Task<Void, Never>)
 }

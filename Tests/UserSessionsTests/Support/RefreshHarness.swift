@@ -25,6 +25,7 @@ final class RefreshHarness: Sendable {
         configure(&configuration)
         gate = CredentialsGate(refresher: refresher, store: store, events: hub, policy: configuration.refreshPolicy)
         events = hub.subscribe(bufferSize: 10_000)
+        _ = gate.backgroundTasks
         gate.setTerminalFailureHandler { [self] generation in
             self.terminalGenerations.withLock { $0.append(generation) }
             self.terminalCalls.arrive()
@@ -48,7 +49,7 @@ final class RefreshHarness: Sendable {
 
     /// Waits for the latest background refresh or write retry to finish.
     func awaitBackgroundWork() async {
-        let task = gate.lastBackgroundTask.withLock { $0 }
+        let task = gate.backgroundTasks.last
         await task?.value
     }
 
