@@ -198,10 +198,12 @@ package enum TransportCheck: String, CaseIterable, Sendable, CustomStringConvert
     }
 
     private func refusedConnection(_ transport: any HTTPTransport) async throws {
-        let server = try await OAuthFixtureServer.start()
-        let refresher = try Self.refresher(server, transport)
-        await server.stop()
+        let refusing = try RefusingLoopbackPort()
+        let refresher = try OAuth2TokenRefresher(
+            tokenEndpoint: refusing.url("/token"),
+            clientAuthentication: .clientSecretBasic(id: "client", secret: Self.clientSecret), transport: transport)
         let error = try await Self.refreshError(refresher, "rt-any", "refused")
+        withExtendedLifetime(refusing) {}
         try check(error.failureClass == .transient && error.code == .transportFailure, "\(error)")
     }
 

@@ -9,10 +9,11 @@ struct RefreshOAuthIntegrationTests {
     static let secret = "integration-secret"
 
     static func makeController(
-        _ server: OAuthFixtureServer, time: ManualTime, store: any TokenStore = InMemoryTokenStore()
+        _ server: OAuthFixtureServer, time: ManualTime, store: any TokenStore = InMemoryTokenStore(),
+        tokenEndpoint: URL? = nil
     ) async throws -> UserSessionController {
         let refresher = try OAuth2TokenRefresher(
-            tokenEndpoint: server.tokenEndpoint,
+            tokenEndpoint: tokenEndpoint ?? server.tokenEndpoint,
             clientAuthentication: .clientSecretBasic(id: "client", secret: secret), clock: time.clock)
         let controller = UserSessionController(
             store: store, refresher: refresher, configuration: .init(clock: time.clock))
@@ -126,8 +127,11 @@ struct RefreshOAuthIntegrationTests {
 
     @Test func refusedConnectionIsTransient() async throws {
         let time = ManualTime()
+        // The session's tokens come from the fixture; its refreshes go to a port that refuses every connection.
+        let refusing = try RefusingLoopbackPort()
+        defer { withExtendedLifetime(refusing) {} }
         let server = try await OAuthFixtureServer.start(["--client-secret", Self.secret])
-        let controller = try await Self.makeController(server, time: time)
+        let controller = try await Self.makeController(server, time: time, tokenEndpoint: refusing.url("/token"))
         await server.stop()
         time.advance(by: 3601)
         let error = await #expect(throws: UserSessionError.self) { try await controller.accessToken() }

@@ -198,10 +198,9 @@ struct RemoteTokenStoreTests {
     }
 
     @Test func aServerThatIsDownIsATransportFailure() async throws {
-        let server = try await FixtureServer.start(script: "token_cache_server.py")
-        let endpoint = server.url("/token_cache")
-        await server.stop()
-        let store = try RemoteTokenStore(endpoint: endpoint)
+        let refusing = try RefusingLoopbackPort()
+        defer { withExtendedLifetime(refusing) {} }
+        let store = try RemoteTokenStore(endpoint: refusing.url("/token_cache"))
         let error = await #expect(throws: UserSessionError.self) { try await store.load(identifier: "u") }
         #expect(error?.code == .transportFailure)
         #expect(error?.underlying != nil)
