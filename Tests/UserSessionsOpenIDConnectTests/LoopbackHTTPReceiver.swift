@@ -1,6 +1,7 @@
 #if OpenIDConnect
 import Foundation
 import UserSessions
+import UserSessionsTestSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -83,30 +84,14 @@ final class LoopbackHTTPReceiver: Sendable {
 
     /// Listens on 127.0.0.1 with an ephemeral port and starts accepting.
     static func start(_ handler: @escaping @Sendable (Request) async -> Int) throws -> LoopbackHTTPReceiver {
-        #if canImport(Darwin)
-        let listener = socket(AF_INET, SOCK_STREAM, 0)
-        #else
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #endif
-        guard listener >= 0 else { throw LoopbackHTTPReceiverError.socket("socket", errno) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
-                bind(listener, address, length) == 0 && listen(listener, 16) == 0
-                    && getsockname(listener, address, &length) == 0
-            }
+        let listener: Int32
+        let port: Int
+        do {
+            (listener, port) = try LoopbackSocket.bound(listening: true)
+        } catch {
+            throw LoopbackHTTPReceiverError.socket(error.step, error.code)
         }
-        guard bound else {
-            let code = errno
-            close(listener)
-            throw LoopbackHTTPReceiverError.socket("bind/listen", code)
-        }
-        let receiver = LoopbackHTTPReceiver(
-            listener: listener, port: Int(UInt16(bigEndian: address.sin_port)), handler: handler)
+        let receiver = LoopbackHTTPReceiver(listener: listener, port: port, handler: handler)
         Thread { receiver.acceptLoop() }.start()
         return receiver
     }
