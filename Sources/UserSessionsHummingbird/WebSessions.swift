@@ -81,6 +81,11 @@ public final class WebSessions: Sendable {
     /// The unexpired record of the request's cookie; an expired or unreadable record is removed.
     func record(of request: Request) async throws(WebSessionError) -> (WebSessionKey, WebSessionRecord)? {
         guard let key = key(of: request).key else { return nil }
+        return try await record(for: key)
+    }
+
+    /// The unexpired record under `key`; an expired or unreadable record is removed.
+    func record(for key: WebSessionKey) async throws(WebSessionError) -> (WebSessionKey, WebSessionRecord)? {
         let record: WebSessionRecord?
         do {
             record = try await store.load(key: key)
@@ -107,10 +112,11 @@ public final class WebSessions: Sendable {
     /// Resolves the request's cookie to the signed-in user: the browser's record, then the user's controller
     /// through the registry's get-or-restore.
     func resolve(_ request: Request) async -> Resolution {
-        let hadCookie = key(of: request).hadCookie
+        // The cookie is read and hashed once per request.
+        let (cookieKey, hadCookie) = key(of: request)
         let found: (WebSessionKey, WebSessionRecord)?
         do {
-            found = try await record(of: request)
+            if let cookieKey { found = try await record(for: cookieKey) } else { found = nil }
         } catch {
             logger.error("the browser records are unavailable: \(error)")
             return .unavailable
