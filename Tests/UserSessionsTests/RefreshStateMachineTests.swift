@@ -322,15 +322,34 @@ struct RefreshStateMachineTests {
 
     @Test func persistSlotIsFreedWhenNobodyWaits() {
         var slot = PersistenceSlot()
-        let first = slot.tryAcquire(ticket: slot.makeTicket())
-        let second = slot.tryAcquire(ticket: slot.makeTicket())
-        let next = slot.release(ticket: 1)
+        let firstTicket = slot.makeTicket()
+        let first = slot.tryAcquire(ticket: firstTicket)
+        let next = slot.release(ticket: firstTicket)
         #expect(first)
-        #expect(!second)
         guard case .none = next else {
             Issue.record("nobody was queued")
             return
         }
+        #expect(!slot.isHeld)
+    }
+
+    @Test func persistSlotGoesToTheNextWriterInLineEvenBeforeItWaits() {
+        var slot = PersistenceSlot()
+        let firstTicket = slot.makeTicket()
+        let secondTicket = slot.makeTicket()
+        let first = slot.tryAcquire(ticket: firstTicket)
+        let second = slot.tryAcquire(ticket: secondTicket)
+        #expect(first)
+        #expect(!second)
+        // The second writer has not enqueued its continuation yet: nobody to resume, but the slot is its now.
+        guard case .none = slot.release(ticket: firstTicket) else {
+            Issue.record("nobody was waiting")
+            return
+        }
+        #expect(slot.isHeld)
+        let secondNow = slot.tryAcquire(ticket: secondTicket)
+        #expect(secondNow)
+        _ = slot.release(ticket: secondTicket)
         #expect(!slot.isHeld)
     }
 

@@ -1,9 +1,10 @@
 /// The ordering rules of ``UserSessionController``'s lifecycle calls, as a synchronous state machine.
 ///
 /// The controller is an actor, and actors are reentrant: every `await` inside `open` lets another call run. This
-/// machine turns the calls into a FIFO turnstile: a call takes a ticket synchronously on entry (before its first
-/// suspension) and runs its effect only when its ticket is served, so calls take effect in call order and none is
-/// lost.
+/// machine turns the calls into a FIFO turnstile, one ``FIFOLanes`` lane: a call takes a ticket synchronously on
+/// entry (before its first suspension) and runs its effect only when its ticket has the turn, so calls take effect in
+/// call order and none is lost. On top of the lane it keeps the lifecycle's own rules: what a running open must do,
+/// rejecting opens after shutdown, and which invalidations need a turn at all.
 ///
 /// One call may jump the queue, and only partly: a close-like call (`close`, `closeAndClear`, `shutdown`) that
 /// arrives while an open (or restore) is running marks that open for roll-back and asks the controller to cancel
@@ -27,10 +28,7 @@ struct LifecycleStateMachine<Waiter> {
     }
 
     /// A place in the queue.
-    struct Ticket: Hashable, Comparable, Sendable {
-        let value: UInt64
-        static func < (lhs: Ticket, rhs: Ticket) -> Bool { lhs.value < rhs.value }
-    }
+    typealias Ticket = FIFOLanes<SingleLane, Waiter>.Ticket
 
     /// What the caller does after ``enter(_:)``.
     enum EntryAction: Equatable {
@@ -67,10 +65,7 @@ struct LifecycleStateMachine<Waiter> {
         case ending(generation: UInt64)
     }
 
-    private var nextTicket: UInt64 = 0
-    private var serving: UInt64 = 0
-    private var running = false
-    private var waiters: [UInt64: Waiter] = [:]
+    private var turns = FIFOLanes<SingleLane, Waiter>()
     private var activity = Activity.idle
     private(set) var isShutDown = false
     /// The generation of the session that is opened now, if any.
@@ -78,11 +73,11 @@ struct LifecycleStateMachine<Waiter> {
 
     init() {}
 
-    /// How many calls are parked.
-    var waiterCount: Int { waiters.count }
+    /// How many calls wait behind the running one.
+    var waiterCount: Int { max(turns.count - 1, 0) }
 
-    /// Whether no call is running or parked.
-    var isIdle: Bool { !running && waiters.isEmpty }
+    /// Whether no call is running or waiting.
+    var isIdle: Bool { !turns.isBusy }
 
     /// A call arrives. Runs synchronously on entry, before the call's first suspension.
     mutating func enter(_ call: Call) -> Entry {
@@ -120,25 +115,13 @@ struct LifecycleStateMachine<Waiter> {
 
     /// Parks `waiter` for `ticket`; returns it back when its turn has already come (resume it at once).
     mutating func park(_ waiter: Waiter, ticket: Ticket) -> Waiter? {
-        if !running && ticket.value == serving {
-            running = true
-            return waiter
-        }
-        waiters[ticket.value] = waiter
-        return nil
+        turns.park(waiter, for: ticket)
     }
 
     /// The running call finished; returns the next waiter to resume, if it is parked already.
     mutating func leave(_ ticket: Ticket) -> Waiter? {
-        guard running, ticket.value == serving else {
-            preconditionFailure("lifecycle turnstile: leave(\(ticket.value)) while serving \(serving)")
-        }
-        running = false
         activity = .idle
-        serving += 1
-        guard let next = waiters.removeValue(forKey: serving) else { return nil }
-        running = true
-        return next
+        return turns.leave(ticket)
     }
 
     /// The running call starts opening a session; close-like calls arriving from now on roll it back.
@@ -180,12 +163,7 @@ struct LifecycleStateMachine<Waiter> {
     }
 
     private mutating func takeTicket() -> EntryAction {
-        let ticket = Ticket(value: nextTicket)
-        nextTicket += 1
-        if !running && ticket.value == serving {
-            running = true
-            return .proceed(ticket)
-        }
-        return .wait(ticket)
+        let (ticket, runsNow) = turns.enter()
+        return runsNow ? .proceed(ticket) : .wait(ticket)
     }
 }

@@ -1,19 +1,12 @@
 /// Who may write to the token store now: one writer at a time, the others queued in arrival order.
 ///
 /// Writes are serialized so an older write can never land after a newer one, a clear is ordered against every
-/// write, and `deactivate()` can wait for the write in progress. A pure state machine: one `mutating func` per
-/// input, each returning what the gate must do once it has released its lock (resume the next writer).
-/// ``CredentialsGate/withPersistSlot(_:)`` is its only user, so an acquisition is always paired with its release.
+/// write, and `deactivate()` can wait for the write in progress. A pure state machine over one ``FIFOLanes`` lane:
+/// one `mutating func` per input, each returning what the gate must do once it has released its lock (resume the
+/// next writer). ``CredentialsGate/withPersistSlot(_:)`` is its only user, so an acquisition is always paired with
+/// its release.
 struct PersistenceSlot {
-    /// The writers queued behind the holder, oldest first.
-    typealias Queue = [(ticket: UInt64, continuation: UnsafeContinuation<Void, Never>)]
-
-    private enum State {
-        /// Nobody writes.
-        case free
-        /// `holder` writes; `queue` waits for it.
-        case held(holder: UInt64, queue: Queue)
-    }
+    private typealias Lanes = FIFOLanes<SingleLane, UnsafeContinuation<Void, Never>>
 
     /// What the gate must do after an input.
     enum Action {
@@ -22,83 +15,53 @@ struct PersistenceSlot {
         case resume(UnsafeContinuation<Void, Never>)
     }
 
-    private var state = State.free
-    private var lastTicket: UInt64 = 0
-    /// Holders whose slot ``abandon()`` took away: their write may still land, out of order.
-    private var abandoned: Set<UInt64> = []
+    private var lanes = Lanes()
 
     /// Whether some writer holds the slot.
-    var isHeld: Bool {
-        if case .held = state { return true }
-        return false
-    }
+    var isHeld: Bool { lanes.isBusy }
 
-    /// A new place in line.
+    /// A new place in line. The writer then asks for the slot with ``tryAcquire(ticket:)`` and, when it does not get
+    /// it, waits with ``enqueue(ticket:continuation:)``.
     mutating func makeTicket() -> UInt64 {
-        lastTicket += 1
-        return lastTicket
+        lanes.enter().ticket.number
     }
 
-    /// `ticket` asks for the slot without waiting: `true` when it got it.
-    mutating func tryAcquire(ticket: UInt64) -> Bool {
-        guard case .free = state else { return false }
-        state = .held(holder: ticket, queue: [])
-        return true
+    /// `ticket` asks for the slot without waiting: `true` when it got it (it is first in line).
+    func tryAcquire(ticket: UInt64) -> Bool {
+        lanes.isRunning(Self.ticket(ticket))
     }
 
-    /// `ticket` waits for the slot with `continuation`. Returns `.resume(continuation)` when the slot was freed in
+    /// `ticket` waits for the slot with `continuation`. Returns `.resume(continuation)` when the slot became its in
     /// the meantime (the caller resumes it itself), `.none` when it was queued.
     mutating func enqueue(ticket: UInt64, continuation: UnsafeContinuation<Void, Never>) -> Action {
-        switch state {
-        case .free:
-            state = .held(holder: ticket, queue: [])
-            return .resume(continuation)
-        case .held(let holder, var queue):
-            state = .free  // drops the enum's reference, so the append does not copy the queue
-            queue.append((ticket, continuation))
-            state = .held(holder: holder, queue: queue)
-            return .none
-        }
+        Action(lanes.park(continuation, for: Self.ticket(ticket)))
     }
 
     /// `ticket` is done writing: the slot goes to the next writer in line. A holder whose slot was taken away by
     /// ``abandon()`` releases nothing.
     mutating func release(ticket: UInt64) -> Action {
-        switch state {
-        case .held(let holder, _) where holder == ticket:
-            return handOver()
-        case .held, .free:
-            // Only a holder whose slot was taken away gets here; a ticket never handed out is a bug.
-            guard ticket != 0, ticket <= lastTicket else {
-                preconditionFailure("released a persistence slot ticket that was never handed out")
-            }
-            return .none
-        }
+        Action(lanes.leave(Self.ticket(ticket)))
     }
 
     /// Takes the slot away from a holder that overran the store timeout (its store ignores cancellation), so that
     /// later writes are not blocked for ever. When that write returns, ``finishWrite(ticket:)`` says so.
     mutating func abandon() -> Action {
-        guard case .held(let holder, _) = state else { return .none }
-        abandoned.insert(holder)
-        return handOver()
+        Action(lanes.abandon())
     }
 
     /// The write of `ticket` returned: `true` when its slot had been taken away, so it may have landed out of
-    /// order and must be repaired.
-    mutating func finishWrite(ticket: UInt64) -> Bool {
-        abandoned.remove(ticket) != nil
+    /// order and must be repaired. Stays `true` for every write of that ticket until it releases.
+    func finishWrite(ticket: UInt64) -> Bool {
+        lanes.wasAbandoned(Self.ticket(ticket))
     }
 
-    private mutating func handOver() -> Action {
-        guard case .held(_, var queue) = state else { preconditionFailure("handing over a free persistence slot") }
-        guard !queue.isEmpty else {
-            state = .free
-            return .none
-        }
-        state = .free
-        let next = queue.removeFirst()
-        state = .held(holder: next.ticket, queue: queue)
-        return .resume(next.continuation)
+    private static func ticket(_ number: UInt64) -> Lanes.Ticket {
+        Lanes.Ticket(key: .only, number: number)
+    }
+}
+
+extension PersistenceSlot.Action {
+    fileprivate init(_ waiter: UnsafeContinuation<Void, Never>?) {
+        self = waiter.map { .resume($0) } ?? .none
     }
 }

@@ -20,22 +20,74 @@ struct RegistryState {
         var waiters: [UInt64: CheckedContinuation<UserSessionController, any Error>] = [:]
     }
 
+    /// Which lane of ``lanes``.
+    ///
+    /// Every registry operation for one identifier takes a ticket in that identifier's lane synchronously when it is
+    /// called (before its first suspension) and runs only when its turn comes, so operations for one user take effect
+    /// in call order even though they suspend. Lanes of different users are independent. `switchUser(to:)` and
+    /// `restoreCurrentUser()` also queue in one lane of their own, so switches take effect in call order too.
+    enum LaneKey: Hashable {
+        /// The operations for one identifier.
+        case user(ExactIdentifier)
+        /// `switchUser(to:)` and `restoreCurrentUser()`.
+        case switching
+    }
+
+    typealias Lanes = FIFOLanes<LaneKey, CheckedContinuation<Void, Never>>
+
     /// A controller claimed for eviction: its lane is held by `ticket` until the eviction is done.
     struct Victim {
         let key: ExactIdentifier
         let entryID: UInt64
         let controller: UserSessionController
-        let ticket: RegistryLanes<CheckedContinuation<Void, Never>>.Ticket
+        let ticket: Lanes.Ticket
     }
 
     var entries: [ExactIdentifier: Entry] = [:]
-    var lanes = RegistryLanes<CheckedContinuation<Void, Never>>()
+    /// The per-identifier turns. A lane exists only while it has tickets: "this identifier has a lane" means "an
+    /// operation for it is in progress or waiting", which is what eviction checks before it touches a controller.
+    /// Entered through ``enterLane(_:flight:)`` only, which keeps ``joinableFlight(_:)`` true.
+    private(set) var lanes = Lanes()
+    /// Per lane, the get-or-restore flight that is the last operation in it, which later get-or-restore calls join
+    /// instead of queueing behind it (their outcome would be the same).
+    private var joinableFlights: [LaneKey: UInt64] = [:]
     var flights: [UInt64: Flight] = [:]
     var currentIdentifier: String?
     var isShutDown = false
     private var nextEntryID: UInt64 = 0
     private var nextStamp: UInt64 = 0
     private var nextFlightID: UInt64 = 0
+
+    /// Takes a ticket at the tail of `key`'s lane. Returns it and whether it runs at once.
+    ///
+    /// - Parameter flight: The get-or-restore flight this ticket runs, which later calls may join; `nil` for any
+    ///   other operation (which ends the joinability of the flight before it).
+    mutating func enterLane(_ key: LaneKey, flight: UInt64? = nil) -> (ticket: Lanes.Ticket, runsNow: Bool) {
+        if flight != nil || !joinableFlights.isEmpty { joinableFlights[key] = flight }
+        return lanes.enter(key)
+    }
+
+    /// Parks `waiter` until `ticket` has the turn in its lane; returns it back when it has it already.
+    mutating func parkInLane(_ waiter: CheckedContinuation<Void, Never>, for ticket: Lanes.Ticket)
+        -> CheckedContinuation<Void, Never>?
+    {
+        lanes.park(waiter, for: ticket)
+    }
+
+    /// Ends the turn of `ticket`; returns the next waiter of its lane to resume, if it is parked already.
+    mutating func leaveLane(_ ticket: Lanes.Ticket) -> CheckedContinuation<Void, Never>? {
+        lanes.leave(ticket)
+    }
+
+    /// The flight that a get-or-restore call for `key` may join now, if any.
+    func joinableFlight(_ key: LaneKey) -> UInt64? {
+        joinableFlights.isEmpty ? nil : joinableFlights[key]
+    }
+
+    /// Ends the joinability of `flight` (it has finished its work).
+    mutating func closeFlight(_ flight: UInt64, in key: LaneKey) {
+        if joinableFlight(key) == flight { joinableFlights[key] = nil }
+    }
 
     /// The controller held for `key`, marked as used at `now`.
     mutating func lookUp(_ key: ExactIdentifier, now: Double) -> UserSessionController? {
@@ -125,7 +177,7 @@ struct RegistryState {
         }
         return chosen.compactMap { key in
             guard let entry = entries[key] else { return nil }
-            let (ticket, runsNow) = lanes.enter(.user(key))
+            let (ticket, runsNow) = enterLane(.user(key))
             precondition(runsNow, "registry: an idle lane was busy")
             return Victim(key: key, entryID: entry.id, controller: entry.controller, ticket: ticket)
         }

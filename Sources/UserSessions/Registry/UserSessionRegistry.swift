@@ -254,12 +254,12 @@ extension UserSessionRegistry {
                     if state.isShutDown { return .answer(.failure(Self.shutdownError)) }
                     if Task.isCancelled { return .answer(.failure(CancellationError())) }
                     if let controller = state.openIdleController(key, now: now) { return .answer(.success(controller)) }
-                    if let flight = state.lanes.joinableFlight(.user(key)) {
+                    if let flight = state.joinableFlight(.user(key)) {
                         state.flights[flight]?.waiters[waiterID] = continuation
                         return .wait
                     }
                     let flight = state.startFlight(waiterID: waiterID, continuation)
-                    let (ticket, runsNow) = state.lanes.enter(.user(key), flight: flight)
+                    let (ticket, runsNow) = state.enterLane(.user(key), flight: flight)
                     return .lead(flight: flight, ticket: ticket, runsNow: runsNow)
                 }
                 switch step {
@@ -421,7 +421,7 @@ extension UserSessionRegistry {
         } catch {
             result = .failure(error)
         }
-        state.withLock { $0.lanes.closeFlight(flight, in: .user(key)) }
+        state.withLock { $0.closeFlight(flight, in: .user(key)) }
         leave(ticket)
         if case .success = result { await enforceMaximumOpenSessions(sparing: key) }
         let waiters = state.withLock { $0.flights.removeValue(forKey: flight)?.waiters } ?? [:]
@@ -430,8 +430,8 @@ extension UserSessionRegistry {
 }
 
 extension UserSessionRegistry {
-    typealias LaneKey = RegistryLanes<CheckedContinuation<Void, Never>>.Key
-    typealias Ticket = RegistryLanes<CheckedContinuation<Void, Never>>.Ticket
+    typealias LaneKey = RegistryState.LaneKey
+    typealias Ticket = RegistryState.Lanes.Ticket
 
     /// Runs `body` in its turn in `key`'s lane: after every operation called before it for that lane has finished,
     /// and before any called after it starts.
@@ -443,7 +443,7 @@ extension UserSessionRegistry {
         _ key: LaneKey,
         _ body: () async throws -> Value
     ) async rethrows -> Value {
-        let (ticket, runsNow) = state.withLock { $0.lanes.enter(key) }
+        let (ticket, runsNow) = state.withLock { $0.enterLane(key) }
         if !runsNow { await waitForTurn(ticket) }
         defer { leave(ticket) }
         return try await body()
@@ -452,13 +452,13 @@ extension UserSessionRegistry {
     /// Suspends until `ticket` is at the head of its lane.
     func waitForTurn(_ ticket: Ticket) async {
         await withVisibleCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            state.withLock { $0.lanes.park(continuation, ticket: ticket) }?.resumeVisibly()
+            state.withLock { $0.parkInLane(continuation, for: ticket) }?.resumeVisibly()
         }
     }
 
     /// Ends the turn of `ticket` and resumes the next operation in its lane.
     func leave(_ ticket: Ticket) {
-        state.withLock { $0.lanes.leave(ticket) }?.resumeVisibly()
+        state.withLock { $0.leaveLane(ticket) }?.resumeVisibly()
     }
 
     /// How many operations for `identifier` are running or waiting (for tests).

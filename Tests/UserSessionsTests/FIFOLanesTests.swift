@@ -1,0 +1,181 @@
+import Testing
+
+@testable import UserSessions
+
+struct FIFOLanesTests {
+    typealias Lanes = FIFOLanes<String, String>
+
+    @Test func ticketsOfOneLaneRunOneAtATimeInCallOrder() {
+        var lanes = Lanes()
+        let first = lanes.enter("alice")
+        let second = lanes.enter("alice")
+        let third = lanes.enter("alice")
+        #expect(first.runsNow)
+        #expect(!second.runsNow)
+        #expect(!third.runsNow)
+        #expect(lanes.park("third", for: third.ticket) == nil)
+        #expect(lanes.park("second", for: second.ticket) == nil)
+        #expect(lanes.isRunning(first.ticket))
+        #expect(lanes.leave(first.ticket) == "second")
+        #expect(lanes.isRunning(second.ticket))
+        #expect(lanes.leave(second.ticket) == "third")
+        #expect(lanes.leave(third.ticket) == nil)
+        #expect(!lanes.isBusy("alice"))
+    }
+
+    @Test func aTicketParkingAtTheHeadGetsItsWaiterBackAtOnce() {
+        var lanes = Lanes()
+        let first = lanes.enter("alice")
+        #expect(lanes.park("first", for: first.ticket) == "first")
+        #expect(lanes.isRunning(first.ticket))
+    }
+
+    @Test func aTicketWhoseTurnCameBeforeItParkedRunsWhenItParks() {
+        var lanes = Lanes()
+        let first = lanes.enter("alice")
+        let second = lanes.enter("alice")
+        let third = lanes.enter("alice")
+        #expect(lanes.park("third", for: third.ticket) == nil)
+        // The second has not parked yet: nobody is resumed, but the turn is its.
+        #expect(lanes.leave(first.ticket) == nil)
+        #expect(lanes.isRunning(second.ticket))
+        #expect(lanes.park("second", for: second.ticket) == "second")
+        #expect(lanes.leave(second.ticket) == "third")
+    }
+
+    @Test func lanesOfDifferentKeysAreIndependent() {
+        var lanes = Lanes()
+        let alice = lanes.enter("alice")
+        let bob = lanes.enter("bob")
+        let carol = lanes.enter("carol")
+        let aliceAgain = lanes.enter("alice")
+        let bobAgain = lanes.enter("bob")
+        #expect(alice.runsNow && bob.runsNow && carol.runsNow)
+        #expect(!aliceAgain.runsNow && !bobAgain.runsNow)
+        #expect(lanes.park("bob 2", for: bobAgain.ticket) == nil)
+        #expect(lanes.park("alice 2", for: aliceAgain.ticket) == nil)
+        #expect(lanes.leave(bob.ticket) == "bob 2")
+        #expect(lanes.count("alice") == 2)
+        #expect(lanes.leave(carol.ticket) == nil)
+        #expect(!lanes.isBusy("carol"))
+        #expect(lanes.leave(alice.ticket) == "alice 2")
+        #expect(lanes.leave(aliceAgain.ticket) == nil)
+        #expect(lanes.isBusy("bob"))
+        #expect(lanes.leave(bobAgain.ticket) == nil)
+        for key in ["alice", "bob", "carol"] { #expect(!lanes.isBusy(key)) }
+    }
+
+    @Test func countsAndBusynessFollowTheTicketsOfEachKey() {
+        var lanes = Lanes()
+        #expect(lanes.count("alice") == 0)
+        #expect(!lanes.isBusy("alice"))
+        let first = lanes.enter("alice")
+        let second = lanes.enter("alice")
+        _ = lanes.enter("bob")
+        #expect(lanes.count("alice") == 2)
+        #expect(lanes.count("bob") == 1)
+        #expect(lanes.count("carol") == 0)
+        _ = lanes.leave(first.ticket)
+        #expect(lanes.count("alice") == 1)
+        _ = lanes.leave(second.ticket)
+        #expect(lanes.count("alice") == 0)
+        #expect(!lanes.isBusy("alice"))
+        #expect(lanes.isBusy("bob"))
+    }
+
+    @Test func aLaneRemovedWhenEmptyStartsAfreshForItsNextTicket() {
+        var lanes = Lanes()
+        let first = lanes.enter("alice")
+        _ = lanes.enter("bob")
+        _ = lanes.leave(first.ticket)
+        #expect(!lanes.isBusy("alice"))
+        // Another key is busy meanwhile, so the new lane lives elsewhere than the first one: it still runs at once.
+        let again = lanes.enter("alice")
+        #expect(again.runsNow)
+        #expect(again.ticket != first.ticket)
+        #expect(lanes.park("again", for: again.ticket) == "again")
+    }
+
+    @Test func abandoningTheRunningTicketHandsTheTurnToTheNextAndRemembersIt() {
+        var lanes = Lanes()
+        let stuck = lanes.enter("slot")
+        let next = lanes.enter("slot")
+        let last = lanes.enter("slot")
+        #expect(lanes.park("next", for: next.ticket) == nil)
+        #expect(lanes.park("last", for: last.ticket) == nil)
+        #expect(lanes.abandon("slot") == "next")
+        #expect(lanes.isRunning(next.ticket))
+        #expect(lanes.wasAbandoned(stuck.ticket))
+        #expect(!lanes.wasAbandoned(next.ticket))
+        // The abandoned holder still learns it on every later question, and its leave hands over nothing.
+        #expect(lanes.wasAbandoned(stuck.ticket))
+        #expect(lanes.leave(stuck.ticket) == nil)
+        #expect(!lanes.wasAbandoned(stuck.ticket))
+        #expect(lanes.isRunning(next.ticket))
+        #expect(lanes.count("slot") == 2)
+        #expect(lanes.leave(next.ticket) == "last")
+        #expect(lanes.leave(last.ticket) == nil)
+        #expect(!lanes.isBusy("slot"))
+    }
+
+    @Test func abandoningTheOnlyTicketEmptiesTheLane() {
+        var lanes = Lanes()
+        let stuck = lanes.enter("slot")
+        #expect(lanes.abandon("slot") == nil)
+        #expect(!lanes.isBusy("slot"))
+        let next = lanes.enter("slot")
+        #expect(next.runsNow)
+        #expect(lanes.leave(stuck.ticket) == nil)
+        #expect(lanes.isRunning(next.ticket))
+    }
+
+    @Test func abandoningAnIdleLaneDoesNothing() {
+        var lanes = Lanes()
+        #expect(lanes.abandon("slot") == nil)
+        let first = lanes.enter("slot")
+        #expect(first.runsNow)
+        #expect(!lanes.wasAbandoned(first.ticket))
+    }
+
+    @Test func aNextTicketThatHadNotParkedWhenTheHolderWasAbandonedRunsWhenItParks() {
+        var lanes = Lanes()
+        _ = lanes.enter("slot")
+        let next = lanes.enter("slot")
+        #expect(lanes.abandon("slot") == nil)
+        #expect(lanes.park("next", for: next.ticket) == "next")
+    }
+
+    @Test func aSingleLaneUserNeedsNoKey() {
+        var lanes = FIFOLanes<SingleLane, Int>()
+        let first = lanes.enter()
+        let second = lanes.enter()
+        #expect(first.runsNow && !second.runsNow)
+        #expect(lanes.count == 2)
+        #expect(lanes.park(2, for: second.ticket) == nil)
+        #expect(lanes.abandon() == 2)
+        #expect(lanes.count == 1)
+        #expect(lanes.leave(second.ticket) == nil)
+        #expect(!lanes.isBusy)
+    }
+
+    @Test func manyWaitersOfManyKeysAreResumedInTheirLanesOrder() {
+        var lanes = Lanes()
+        let keys = ["a", "b", "c", "d"]
+        var tickets: [String: [Lanes.Ticket]] = [:]
+        for round in 0..<50 {
+            for key in keys {
+                let (ticket, runsNow) = lanes.enter(key)
+                #expect(runsNow == (round == 0))
+                if !runsNow { #expect(lanes.park("\(key)\(round)", for: ticket) == nil) }
+                tickets[key, default: []].append(ticket)
+            }
+        }
+        for round in 0..<50 {
+            for key in keys {
+                let resumed = lanes.leave(tickets[key, default: []][round])
+                #expect(resumed == (round == 49 ? nil : "\(key)\(round + 1)"))
+            }
+        }
+        for key in keys { #expect(!lanes.isBusy(key)) }
+    }
+}
