@@ -36,10 +36,12 @@ struct FIFOLanesTests {
         let second = lanes.enter("alice")
         let third = lanes.enter("alice")
         #expect(lanes.park("third", for: third.ticket) == nil)
-        // The second has not parked yet: nobody is resumed, but the turn is its.
+        // The second has not parked yet: nobody is resumed, and the turn waits for it.
         #expect(lanes.leave(first.ticket) == nil)
-        #expect(lanes.isRunning(second.ticket))
+        #expect(!lanes.isRunning(second.ticket))
+        #expect(lanes.count("alice") == 2)
         #expect(lanes.park("second", for: second.ticket) == "second")
+        #expect(lanes.isRunning(second.ticket))
         #expect(lanes.leave(second.ticket) == "third")
     }
 
@@ -76,6 +78,8 @@ struct FIFOLanesTests {
         #expect(lanes.count("bob") == 1)
         #expect(lanes.count("carol") == 0)
         _ = lanes.leave(first.ticket)
+        #expect(lanes.count("alice") == 1)
+        #expect(lanes.park("second", for: second.ticket) == "second")
         #expect(lanes.count("alice") == 1)
         _ = lanes.leave(second.ticket)
         #expect(lanes.count("alice") == 0)
@@ -145,6 +149,19 @@ struct FIFOLanesTests {
         #expect(lanes.park("next", for: next.ticket) == "next")
     }
 
+    @Test func abandoningWhileTheTurnWaitsForATicketThatHasNotParkedTakesNothingAway() {
+        var lanes = Lanes()
+        let first = lanes.enter("slot")
+        let second = lanes.enter("slot")
+        #expect(lanes.leave(first.ticket) == nil)
+        // The second has started nothing that could overrun: it keeps its turn.
+        #expect(lanes.abandon("slot") == nil)
+        #expect(!lanes.wasAbandoned(second.ticket))
+        #expect(lanes.park("second", for: second.ticket) == "second")
+        #expect(lanes.leave(second.ticket) == nil)
+        #expect(!lanes.isBusy("slot"))
+    }
+
     @Test func aSingleLaneUserNeedsNoKey() {
         var lanes = FIFOLanes<SingleLane, Int>()
         let first = lanes.enter()
@@ -177,5 +194,98 @@ struct FIFOLanesTests {
             }
         }
         for key in keys { #expect(!lanes.isBusy(key)) }
+    }
+
+    /// Random schedules of enters, parks, leaves and abandons over three keys, checked step by step against a model:
+    /// a list of tickets per key in call order, of which only the first may run, and only once it knows.
+    @Test(arguments: [UInt64(1), 2, 3, 4])
+    func randomSchedulesFollowTheModel(seed: UInt64) {
+        struct Operation {
+            let key: Int
+            let ticket: FIFOLanes<Int, Int>.Ticket
+            var parked = false
+            var runs = false
+        }
+        var random = SplitMix64(seed: seed)
+        var lanes = FIFOLanes<Int, Int>()
+        var operations: [Int: Operation] = [:]  // by id; removed when they leave
+        var model: [Int: [Int]] = [:]  // per key, the ids in line (the first has the turn)
+        var abandoned: Set<Int> = []
+        var started: [Int: [Int]] = [:]  // per key, the ids in the order they ran
+        var nextID = 0
+
+        func run(_ id: Int) {
+            operations[id]?.runs = true
+            if let key = operations[id]?.key { started[key, default: []].append(id) }
+        }
+        // After the head of `key`'s line left: the next one runs if it is parked.
+        func expectHandover(_ key: Int, resumed: Int?) {
+            let next = model[key]?.first
+            if let next, operations[next]?.parked == true {
+                #expect(resumed == next)
+                run(next)
+            } else {
+                #expect(resumed == nil)
+            }
+        }
+
+        for _ in 0..<3_000 {
+            let live = operations.keys.sorted()
+            switch random.next() % 4 {
+            case 0:
+                let key = Int(random.next() % 3)
+                let (ticket, runsNow) = lanes.enter(key)
+                #expect(runsNow == (model[key]?.isEmpty ?? true))
+                operations[nextID] = Operation(key: key, ticket: ticket)
+                model[key, default: []].append(nextID)
+                if runsNow { run(nextID) }
+                nextID += 1
+            case 1:
+                let waiting = live.filter { operations[$0]?.parked == false && operations[$0]?.runs == false }
+                guard let id = waiting.randomElement(using: &random), let operation = operations[id] else { continue }
+                let back = lanes.park(id, for: operation.ticket)
+                if model[operation.key]?.first == id {
+                    #expect(back == id)
+                    run(id)
+                } else {
+                    #expect(back == nil)
+                    operations[id]?.parked = true
+                }
+            case 2:
+                let running = live.filter { operations[$0]?.runs == true }
+                guard let id = running.randomElement(using: &random), let operation = operations[id] else { continue }
+                let resumed = lanes.leave(operation.ticket)
+                operations[id] = nil
+                if abandoned.remove(id) != nil {
+                    #expect(resumed == nil)
+                } else {
+                    #expect(model[operation.key]?.first == id)
+                    model[operation.key]?.removeFirst()
+                    expectHandover(operation.key, resumed: resumed)
+                }
+            default:
+                let key = Int(random.next() % 3)
+                let resumed = lanes.abandon(key)
+                guard let head = model[key]?.first, operations[head]?.runs == true else {
+                    #expect(resumed == nil)
+                    continue
+                }
+                abandoned.insert(head)
+                model[key]?.removeFirst()
+                expectHandover(key, resumed: resumed)
+            }
+            for key in 0..<3 {
+                let line = model[key] ?? []
+                #expect(lanes.count(key) == line.count)
+                #expect(lanes.isBusy(key) == !line.isEmpty)
+                let running = line.filter { operations[$0]?.runs == true }
+                #expect(running.count <= 1 && running.allSatisfy { $0 == line.first })
+            }
+            for (id, operation) in operations {
+                #expect(lanes.wasAbandoned(operation.ticket) == abandoned.contains(id))
+                #expect(lanes.isRunning(operation.ticket) == (operation.runs && !abandoned.contains(id)))
+            }
+        }
+        for order in started.values { #expect(order == order.sorted()) }
     }
 }

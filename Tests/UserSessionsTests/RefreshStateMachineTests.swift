@@ -333,7 +333,7 @@ struct RefreshStateMachineTests {
         #expect(!slot.isHeld)
     }
 
-    @Test func persistSlotGoesToTheNextWriterInLineEvenBeforeItWaits() {
+    @Test func persistSlotIsKeptForTheNextWriterInLineUntilItWaits() async {
         var slot = PersistenceSlot()
         let firstTicket = slot.makeTicket()
         let secondTicket = slot.makeTicket()
@@ -341,16 +341,30 @@ struct RefreshStateMachineTests {
         let second = slot.tryAcquire(ticket: secondTicket)
         #expect(first)
         #expect(!second)
-        // The second writer has not enqueued its continuation yet: nobody to resume, but the slot is its now.
+        // The second writer has not enqueued its continuation yet: nobody to resume, and nobody else gets the slot.
         guard case .none = slot.release(ticket: firstTicket) else {
             Issue.record("nobody was waiting")
             return
         }
         #expect(slot.isHeld)
-        let secondNow = slot.tryAcquire(ticket: secondTicket)
-        #expect(secondNow)
-        _ = slot.release(ticket: secondTicket)
-        #expect(!slot.isHeld)
+        let third = slot.tryAcquire(ticket: slot.makeTicket())
+        #expect(!third)
+        // Nor can an overrun be blamed on it: it has not written.
+        guard case .none = slot.abandon() else {
+            Issue.record("nobody was waiting")
+            return
+        }
+        let blamed = slot.finishWrite(ticket: secondTicket)
+        #expect(!blamed)
+        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+            guard case .resume(let own) = slot.enqueue(ticket: secondTicket, continuation: continuation) else {
+                Issue.record("the slot was the second writer's already")
+                continuation.resume()
+                return
+            }
+            own.resume()
+        }
+        #expect(slot.tryAcquire(ticket: secondTicket))
     }
 
     @Test func deactivateFlushesDirtyCredentialsOnce() {

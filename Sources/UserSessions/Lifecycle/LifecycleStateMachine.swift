@@ -73,7 +73,8 @@ struct LifecycleStateMachine<Waiter> {
 
     init() {}
 
-    /// How many calls wait behind the running one.
+    /// How many calls are parked behind the running one. (A waiting call parks in the same actor step as it enters,
+    /// so every call in line but the running one is parked.)
     var waiterCount: Int { max(turns.count - 1, 0) }
 
     /// Whether no call is running or waiting.

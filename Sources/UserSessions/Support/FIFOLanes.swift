@@ -2,15 +2,16 @@
 /// key (the registry's per-user lanes, a controller's lifecycle turnstile, a gate's persistence slot).
 ///
 /// An operation takes a ticket at the tail of its key's lane with ``enter(_:)``, synchronously, before its first
-/// suspension, so a lane's order is the call order. The ticket at the head of the lane has the turn ("runs"); the
-/// others wait. An operation that must wait parks a waiter with ``park(_:for:)`` and is resumed when its turn comes;
-/// the running one ends its turn with ``leave(_:)``, which hands back the next waiter. Lanes of different keys are
+/// suspension, so a lane's order is the call order. One ticket of a lane runs at a time, in that order; the others
+/// wait. An operation that must wait parks a waiter with ``park(_:for:)`` and runs when the owner resumes it; the
+/// running one ends its turn with ``leave(_:)``, which hands back the next waiter. When the next ticket has not
+/// parked yet, the turn waits for it: its ``park(_:for:)`` hands its waiter straight back. Lanes of different keys are
 /// independent. A lane exists only while it has tickets, so "`key` is busy" means "an operation for it is running or
 /// waiting".
 ///
 /// The owner keeps the value inside its own lock (or actor); the type has no lock and no continuations of its own.
 /// A waiter is an opaque value handed back to the owner, which resumes it after releasing its lock. Impossible calls
-/// (a leave by a ticket that does not hold the turn, a park of an unknown ticket) stop the process.
+/// (a leave by a ticket that is not running, a park of an unknown ticket) stop the process.
 ///
 /// Cost: an idle value is a few words and owns no heap memory. The lane of one busy key is kept inline; a dictionary
 /// is allocated only while a second key is busy at the same time, and a lane's array only when a ticket waits.
@@ -18,23 +19,38 @@ struct FIFOLanes<Key: Hashable, Waiter> {
     /// A place in a lane.
     struct Ticket: Hashable {
         let key: Key
+        /// From 1 on, unique in the value.
         let number: UInt64
     }
 
     fileprivate struct Lane {
         let key: Key
-        /// The ticket whose turn it is.
+        /// The running ticket, which knows the turn is its; 0 (no ticket's number) while the turn waits for
+        /// `behind[0]`, which has not parked yet.
         var head: UInt64
-        /// The tickets behind it in call order, each with its waiter once it has parked.
+        /// The tickets after it in call order, each with its waiter once it has parked.
         var behind: [(number: UInt64, waiter: Waiter?)] = []
 
-        /// Ends the head's turn. Returns whether a ticket took it over and, if so, that ticket's parked waiter.
-        mutating func advance() -> (next: Bool, waiter: Waiter?) {
-            guard !behind.isEmpty else { return (false, nil) }
-            let next = behind.removeFirst()
-            head = next.number
-            return (true, next.waiter)
+        /// Ends the running ticket's turn: the next ticket runs if it has parked, else the turn waits for it.
+        mutating func passTurn() -> Passing {
+            guard !behind.isEmpty else { return .emptied }
+            guard let waiter = behind[0].waiter else {
+                head = 0
+                return .passed(resume: nil)
+            }
+            head = behind.removeFirst().number
+            return .passed(resume: waiter)
         }
+
+        var count: Int { (head == 0 ? 0 : 1) + behind.count }
+    }
+
+    /// Where the turn went when the running ticket's ended.
+    fileprivate enum Passing {
+        /// No ticket is left: the lane is removed.
+        case emptied
+        /// To the next ticket; `resume` is its waiter if it has parked.
+        case passed(resume: Waiter?)
     }
 
     /// The lane of the key that became busy while no other was: the only one, for a user with a single key.
@@ -47,7 +63,8 @@ struct FIFOLanes<Key: Hashable, Waiter> {
 
     init() {}
 
-    /// Takes a ticket at the tail of `key`'s lane. Returns it and whether it runs at once (the lane was empty).
+    /// Takes a ticket at the tail of `key`'s lane. Returns it and whether it runs at once (the lane was empty); if
+    /// not, park a waiter for it.
     mutating func enter(_ key: Key) -> (ticket: Ticket, runsNow: Bool) {
         lastNumber += 1
         let number = lastNumber
@@ -62,12 +79,17 @@ struct FIFOLanes<Key: Hashable, Waiter> {
         return (Ticket(key: key, number: number), runsNow)
     }
 
-    /// Parks `waiter` until `ticket` has the turn. Returns it back when the turn is `ticket`'s already (resume it at
-    /// once), `nil` when it was parked.
+    /// Parks `waiter` until `ticket` runs. Returns it back when `ticket` runs now (resume it at once: the turn had
+    /// come to it already), `nil` when it was parked.
     mutating func park(_ waiter: Waiter, for ticket: Ticket) -> Waiter? {
         modifyLane(ticket.key) { lane -> Waiter? in
             guard let head = lane?.head else { preconditionFailure("FIFO lanes: park of an unknown ticket") }
             if head == ticket.number { return waiter }
+            if head == 0, lane?.behind.first?.number == ticket.number {
+                lane?.head = ticket.number
+                lane?.behind.removeFirst()
+                return waiter
+            }
             guard let index = lane?.behind.lastIndex(where: { $0.number == ticket.number }) else {
                 preconditionFailure("FIFO lanes: park of an unknown ticket")
             }
@@ -76,43 +98,41 @@ struct FIFOLanes<Key: Hashable, Waiter> {
         }
     }
 
-    /// The operation holding `ticket` is done: the next ticket of the lane gets the turn. Returns its waiter to
-    /// resume, if it is parked already (if not, its ``park(_:for:)`` finds the turn is its and returns at once).
+    /// The running `ticket` is done: the next ticket of its lane runs. Returns its waiter to resume, if it is parked
+    /// already (if not, its ``park(_:for:)`` returns at once).
     ///
     /// A ticket whose turn was taken away by ``abandon(_:)`` leaves nothing (its lane has moved on) and is forgotten.
     mutating func leave(_ ticket: Ticket) -> Waiter? {
-        let handover = modifyLane(ticket.key) { lane -> (held: Bool, waiter: Waiter?) in
-            guard lane?.head == ticket.number else { return (false, nil) }
-            guard let step = lane?.advance(), step.next else {
-                lane = nil
-                return (true, nil)
-            }
-            return (true, step.waiter)
+        let passing = modifyLane(ticket.key) { lane -> Passing? in
+            guard lane?.head == ticket.number else { return nil }
+            return Self.passTurn(of: &lane)
         }
-        guard handover.held else {
+        guard let passing else {
             guard !abandoned.isEmpty, abandoned.remove(ticket) != nil else {
                 preconditionFailure("FIFO lanes: leave of a ticket that is not running")
             }
             return nil
         }
-        return handover.waiter
+        guard case .passed(let waiter) = passing else { return nil }
+        return waiter
     }
 
     /// Takes the turn away from the ticket running in `key`'s lane (an operation that overran its deadline and
-    /// cannot be stopped), so the operations behind it are not blocked for ever. The next ticket gets the turn;
-    /// returns its waiter to resume, if it is parked. The abandoned ticket stays known until it leaves, so its holder
-    /// can learn what happened (``wasAbandoned(_:)``). Does nothing when `key`'s lane is empty.
+    /// cannot be stopped), so the tickets after it are not blocked for ever: the next one runs, as after
+    /// ``leave(_:)``; returns its waiter to resume, if it is parked. The abandoned ticket is remembered until it
+    /// leaves, so its holder can learn what happened (``wasAbandoned(_:)``).
+    ///
+    /// Does nothing when no ticket runs in `key`'s lane: when it is empty, or when the turn waits for a ticket that
+    /// has not parked yet (that one has started nothing that could overrun).
     mutating func abandon(_ key: Key) -> Waiter? {
-        let taken = modifyLane(key) { lane -> (ticket: UInt64?, waiter: Waiter?) in
-            guard let head = lane?.head else { return (nil, nil) }
-            guard let step = lane?.advance(), step.next else {
-                lane = nil
-                return (head, nil)
-            }
-            return (head, step.waiter)
+        let taken = modifyLane(key) { lane -> (ticket: UInt64, passing: Passing)? in
+            guard let head = lane?.head, head != 0 else { return nil }
+            return (head, Self.passTurn(of: &lane))
         }
-        if let number = taken.ticket { abandoned.insert(Ticket(key: key, number: number)) }
-        return taken.waiter
+        guard let taken else { return nil }
+        abandoned.insert(Ticket(key: key, number: taken.ticket))
+        guard case .passed(let waiter) = taken.passing else { return nil }
+        return waiter
     }
 
     /// Whether ``abandon(_:)`` took the turn away from `ticket` (and it has not left yet).
@@ -120,7 +140,7 @@ struct FIFOLanes<Key: Hashable, Waiter> {
         !abandoned.isEmpty && abandoned.contains(ticket)
     }
 
-    /// Whether `ticket` has the turn in its lane.
+    /// Whether `ticket` runs: its turn came, and it knows (it entered an empty lane, or parked once the turn was its).
     func isRunning(_ ticket: Ticket) -> Bool {
         if let solo, solo.key == ticket.key { return solo.head == ticket.number }
         return !others.isEmpty && others[ticket.key]?.head == ticket.number
@@ -134,9 +154,16 @@ struct FIFOLanes<Key: Hashable, Waiter> {
 
     /// How many operations for `key` are running or waiting.
     func count(_ key: Key) -> Int {
-        if let solo, solo.key == key { return 1 + solo.behind.count }
+        if let solo, solo.key == key { return solo.count }
         guard !others.isEmpty, let lane = others[key] else { return 0 }
-        return 1 + lane.behind.count
+        return lane.count
+    }
+
+    /// Passes the turn of the running ticket of `lane` (which must exist) on, and removes the lane when it empties.
+    private static func passTurn(of lane: inout Lane?) -> Passing {
+        let passing = lane?.passTurn() ?? .emptied
+        if case .emptied = passing { lane = nil }
+        return passing
     }
 
     /// Runs `body` on `key`'s lane in place (`nil` when `key` has none); a lane that `body` sets to `nil` is removed.
