@@ -137,7 +137,7 @@ final class CredentialsGate: Sendable {
     /// A refresh in flight becomes an orphan: its result is never served, published or announced, but it is
     /// written to the session's own record (see ``RefreshStateMachine/Orphan``). A write that overran both
     /// deadlines loses the persistence slot (so later writes are not blocked for ever); if it lands later, what
-    /// it changed is repaired (``RefreshStateMachine/repairLateWrite(_:now:)``).
+    /// it changed is repaired (``RefreshStateMachine/writeReturned(_:ticket:now:)``).
     func deactivate() async {
         // Ordered: no event of a refresh or background write of this session is emitted after this transition.
         modifyStateAndRunActions(ordered: true) { $0.deactivated() }
@@ -157,7 +157,7 @@ final class CredentialsGate: Sendable {
         // later; cancelled after the lock is released, since cancelling runs the store's cancellation handlers.
         eventOrder.withLock { _ in flushes.withLock { $0.abandoned = number } }
         flush.cancel()
-        modifyStateAndRunActions { RefreshStateMachine.Actions(slot: $0.slot.abandon()) }
+        modifyStateAndRunActions { $0.slotAbandoned() }
         events.emit(
             .persistenceFailed, session: nil,
             detail: "the token store did not finish a write within \(timeout); closing without waiting for it")
@@ -183,7 +183,7 @@ final class CredentialsGate: Sendable {
         await withPersistSlot { ticket in
             // Cancelled once `deactivate()` stopped waiting: the session is closed without this write, and writing
             // now could land after a later `remove`.
-            guard !Task.isCancelled, let flush = modifyStateAndRunActions({ $0.finalFlushTaken() }),
+            guard !Task.isCancelled, let flush = modifyStateAndRunActions({ $0.finalFlushBegan() }),
                 let error = await write(flush, ticket: ticket)
             else { return }
             let observed = eventOrder.withLock { _ -> EventHub.Observed? in
@@ -374,7 +374,7 @@ final class CredentialsGate: Sendable {
     private func enqueueForToken(waiterID: UInt64, continuation: UnsafeContinuation<String, any Error>) {
         let now = clock.nowSeconds()
         let joined = modifyStateAndRunActions {
-            $0.joinFlight(now: now, waiterID: waiterID, continuation: .token(continuation))
+            $0.tokenAwaited(now: now, waiter: .init(id: waiterID, continuation: .token(continuation)))
         }
         guard joined else {
             enqueue(.demand, now: now, waiterID: waiterID, continuation: .token(continuation))
@@ -396,8 +396,8 @@ final class CredentialsGate: Sendable {
     ) -> UInt64 {
         // Cancellation is read under the lock: see `cancelWaiter(id:)`.
         modifyStateAndRunActions {
-            $0.requested(
-                request, now: now, waiterID: waiterID, continuation: continuation, cancelled: Task.isCancelled)
+            $0.credentialsAsked(
+                request, now: now, waiter: .init(id: waiterID, continuation: continuation), cancelled: Task.isCancelled)
         }
     }
 
@@ -665,7 +665,7 @@ extension CredentialsGate {
         let now = clock.nowSeconds()
         let jitter = Double.random(in: 0...1)
         let report = modifyStateAndRunActions(ordered: true) {
-            $0.flightFailed(flightID: job.flightID, error: error, now: now, jitter: jitter)
+            $0.refreshFailed(flightID: job.flightID, error: error, now: now, jitter: jitter)
         }
         guard let report else { return nil }
         if let generation = report.invalidates, let handler = currentTerminalFailureHandler() {
@@ -717,7 +717,7 @@ extension CredentialsGate {
     {
         // Checked again while holding the slot: `deactivate()` may have run while this task waited.
         let targets = modifyStateAndRunActions {
-            $0.commitTargets(flightID: job.flightID, newCredentials: credentials)
+            $0.refreshReturned(flightID: job.flightID, newCredentials: credentials)
         }
         guard let target = targets.session else {
             if let orphan = targets.orphan {
@@ -735,7 +735,7 @@ extension CredentialsGate {
         let now = clock.nowSeconds()
         let jitter = Double.random(in: 0...1)
         let waiters = modifyStateAndRunActions {
-            $0.flightCommitted(
+            $0.commitFinished(
                 flightID: job.flightID, newCredentials: credentials, persistError: written.error, now: now,
                 jitter: jitter)
         }
@@ -753,8 +753,8 @@ extension CredentialsGate {
         emit(actions.events)
         if let (continuation, result) = actions.caller {
             switch result {
-            case .success(let credentials): continuation.resume(returning: credentials, token: credentials.accessToken)
-            case .failure(let error): continuation.resume(throwing: error)
+            case .success(let credentials): continuation?.resume(returning: credentials, token: credentials.accessToken)
+            case .failure(let error): continuation?.resume(throwing: error)
             }
         }
         if !actions.waiters.isEmpty { Self.resume(actions.waiters, with: actions.waitersResult) }
@@ -793,17 +793,17 @@ extension CredentialsGate {
     }
 
     private func acquirePersistSlot() async -> UInt64 {
-        let (ticket, granted) = modifyStateAndRunActions { $0.slotRequested() }
+        let (ticket, granted) = modifyStateAndRunActions { $0.slotAsked() }
         if granted { return ticket }
         await withVisibleUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
             // Stored in the queue exactly once or resumed here; the releaser removes it before resuming it.
-            modifyStateAndRunActions { .init(slot: $0.slot.enqueue(ticket: ticket, continuation: continuation)) }
+            modifyStateAndRunActions { $0.slotAwaited(ticket: ticket, continuation: continuation) }
         }
         return ticket
     }
 
     private func releasePersistSlot(_ ticket: UInt64) {
-        modifyStateAndRunActions { .init(slot: $0.slot.release(ticket: ticket)) }
+        modifyStateAndRunActions { $0.slotReleased(ticket: ticket) }
     }
 
     /// Writes `target` to the store while holding the slot of `ticket`; returns the error when the write failed.
@@ -876,16 +876,16 @@ extension CredentialsGate {
     /// it takes before the session's credentials become readable: nothing of the new session (a refresh commit)
     /// can then be written before it.
     func writeOpening(_ stored: StoredSession, identifier: String) async throws {
+        var revision: UInt64?
         if let coordinatedStore {
-            let revision = try await Self.overwrite(stored, identifier: identifier, store: coordinatedStore)
-            modifyStateAndRunActions { $0.openingWritten(revision: revision, identifier: identifier) }
+            revision = try await Self.overwrite(stored, identifier: identifier, store: coordinatedStore)
         } else {
             try await store.save(stored, identifier: identifier)
         }
         // A sign-in, once the store has it: it replaces whatever the ledger held for the identifier (a failed
         // sign-in replaces nothing), and this session's writes are taken under the new fence.
         let fence = ledger.signedIn(identifier)
-        modifyStateAndRunActions { $0.signedIn(ledgerFence: fence) }
+        modifyStateAndRunActions { $0.signedIn(identifier: identifier, revision: revision, ledgerFence: fence) }
     }
 
     /// `closeAndClear()`'s removal of `identifier`'s record (its session is already deactivated), fenced against
@@ -897,7 +897,7 @@ extension CredentialsGate {
     /// lands after the removal finds the epoch changed and removes the record again (``write(_:ticket:)``).
     func clear(identifier: String) async throws {
         ledger.signedOut(identifier: identifier)
-        modifyStateAndRunActions { $0.clearBegun(identifier: identifier) }
+        modifyStateAndRunActions { $0.signedOut(identifier: identifier) }
         try await withPersistSlot { _ in try await store.remove(identifier: identifier) }
     }
 
@@ -937,22 +937,25 @@ extension CredentialsGate {
 
     private func runPersistRetry(_ job: RefreshStateMachine.PersistJob) async {
         let adoption = await withPersistSlot { ticket -> Adoption in
-            let target = modifyStateAndRunActions { $0.retryTargetTaken(generation: job.generation) }
+            let target = modifyStateAndRunActions { $0.retryBegan(generation: job.generation) }
             guard let target else { return .none }
-            let outcome = await writeOutcome(target, ticket: ticket)
-            if case .superseded(let record) = outcome {
+            var adoption = Adoption.none
+            let retried: RefreshStateMachine.RetryOutcome
+            switch await writeOutcome(target, ticket: ticket) {
+            case .written: retried = .written
+            case .failed(let error): retried = .failed(error)
+            case .superseded(let record):
                 // Another process wrote a newer record (or removed it) since: that one stands.
-                let adoption = adoptHoldingSlot(record, generation: job.generation)
-                modifyStateAndRunActions { $0.retrySuperseded() }
-                return adoption
+                adoption = adoptHoldingSlot(record, generation: job.generation)
+                retried = .superseded
             }
             let now = clock.nowSeconds()
             let jitter = Double.random(in: 0...1)
             modifyStateAndRunActions(ordered: true) {
-                $0.writeRetried(
-                    generation: job.generation, version: target.version, error: outcome.error, now: now, jitter: jitter)
+                $0.retryFinished(
+                    generation: job.generation, version: target.version, outcome: retried, now: now, jitter: jitter)
             }
-            return .none
+            return adoption
         }
         await finishAdoption(adoption, generation: job.generation)
     }
@@ -966,7 +969,7 @@ extension CredentialsGate {
         let timer = Task { [weak self] in
             guard (try? await clock.sleep(until: retryAt)) != nil, let self else { return }
             let now = clock.nowSeconds()
-            self.modifyStateAndRunActions { .init(retry: $0.schedulePersistRetryIfDue(now: now)) }
+            self.modifyStateAndRunActions { $0.retryTimerFired(now: now) }
         }
         retryTimer.replace(with: timer)
     }
@@ -1040,7 +1043,7 @@ extension CredentialsGate {
     }
 
     private func noteWritten(_ target: RefreshStateMachine.PersistTarget, revision: UInt64) {
-        modifyStateAndRunActions { $0.written(target, revision: revision) }
+        modifyStateAndRunActions { $0.recordWritten(target, revision: revision) }
     }
 
     /// Replaces whatever is stored under `identifier` with `stored`, conditionally on the revision read just
