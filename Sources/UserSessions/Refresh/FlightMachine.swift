@@ -113,7 +113,8 @@ struct FlightMachine {
     // MARK: - Inputs
 
     /// A refresh of `kind` started at `now`, sending `refreshToken`; returns its id.
-    mutating func started(_ kind: RefreshStateMachine.FlightKind, now: Double, sending refreshToken: String?) -> UInt64 {
+    mutating func started(_ kind: RefreshStateMachine.FlightKind, now: Double, sending refreshToken: String?) -> UInt64
+    {
         let backoff: Backoff?
         switch state {
         case .idle: backoff = nil

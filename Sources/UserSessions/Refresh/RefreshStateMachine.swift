@@ -12,10 +12,10 @@ import Foundation
 /// `enum State`: ``FlightMachine`` (the refresh in progress and its backoff), ``PersistenceMachine`` (whether the
 /// store has the newest credentials) and ``PersistenceSlot`` (who may write now).
 ///
-/// Its inputs are named after what happened (``activated(identifier:userInfo:credentials:generation:restoring:revision:ledgerFence:)``,
-/// ``tokenAsked(now:)``, ``refreshReturned(flightID:newCredentials:)``, ``commitFinished(flightID:newCredentials:persistError:now:jitter:)``,
-/// ``signedOut(identifier:)``, …): one `mutating func` per transition, each returning the ``Actions`` the gate
-/// performs. What they decide is private to them; the few other members are reads.
+/// Its inputs are named after what happened (`activated`, `tokenAsked`, `credentialsAsked`, `refreshReturned`,
+/// `commitFinished`, `refreshFailed`, `writeReturned`, `signedOut`, …): one `mutating func` per transition, the only
+/// entry point of that transition, each returning the ``Actions`` the gate performs. The rules they apply are
+/// private to them; the other members are reads.
 ///
 /// Times are seconds since the reference date (`Double`), the cheap form the hot path compares.
 struct RefreshStateMachine {
@@ -801,8 +801,8 @@ extension RefreshStateMachine {
         Actions(slot: slot.release(ticket: ticket))
     }
 
-    /// The gate's `deactivate()` gave up on a write that overran the store's deadline twice: its holder loses the slot, which
-    /// goes to the next writer; when that write lands, ``writeReturned(_:ticket:now:)`` repairs it.
+    /// The gate's `deactivate()` gave up on a write that overran the store's deadline twice: its holder loses the
+    /// slot, which goes to the next writer; when that write lands, ``writeReturned(_:ticket:now:)`` repairs it.
     mutating func slotAbandoned() -> Actions {
         Actions(slot: slot.abandon())
     }
@@ -969,7 +969,7 @@ extension RefreshStateMachine {
     /// server has already rotated the refresh token it sent, so its credentials are written to that session's
     /// own record — unless the identifier signed out since (the ledger's fence, or ``signedOut(identifier:)``
     /// here), or a newer session of the same identifier took the record over. A session restored from the record
-    /// it sent adopts it instead (see ``activated(identifier:userInfo:credentials:generation:restoring:revision:ledgerFence:)``).
+    /// it sent adopts it instead (see `activated`).
     struct Orphan {
         let identifier: String
         let userInfo: UserInfo
