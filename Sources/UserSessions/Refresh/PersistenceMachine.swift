@@ -28,8 +28,9 @@ struct PersistenceMachine {
     private var retryOutstanding = false
     /// The flight whose credentials are being written now (between `commitStarted` and `commitFinished`).
     private var committingFlight: UInt64?
-    /// Bumped by every `closeAndClear()`: a write whose target was taken under an older epoch and lands late is
-    /// undone. Each write target carries the epoch it was taken in.
+    /// Bumped by every `closeAndClear()` (``signedOut()``): a write of the active session's record whose target was
+    /// taken under an older epoch and lands late makes the session write its newest credentials again. Each write
+    /// target carries the epoch it was taken in.
     private(set) var epoch: UInt64 = 0
 
     /// Whether the newest credentials are not in the store yet.
@@ -53,8 +54,8 @@ struct PersistenceMachine {
         retryOutstanding = false
     }
 
-    /// A refresh's credentials were published; `written` says whether the store has them. A failed write backs off by
-    /// `delay(failures)` from `now`.
+    /// A refresh's credentials were published; `written` says whether the store has them. A failed write backs off
+    /// by `delay(failures)` from `now`.
     mutating func refreshPublished(written: Bool, now: Double, delay: (Int) -> Double) {
         version += 1
         if written {
