@@ -1,3 +1,5 @@
+import Foundation
+
 /// A session identifier that compares and hashes by its UTF-8 bytes, for keying dictionaries.
 ///
 /// Swift's `String` equality is canonical equivalence: `"caf\u{E9}"` (NFC) and `"cafe\u{301}"` (NFD) are equal
@@ -15,7 +17,18 @@ struct ExactIdentifier: Hashable, Sendable {
 
     /// Whether `lhs` and `rhs` are the same identifier: equal UTF-8 bytes.
     static func areEqual(_ lhs: String, _ rhs: String) -> Bool {
-        lhs.utf8.elementsEqual(rhs.utf8)
+        let (left, right) = (lhs.utf8, rhs.utf8)
+        guard left.count == right.count else { return false }
+        // Native strings are contiguous UTF-8: one memory comparison. Bridged ones are walked byte by byte.
+        let compared = left.withContiguousStorageIfAvailable { leftBytes in
+            right.withContiguousStorageIfAvailable { rightBytes in
+                guard let leftStart = leftBytes.baseAddress, let rightStart = rightBytes.baseAddress else {
+                    return leftBytes.count == rightBytes.count
+                }
+                return memcmp(leftStart, rightStart, leftBytes.count) == 0
+            }
+        }
+        return (compared ?? nil) ?? left.elementsEqual(right)
     }
 
     static func == (lhs: ExactIdentifier, rhs: ExactIdentifier) -> Bool {

@@ -13,9 +13,11 @@ import Foundation
 ///   Wrong call orders are typed ``UserSessionError``s, never traps.
 public actor UserSessionController {
     /// The store that keeps credentials between runs.
-    public nonisolated let store: any TokenStore
+    public nonisolated var store: any TokenStore { settings.store }
     /// The settings.
-    public nonisolated let configuration: Configuration
+    public nonisolated var configuration: Configuration { settings.configuration }
+    /// The configuration with what is derived from it, shared with the other controllers of a registry.
+    nonisolated let settings: ControllerSettings
     nonisolated let hub: EventHub
     nonisolated let gate: CredentialsGate
     /// The services started by the next open, in registration order.
@@ -29,7 +31,7 @@ public actor UserSessionController {
     /// Cancels what the running open is waiting for (its service start or its restore refresh), if anything.
     var cancelOpeningWork: (@Sendable () -> Void)?
     /// Why ``configuration`` cannot work, if it cannot; opens and restores throw it.
-    nonisolated let configurationError: UserSessionError?
+    nonisolated var configurationError: UserSessionError? { settings.configurationError }
 
     struct RunningSession {
         var session: UserSession
@@ -54,31 +56,19 @@ public actor UserSessionController {
         services: [any UserSessionService] = [],
         configuration: Configuration = Configuration()
     ) {
-        self.init(store: store, refresher: refresher, services: services, configuration: configuration, ledger: nil)
+        self.init(
+            settings: ControllerSettings(store: store, refresher: refresher, configuration: configuration),
+            services: services)
     }
 
-    /// A controller whose credentials live in `ledger` (a registry's), or in the store instance's shared ledger
-    /// when `nil`.
-    init(
-        store: any TokenStore,
-        refresher: (any TokenRefresher)?,
-        services: [any UserSessionService],
-        configuration: Configuration,
-        ledger: CredentialsLedger?
-    ) {
-        self.store = store
-        self.configuration = configuration
+    /// A controller made from `settings` (a registry's, shared by its controllers).
+    init(settings: ControllerSettings, services: [any UserSessionService]) {
+        self.settings = settings
         self.services = services
-        do throws(UserSessionError) {
-            try configuration.validate()
-            configurationError = nil
-        } catch {
-            configurationError = error
-        }
+        let configuration = settings.configuration
         let hub = EventHub(defaultBufferSize: configuration.eventBufferSize, observers: configuration.observers)
         self.hub = hub
-        self.gate = CredentialsGate(
-            refresher: refresher, store: store, ledger: ledger, events: hub, policy: configuration.refreshPolicy)
+        self.gate = CredentialsGate(settings: settings, events: hub)
         gate.setTerminalFailureHandler { [weak self] generation in
             await self?.invalidate(generation: generation, reason: .credentialsRevoked)
         }
@@ -336,20 +326,21 @@ extension UserSessionController {
         /// A prototype handed to ``open(_:)``: its credentials are written to the store first.
         case prototype(UserSessionPrototype)
         /// A session read by a restore, at `revision` of a coordinated store; `needsRefresh` when its credentials
-        /// expired (they are refreshable) and are refreshed before the restore goes on.
-        case stored(StoredSession, identifier: String, revision: UInt64?, needsRefresh: Bool)
+        /// expired (they are refreshable) and are refreshed before the restore goes on. The restore holds the
+        /// identifier in the ledger under `fence` since before its read; the gate takes that hold over.
+        case stored(StoredSession, identifier: String, revision: UInt64?, needsRefresh: Bool, fence: UInt64)
 
         var identifier: String {
             switch self {
             case .prototype(let prototype): prototype.identifier
-            case .stored(_, let identifier, _, _): identifier
+            case .stored(_, let identifier, _, _, _): identifier
             }
         }
 
         var userInfo: UserInfo {
             switch self {
             case .prototype(let prototype): prototype.userInfo
-            case .stored(let stored, _, _, _): stored.userInfo
+            case .stored(let stored, _, _, _, _): stored.userInfo
             }
         }
 
@@ -386,13 +377,16 @@ extension UserSessionController {
             throw await unwindOpening(session, failure: error)
         }
         let (store, configuration) = (self.store, self.configuration)
-        do {
-            try await runOpeningStep {
-                try await Self.persistCurrentIdentifierAndCreateDirectories(
-                    identifier, store: store, configuration: configuration)
+        // A registry's controllers persist no current identifier; without data directories there is nothing to do.
+        if configuration.persistsCurrentIdentifier || configuration.dataDirectories != nil {
+            do {
+                try await runOpeningStep {
+                    try await Self.persistCurrentIdentifierAndCreateDirectories(
+                        identifier, store: store, configuration: configuration)
+                }
+            } catch {
+                throw await unwindOpening(session, failure: Self.storeError(error, source.persistFailure))
             }
-        } catch {
-            throw await unwindOpening(session, failure: Self.storeError(error, source.persistFailure))
         }
         return try await startServicesAndCommit(session, services: services, generation: generation)
     }
@@ -420,10 +414,10 @@ extension UserSessionController {
                 throw Self.storeError(error, source.persistFailure)
             }
 
-        case .stored(let stored, let identifier, let revision, let needsRefresh):
+        case .stored(let stored, let identifier, let revision, let needsRefresh, let fence):
             gate.activate(
                 identifier: identifier, userInfo: stored.userInfo, credentials: stored.credentials,
-                generation: generation, restoring: true, revision: revision)
+                generation: generation, restoring: true, revision: revision, heldFence: fence)
             // Only the wait is cancelled: the shared refresh keeps running and commits its result. One that
             // outlives a failed or cancelled restore still writes its rotated credentials to this user's record
             // (the gate keeps it as an orphan), so the next restore sends the new refresh token.
@@ -633,10 +627,11 @@ extension UserSessionController {
     /// The part of restore that runs in the caller's turn, once no session is opened: reads and checks the stored
     /// session, then opens it through ``openInTurn(_:services:openedAt:)``.
     func restoreInTurn(identifier: String) async throws -> UserSession {
-        // Held from before the read until the session holds it itself: a rotation the store has not taken yet, or
-        // a refresh in flight, cannot leave the ledger in between.
-        gate.ledger.hold(identifier)
-        defer { gate.ledger.release(identifier, schedule: gate.ledgerSchedule) }
+        // Held from before the read until the session's gate takes the hold over: a rotation the store has not
+        // taken yet, or a refresh in flight, cannot leave the ledger in between. Released here if nothing opens.
+        let fence = gate.ledger.hold(identifier)
+        var handedOver = false
+        defer { if !handedOver { gate.ledger.release(identifier, schedule: gate.ledgerSchedule) } }
         let loaded: StoredSession?
         var revision: UInt64?
         do {
@@ -665,8 +660,9 @@ extension UserSessionController {
             }
             needsRefresh = true
         }
+        handedOver = true
         let session = try await openInTurn(
-            .stored(stored, identifier: identifier, revision: revision, needsRefresh: needsRefresh),
+            .stored(stored, identifier: identifier, revision: revision, needsRefresh: needsRefresh, fence: fence),
             services: services, openedAt: now)
         // The adopted rotation is not in the store yet: this session writes it, on the failed-write schedule.
         if adopted { gate.rotationAdoptedUnwritten() }

@@ -32,11 +32,13 @@ final class CredentialsGate: Sendable {
     let eventOrder = Locked(())
     /// The background timer that retries a failed write when its backoff elapses.
     let retryTimer = TaskSlot()
-    let refresher: (any TokenRefresher)?
-    let store: any TokenStore
+    /// The refresher, the ledger and the policy, shared with the other controllers of a registry.
+    let settings: ControllerSettings
+    var refresher: (any TokenRefresher)? { settings.refresher }
+    var store: any TokenStore { settings.ledger.store }
     /// `store`, when it coordinates refreshes across processes: refreshes then run under its lease, writes are
     /// conditional on the revision held, and its changes are adopted while a session is active.
-    let coordinatedStore: (any CoordinatedTokenStore)?
+    var coordinatedStore: (any CoordinatedTokenStore)? { settings.ledger.coordinatedStore }
     /// The task consuming the coordinated store's changes for the active session.
     let changeSubscription = TaskSlot()
     /// What the gate calls when the active session's record was removed elsewhere; the controller then closes that
@@ -44,12 +46,12 @@ final class CredentialsGate: Sendable {
     let storeRemovedHandler = Locked<(@Sendable (UInt64) async -> Void)?>(nil)
     let events: EventHub
     /// The owner of every identifier's credentials shared by the controllers of this process that use `store`.
-    let ledger: CredentialsLedger
+    var ledger: CredentialsLedger { settings.ledger }
     /// The identifier this gate holds in the ledger, from ``activate(identifier:userInfo:credentials:generation:restoring:revision:)``
     /// until ``deactivate()`` has written what it could.
     let ledgerHold = Locked<String?>(nil)
-    let policy: Policy
-    let clock: SessionClock
+    var policy: Policy { settings.policy }
+    var clock: SessionClock { settings.policy.clock }
     /// What observes the background work, if anything (see ``BackgroundWorkProbe``; production code installs none).
     let probe = Locked<(any BackgroundWorkProbe)?>(nil)
     /// The final flushes started by ``deactivate()``, and the newest one it stopped waiting for: an abandoned flush
@@ -67,23 +69,25 @@ final class CredentialsGate: Sendable {
         var deadlineClock: DeadlineClock
     }
 
-    init(
+    init(settings: ControllerSettings, events: EventHub) {
+        self.settings = settings
+        self.events = events
+        self.state = Locked(
+            RefreshStateMachine(policy: settings.policy.refresh, hasRefresher: settings.refresher != nil))
+    }
+
+    /// A gate of its own settings (for tests that drive a gate without a controller).
+    convenience init(
         refresher: (any TokenRefresher)?, store: any TokenStore, ledger: CredentialsLedger? = nil, events: EventHub,
         policy: Policy
     ) {
-        self.refresher = refresher
-        self.store = store
-        self.coordinatedStore = store as? any CoordinatedTokenStore
-        self.ledger = ledger ?? CredentialsLedger.shared(for: store)
-        self.events = events
-        self.policy = policy
-        self.clock = policy.clock
-        self.state = Locked(RefreshStateMachine(policy: policy.refresh, hasRefresher: refresher != nil))
+        self.init(
+            settings: ControllerSettings(
+                store: store, refresher: refresher, configuration: UserSessionController.Configuration(),
+                ledger: ledger, policy: policy),
+            events: events)
     }
 
-    /// Sets what the gate calls when a refresh fails terminally; the controller then invalidates the session of
-    /// that generation (if it is still the current one). Not called for a refresh started by ``ensureUsable()``:
-    /// that one throws to the restoring caller instead.
     func setTerminalFailureHandler(_ handler: @escaping @Sendable (UInt64) async -> Void) {
         terminalFailureHandler.withLock { $0 = handler }
     }
@@ -103,14 +107,16 @@ final class CredentialsGate: Sendable {
     ///
     /// `revision` is the revision of the coordinated store's record the credentials were read from (a restore);
     /// with a coordinated store the session also follows the store's changes until ``deactivate()``.
+    /// `heldFence` is the fence of a ledger hold the caller (a restore) already took for `identifier`: the gate takes
+    /// that hold over instead of holding a second time.
     func activate(
         identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64, restoring: Bool = false,
-        revision: UInt64? = nil
+        revision: UInt64? = nil, heldFence: UInt64? = nil
     ) {
         disarmRetryTimer()
         stopWatchingStore()
         events.setGeneration(generation)
-        let fence = ledger.hold(identifier)
+        let fence = heldFence ?? ledger.hold(identifier)
         let previous = ledgerHold.withLock { hold in
             defer { hold = identifier }
             return hold

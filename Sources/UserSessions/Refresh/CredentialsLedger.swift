@@ -66,56 +66,91 @@ final class CredentialsLedger: Sendable {
     // MARK: - State
 
     /// What the ledger holds for one identifier.
+    ///
+    /// An identifier that is only held (an idle open session, the common case on a server) costs three words in the
+    /// dictionary: its fence, its holder count and no ``Detail``. The rest is made at the first refresh, write or
+    /// sign-out and lives in a ``Detail`` until the entry is dropped.
     struct Entry {
         /// Changes at every sign-out: a write taken under an older fence must not land.
         var fence: UInt64
         /// Controllers (and restores in progress) holding the identifier.
         var holders = 0
-        /// The refreshes in flight, one per refresh token presented (a sign-in brings a token of its own).
-        var flights: [Flight] = []
-        /// The newest credentials a refresh produced (kept while the entry lives).
-        var current: StoredSession? {
-            get { currentBox?.session }
-            set { currentBox = newValue.map(SessionBox.init) }
-        }
-        /// ``current``, boxed: an entry of a user with nothing in flight stays a few words in the dictionary.
-        private var currentBox: SessionBox?
-        /// Whether ``current`` is not known to be in the store.
-        var unwritten = false
-        /// Refresh tokens the server has rotated, each with what its rotation returned (newest last, bounded).
-        var rotations: [(spent: String, result: Credentials)] = []
-        /// A refresh token the server refused for good.
-        var refused: String?
-        /// Writes in progress (of any controller or the ledger).
-        var writes = 0
-        /// The ledger's own write loop runs.
-        var retrying = false
-        /// The schedule the write loop follows, from the last controller that held the identifier.
-        var schedule: Schedule? {
-            get { scheduleBox?.schedule }
-            set { scheduleBox = newValue.map(ScheduleBox.init) }
-        }
-        private var scheduleBox: ScheduleBox?
-        /// The revision last seen in a coordinated store.
-        var revision: UInt64?
-        /// Whether the last fence came from a sign-out (not a sign-in): only then is a late write removed again.
-        var signedOut = false
+        /// Everything beyond the fence and the holders, made when first needed.
+        private var detail: Detail?
 
         init(fence: UInt64) { self.fence = fence }
 
-        var isIdle: Bool { holders == 0 && flights.isEmpty && !unwritten && writes == 0 && !retrying }
+        /// The detail, made now if there is none (mutating: only in the ledger's critical sections).
+        private mutating func made() -> Detail {
+            if let detail { return detail }
+            let made = Detail()
+            detail = made
+            return made
+        }
+
+        /// The refreshes in flight, one per refresh token presented (a sign-in brings a token of its own).
+        var flights: [Flight] {
+            get { detail?.flights ?? [] }
+            _modify { yield &made().flights }
+        }
+        /// The newest credentials a refresh produced (kept while the entry lives).
+        var current: StoredSession? {
+            get { detail?.current }
+            set { made().current = newValue }
+        }
+        /// Whether ``current`` is not known to be in the store.
+        var unwritten: Bool {
+            get { detail?.unwritten ?? false }
+            set { made().unwritten = newValue }
+        }
+        /// Refresh tokens the server has rotated, each with what its rotation returned (newest last, bounded).
+        var rotations: [(spent: String, result: Credentials)] { detail?.rotations ?? [] }
+        /// A refresh token the server refused for good.
+        var refused: String? {
+            get { detail?.refused }
+            set { made().refused = newValue }
+        }
+        /// Writes in progress (of any controller or the ledger).
+        var writes: Int {
+            get { detail?.writes ?? 0 }
+            set { made().writes = newValue }
+        }
+        /// The ledger's own write loop runs.
+        var retrying: Bool {
+            get { detail?.retrying ?? false }
+            set { made().retrying = newValue }
+        }
+        /// The schedule the write loop follows, from the last controller that held the identifier.
+        var schedule: Schedule? {
+            get { detail?.schedule }
+            set { made().schedule = newValue }
+        }
+        /// The revision last seen in a coordinated store.
+        var revision: UInt64? {
+            get { detail?.revision }
+            set { made().revision = newValue }
+        }
+        /// Whether the last fence came from a sign-out (not a sign-in): only then is a late write removed again.
+        var signedOut: Bool {
+            get { detail?.signedOut ?? false }
+            set { made().signedOut = newValue }
+        }
+
+        var isIdle: Bool { holders == 0 && (detail?.isIdle ?? true) }
 
         mutating func spend(_ token: String, for result: Credentials) {
             if isSpent(token) { return }
-            rotations.append((token, result))
-            if rotations.count > 16 { rotations.removeFirst() }
+            let detail = made()
+            detail.rotations.append((token, result))
+            if detail.rotations.count > 16 { detail.rotations.removeFirst() }
         }
 
-        func isSpent(_ token: String) -> Bool { rotations.contains { $0.spent == token } }
+        func isSpent(_ token: String) -> Bool { detail?.rotations.contains { $0.spent == token } ?? false }
 
         /// The newest credentials reached from the spent `token` by the rotations known here (fenced or not: a
         /// spent token must never be presented again, whoever holds it), or `nil` if `token` is not spent.
         func latestRotation(of token: String) -> Credentials? {
+            guard let rotations = detail?.rotations, !rotations.isEmpty else { return nil }
             var result: Credentials?
             var next = token
             for _ in 0...rotations.count {
@@ -126,6 +161,23 @@ final class CredentialsLedger: Sendable {
             }
             return result
         }
+    }
+
+    /// The part of an ``Entry`` beyond its fence and holders. A class, so that an entry stays small in the
+    /// dictionary; it is read and changed only inside the ledger's critical sections, like the entry that holds it.
+    final class Detail {
+        var flights: [Flight] = []
+        var current: StoredSession?
+        var unwritten = false
+        var rotations: [(spent: String, result: Credentials)] = []
+        var refused: String?
+        var writes = 0
+        var retrying = false
+        var schedule: Schedule?
+        var revision: UInt64?
+        var signedOut = false
+
+        var isIdle: Bool { flights.isEmpty && !unwritten && writes == 0 && !retrying }
     }
 
     /// One refresh in flight for an identifier.
@@ -142,17 +194,6 @@ final class CredentialsLedger: Sendable {
     struct Schedule: Sendable {
         var clock: SessionClock
         var policy: RefreshStateMachine.Policy
-    }
-
-    /// Boxes that keep the rarely used, large parts of an ``Entry`` out of the dictionary's storage.
-    final class SessionBox: Sendable {
-        let session: StoredSession
-        init(_ session: StoredSession) { self.session = session }
-    }
-
-    final class ScheduleBox: Sendable {
-        let schedule: Schedule
-        init(_ schedule: Schedule) { self.schedule = schedule }
     }
 
     private func modify<Value>(_ key: ExactIdentifier, _ body: (inout Entry) -> Value) -> Value {

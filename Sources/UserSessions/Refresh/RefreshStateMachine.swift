@@ -470,9 +470,9 @@ extension RefreshStateMachine {
         /// No session was activated yet.
         case none
         /// Tokens are served to this session.
-        case active(Identity)
+        indirect case active(Identity)
         /// This session ended: nothing is served; its credentials stay until the final flush has written them.
-        case ended(Identity)
+        indirect case ended(Identity)
 
         var identity: Identity? {
             switch self {

@@ -44,7 +44,10 @@ public final class UserSessionRegistry: Sendable {
     let makeServices: @Sendable (String) -> [any UserSessionService]
     /// The one owner of every user's credentials for this registry's controllers, handed to each controller it
     /// makes: so they share it even when the store is a value (a wrapper struct), which has no instance to key on.
-    let ledger: CredentialsLedger
+    var ledger: CredentialsLedger { settings.ledger }
+    /// What every controller of the registry is made from, resolved once (configuration, policy, ledger,
+    /// refresher).
+    let settings: ControllerSettings
     let state = Locked(RegistryState())
     let relay: RegistryEventRelay
     /// Ids of callers waiting for a get-or-restore, allocated outside the lock for their cancellation handlers.
@@ -109,11 +112,11 @@ public final class UserSessionRegistry: Sendable {
         services: @escaping @Sendable (String) -> [any UserSessionService]
     ) {
         self.store = store
-        self.ledger = CredentialsLedger.shared(for: store)
         self.refresher = refresher
         var configuration = configuration
         configuration.persistsCurrentIdentifier = false
         self.configuration = configuration
+        self.settings = ControllerSettings(store: store, refresher: refresher, configuration: configuration)
         self.maximumOpenSessions = maximumOpenSessions
         self.idleTimeout = idleTimeout
         self.makeServices = services
@@ -163,9 +166,7 @@ public final class UserSessionRegistry: Sendable {
             return held
         }
         // The factory is user code: it runs outside the lock (it may call the registry).
-        let candidate = UserSessionController(
-            store: store, refresher: refresher, services: makeServices(identifier), configuration: configuration,
-            ledger: ledger)
+        let candidate = UserSessionController(settings: settings, services: makeServices(identifier))
         let (controller, entryID) = try state.withLock { state -> (UserSessionController, UInt64?) in
             guard !state.isShutDown else { throw Self.shutdownError }
             if let held = state.lookUp(key, now: now) { return (held, nil) }
@@ -396,7 +397,13 @@ extension UserSessionRegistry {
     private func inController(
         _ identifier: String, key: ExactIdentifier, _ step: (UserSessionController) async throws -> Void
     ) async throws -> UserSessionController {
-        let controller = try heldOrNewController(for: identifier, key: key)
+        try await inController(try heldOrNewController(for: identifier, key: key), key: key, step)
+    }
+
+    private func inController(
+        _ controller: UserSessionController, key: ExactIdentifier,
+        _ step: (UserSessionController) async throws -> Void
+    ) async throws -> UserSessionController {
         do {
             try await step(controller)
         } catch {
@@ -413,18 +420,30 @@ extension UserSessionRegistry {
         let key = ExactIdentifier(identifier)
         let result: Result<UserSessionController, any Error>
         do {
-            if let held = state.withLock({ $0.entries[key]?.controller }), held.session.isOpened {
-                result = .success(held)
+            let controller = try heldOrNewController(for: identifier, key: key)
+            if controller.session.isOpened {
+                result = .success(controller)
             } else {
-                result = .success(try await restoreInTurn(identifier, key: key))
+                result = .success(
+                    try await inController(controller, key: key) { _ = try await $0.restore(identifier: identifier) })
             }
         } catch {
             result = .failure(error)
         }
-        state.withLock { $0.lanes.closeFlight(flight, in: .user(key)) }
-        leave(ticket)
-        if case .success = result { await enforceMaximumOpenSessions(sparing: key) }
-        let waiters = state.withLock { $0.flights.removeValue(forKey: flight)?.waiters } ?? [:]
+        // The turn ends and, unless the bound on open sessions must be enforced first, the waiters are taken, in one
+        // critical section.
+        let enforcesBound = maximumOpenSessions != nil && (try? result.get()) != nil
+        let (next, taken) = state.withLock { state in
+            state.lanes.closeFlight(flight, in: .user(key))
+            let next = state.lanes.leave(ticket)
+            return (next, enforcesBound ? nil : state.flights.removeValue(forKey: flight)?.waiters)
+        }
+        next?.resumeVisibly()
+        var waiters = taken ?? [:]
+        if enforcesBound {
+            await enforceMaximumOpenSessions(sparing: key)
+            waiters = state.withLock { $0.flights.removeValue(forKey: flight)?.waiters } ?? [:]
+        }
         for waiter in waiters.values { waiter.resumeVisibly(with: result) }
     }
 }
