@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// The owner of each identifier's credentials in this process, shared by every controller that uses the same store
 /// instance (the registry's controllers and standalone ones alike).
@@ -37,7 +38,7 @@ final class CredentialsLedger: Sendable {
     }
 
     private static let directory = Locked<[ObjectIdentifier: WeakLedger]>([:])
-    private static let fences = Locked<UInt64>(0)
+    private static let fences = Atomic<UInt64>(0)
 
     /// The ledger of `store`: one per store instance (a class), shared by every controller given that instance. A
     /// store that is a value type has no instance to key on and gets a ledger of its own per caller; the controllers
@@ -57,10 +58,7 @@ final class CredentialsLedger: Sendable {
     /// A fence value never used before in this process: an entry that is dropped and made again never matches a
     /// fence taken from its predecessor.
     private static func nextFence() -> UInt64 {
-        fences.withLock { value in
-            value += 1
-            return value
-        }
+        fences.wrappingAdd(1, ordering: .relaxed).newValue
     }
 
     // MARK: - State
