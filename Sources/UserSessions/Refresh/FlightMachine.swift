@@ -43,7 +43,8 @@ struct FlightMachine {
         case idle
         /// `flight` runs; `waiters` wait for it, sorted by id. `backoff` is what failed before it, carried on so a
         /// failure of this flight backs off further.
-        case refreshing(flight: Flight, waiters: [RefreshStateMachine.Waiter], backoff: Backoff?)
+        case refreshing(
+            flight: Flight, waiters: FlightWaiters<RefreshStateMachine.WaiterContinuation>, backoff: Backoff?)
         /// No refresh runs; the last ones failed.
         case failed(Backoff)
         /// A terminal failure (revoked credentials, the record cleared elsewhere): every request fails with
@@ -106,7 +107,7 @@ struct FlightMachine {
 
     /// The waiters of the refresh in progress (for tests).
     var waiters: [RefreshStateMachine.Waiter] {
-        if case .refreshing(_, let waiters, _) = state { return waiters }
+        if case .refreshing(_, let waiters, _) = state { return waiters.all }
         return []
     }
 
@@ -125,7 +126,7 @@ struct FlightMachine {
         let id = nextFlightID
         nextFlightID += 1
         let flight = Flight(id: id, kind: kind, startedAt: now, sentRefreshToken: refreshToken)
-        state = .refreshing(flight: flight, waiters: [], backoff: backoff)
+        state = .refreshing(flight: flight, waiters: FlightWaiters(), backoff: backoff)
         return id
     }
 
@@ -136,11 +137,7 @@ struct FlightMachine {
             preconditionFailure("a waiter joined while no refresh runs")
         }
         state = .idle  // drops the enum's reference, so the insertion does not copy the array
-        if let last = waiters.last, last.id > waiter.id {
-            waiters.insert(waiter, at: Self.insertionIndex(of: waiter.id, in: waiters))
-        } else {
-            waiters.append(waiter)
-        }
+        waiters.add(waiter)
         state = .refreshing(flight: flight, waiters: waiters, backoff: backoff)
     }
 
@@ -148,12 +145,8 @@ struct FlightMachine {
     /// waits. Leaves a tombstone, so the array stays sorted for the binary search.
     mutating func waiterCancelled(id: UInt64) -> RefreshStateMachine.WaiterContinuation? {
         guard case .refreshing(let flight, var waiters, let backoff) = state else { return nil }
-        let index = Self.insertionIndex(of: id, in: waiters)
-        guard index < waiters.count, waiters[index].id == id, let continuation = waiters[index].continuation else {
-            return nil
-        }
-        state = .idle
-        waiters[index].continuation = nil
+        state = .idle  // drops the enum's reference, so the tombstone does not copy the array
+        let continuation = waiters.remove(id: id)
         state = .refreshing(flight: flight, waiters: waiters, backoff: backoff)
         return continuation
     }
@@ -164,7 +157,7 @@ struct FlightMachine {
             preconditionFailure("a refresh succeeded while none runs")
         }
         state = .idle
-        return (flight, waiters)
+        return (flight, waiters.all)
     }
 
     /// The refresh in progress failed with `error` of `failureClass`. A terminal failure ends the session's
@@ -186,7 +179,7 @@ struct FlightMachine {
                     blocksAutomaticRefresh: failureClass == .misconfiguration
                         || previous?.blocksAutomaticRefresh == true))
         }
-        return (flight, waiters)
+        return (flight, waiters.all)
     }
 
     /// The session's refreshes were ended from outside (its record was removed elsewhere), in any state. Returns
@@ -202,7 +195,7 @@ struct FlightMachine {
     mutating func sessionEnded() -> (flight: Flight?, waiters: [RefreshStateMachine.Waiter]) {
         guard case .refreshing(let flight, let waiters, let backoff) = state else { return (nil, []) }
         state = backoff.map { .failed($0) } ?? .idle
-        return (flight, waiters)
+        return (flight, waiters.all)
     }
 
     /// The credentials changed (a new session, or credentials obtained elsewhere): from any state, everything starts
@@ -210,17 +203,7 @@ struct FlightMachine {
     /// refresh token. Returns the waiters of a refresh that was superseded.
     mutating func credentialsChanged(adopting adopted: Flight? = nil) -> [RefreshStateMachine.Waiter] {
         let superseded = waiters
-        state = adopted.map { .refreshing(flight: $0, waiters: [], backoff: nil) } ?? .idle
+        state = adopted.map { .refreshing(flight: $0, waiters: FlightWaiters(), backoff: nil) } ?? .idle
         return superseded
-    }
-
-    private static func insertionIndex(of id: UInt64, in waiters: [RefreshStateMachine.Waiter]) -> Int {
-        var low = 0
-        var high = waiters.count
-        while low < high {
-            let middle = (low + high) / 2
-            if waiters[middle].id < id { low = middle + 1 } else { high = middle }
-        }
-        return low
     }
 }

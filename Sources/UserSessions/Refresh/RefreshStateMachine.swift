@@ -420,10 +420,7 @@ extension RefreshStateMachine {
     /// One caller of an asynchronous request, by id, and the continuation that resumes it. While it waits for the
     /// refresh in flight, a cancelled waiter stays as a tombstone (`continuation == nil`) until the refresh
     /// completes, so ids stay sorted for binary search.
-    struct Waiter {
-        let id: UInt64
-        var continuation: WaiterContinuation?
-    }
+    typealias Waiter = FlightWaiters<WaiterContinuation>.Waiter
 
     /// What a waiter is resumed with. `accessToken()` needs only the token: its continuation carries a `String`,
     /// which keeps the waiting task's async frames small (a parked caller costs no extra task-allocator slab) and
