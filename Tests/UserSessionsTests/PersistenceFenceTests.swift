@@ -144,10 +144,10 @@ struct PersistenceFenceTests {
         let harness = RefreshHarness()
         harness.activate(expiresIn: 200)
         // The machine's own input, without running its actions: the flight is started by hand below.
-        let outcome = harness.gate.modifyStateAndRunActions {
-            ($0.tokenRequested(now: harness.time.now.timeIntervalSinceReferenceDate), .none)
+        let actions = harness.gate.modifyStateAndRunActions {
+            ($0.tokenAsked(now: harness.time.now.timeIntervalSinceReferenceDate).1, .none)
         }
-        let job = try #require(outcome.refresh)
+        let job = try #require(actions.refresh)
         await harness.gate.deactivate()
         harness.gate.startFlight(job)
         await harness.awaitBackgroundWork()

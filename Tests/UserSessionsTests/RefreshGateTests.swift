@@ -8,7 +8,7 @@ struct RefreshGateTests {
     @Test func freshTokenIsServedWithoutRefresh() async throws {
         let harness = RefreshHarness()
         harness.activate(expiresIn: 3600)
-        #expect(harness.gate.freshAccessToken() == "at-0")
+        #expect(harness.gate.freshToken()?.token == "at-0")
         #expect(try await harness.gate.accessToken() == "at-0")
         #expect(harness.refreshCalls == 0)
     }
@@ -80,7 +80,7 @@ struct RefreshGateTests {
         #expect(harness.store.saves.map(\.identifier) == ["user"])
         #expect(harness.store.stored("user")?.credentials?.refreshToken == "rt-1")
         #expect(harness.store.stored("next") == nil)
-        #expect(harness.gate.freshAccessToken() == "next-at")
+        #expect(harness.gate.freshToken()?.token == "next-at")
         let kinds = await harness.recordedEvents().map(\.kind)
         #expect(!kinds.contains(.credentialsRefreshed))
     }
@@ -94,12 +94,12 @@ struct RefreshGateTests {
         #expect(harness.gate.currentCredentials()?.refreshToken == "rt-1")
         // The first retry is due within the initial delay (1 s, with jitter); it fails too.
         harness.time.advance(by: 1)
-        #expect(harness.gate.freshAccessToken() == "at-1")
+        #expect(harness.gate.freshToken()?.token == "at-1")
         await harness.awaitBackgroundWork()
         #expect(harness.store.saveCount == 0)
         // The second retry (within 2 s) succeeds.
         harness.time.advance(by: 2)
-        #expect(harness.gate.freshAccessToken() == "at-1")
+        #expect(harness.gate.freshToken()?.token == "at-1")
         await harness.awaitBackgroundWork()
         #expect(harness.store.stored("user")?.credentials?.refreshToken == "rt-1")
         // The next refresh spends rt-1, never the spent rt-0.
@@ -183,7 +183,7 @@ struct RefreshGateTests {
     @Test func failedBackgroundRefreshIsNeverSeenAndBacksOff() async throws {
         let harness = RefreshHarness(steps: [ScriptedRefresher.failure(.transient)])
         harness.activate(expiresIn: 200)
-        #expect(harness.gate.freshAccessToken() == "at-0")
+        #expect(harness.gate.freshToken()?.token == "at-0")
         await harness.awaitBackgroundWork()
         #expect(harness.refreshCalls == 1)
         // Within the backoff the token is served without another attempt.
@@ -236,7 +236,7 @@ struct RefreshGateTests {
 
     @Test func requestsWithoutAnOpenSessionFail() async throws {
         let harness = RefreshHarness()
-        #expect(harness.gate.freshAccessToken() == nil)
+        #expect(harness.gate.freshToken()?.token == nil)
         await #expect(throws: UserSessionError(.sessionNotOpen, "")) { try await harness.gate.accessToken() }
         await #expect(throws: UserSessionError(.sessionNotOpen, "")) {
             try await harness.gate.update(harness.credentials(expiresIn: 10))

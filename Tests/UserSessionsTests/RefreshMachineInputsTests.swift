@@ -16,10 +16,10 @@ struct RefreshMachineInputsTests {
         var machine = RefreshStateMachineTests.machine(expiresIn: 200)
         let job = try #require(machine.tokenAsked(now: Self.start).1.refresh)
         let new = RefreshStateMachineTests.refreshed(1, expiresAt: Self.start + 3600)
-        let targets = machine.commitTargets(flightID: job.flightID, newCredentials: new).0
+        let targets = machine.refreshReturned(flightID: job.flightID, newCredentials: new).0
         #expect(targets.session?.stored.credentials?.refreshToken == "rt-1")
         #expect(targets.orphan == nil)
-        let (waiters, actions) = machine.flightCommitted(
+        let (waiters, actions) = machine.commitFinished(
             flightID: job.flightID, newCredentials: new, persistError: UserSessionError(.storeFailure, "disk full"),
             now: Self.start, jitter: 0)
         #expect(waiters == 0)
@@ -33,8 +33,8 @@ struct RefreshMachineInputsTests {
         var machine = RefreshStateMachineTests.machine(expiresIn: 200)
         let job = try #require(machine.tokenAsked(now: Self.start).1.refresh)
         let new = RefreshStateMachineTests.refreshed(1, expiresAt: Self.start + 3600)
-        _ = machine.commitTargets(flightID: job.flightID, newCredentials: new)
-        let (_, actions) = machine.flightCommitted(
+        _ = machine.refreshReturned(flightID: job.flightID, newCredentials: new)
+        let (_, actions) = machine.commitFinished(
             flightID: job.flightID, newCredentials: new, persistError: nil, now: Self.start, jitter: 0)
         #expect(Self.kinds(actions) == [.credentialsRefreshed])
         #expect(!actions.armRetryTimer)
@@ -46,7 +46,7 @@ struct RefreshMachineInputsTests {
             var machine = RefreshStateMachineTests.machine(expiresIn: 200)
             let job = try #require(machine.tokenAsked(now: Self.start).1.refresh)
             let error = UserSessionError(.refreshFailed, "refused", failureClass: failureClass)
-            let (report, actions) = machine.flightFailed(
+            let (report, actions) = machine.refreshFailed(
                 flightID: job.flightID, error: error, now: Self.start, jitter: 0)
             #expect(report?.invalidates == invalidates)
             #expect(Self.kinds(actions) == [.refreshFailed(failureClass)])
@@ -59,7 +59,7 @@ struct RefreshMachineInputsTests {
         let waiters = machine.deactivated()
         #expect(waiters.waiters.isEmpty)
         let error = UserSessionError(.refreshFailed, "down", failureClass: .transient)
-        let (report, actions) = machine.flightFailed(flightID: job.flightID, error: error, now: Self.start, jitter: 0)
+        let (report, actions) = machine.refreshFailed(flightID: job.flightID, error: error, now: Self.start, jitter: 0)
         #expect(report == nil)
         #expect(actions.events.isEmpty)
         // The ended session's flight was kept as an orphan; its failure forgets it.
@@ -87,10 +87,11 @@ struct RefreshMachineInputsTests {
         do {
             _ = try await withVisibleUnsafeThrowingContinuation {
                 (continuation: UnsafeContinuation<Credentials, any Error>) in
-                let (_, actions) = machine.requested(
-                    .demand, now: Self.start, waiterID: 1, continuation: .credentials(continuation), cancelled: true)
+                let (_, actions) = machine.credentialsAsked(
+                    .demand, now: Self.start, waiter: .init(id: 1, continuation: .credentials(continuation)),
+                    cancelled: true)
                 startedRefresh = actions.refresh != nil
-                if let (caller, result) = actions.caller, case .failure(let error) = result {
+                if let (caller, result) = actions.caller, let caller, case .failure(let error) = result {
                     caller.resume(throwing: error)
                 } else {
                     continuation.resumeVisibly(throwing: UserSessionError(.wrongState, "no caller action"))
@@ -109,8 +110,9 @@ struct RefreshMachineInputsTests {
         for active in [true, false] {
             var machine = RefreshStateMachineTests.machine(expiresIn: 3600)
             if !active { _ = machine.deactivated() }
-            let actions = machine.writeRetried(
-                generation: 7, version: 1, error: UserSessionError(.storeFailure, "down"), now: Self.start, jitter: 0)
+            let actions = machine.retryFinished(
+                generation: 7, version: 1, outcome: .failed(UserSessionError(.storeFailure, "down")), now: Self.start,
+                jitter: 0)
             #expect(actions.armRetryTimer)
             #expect(Self.kinds(actions) == (active ? [.persistenceFailed] : []))
         }
@@ -143,7 +145,7 @@ struct RefreshMachineInputsTests {
     static func machine(activeAs identifier: String) -> RefreshStateMachine {
         var machine = RefreshStateMachine(
             policy: UserSessionController.Configuration().refreshPolicy.refresh, hasRefresher: true)
-        _ = machine.activate(
+        _ = machine.activated(
             identifier: identifier, userInfo: UserInfo(id: identifier),
             credentials: RefreshStateMachineTests.refreshed(0, expiresAt: start + 200), generation: 2)
         return machine
@@ -160,8 +162,25 @@ struct RefreshMachineInputsTests {
             identifier: Self.composed,
             stored: StoredSession(userInfo: UserInfo(id: Self.composed), credentials: nil), version: 1,
             generation: 1, epoch: machine.persistence.epoch)
-        machine.beginClear(identifier: Self.composed)
-        #expect(machine.repairLateWrite(late, now: Self.start) == RefreshStateMachine.WriteRepair.none)
+        // The composed user's write held the slot, overran the close's deadline and lost the slot; the composed user
+        // signed out; then the write landed late.
+        let (holder, _) = machine.slotAsked()
+        #expect(holder.granted)
+        _ = machine.slotAbandoned()
+        _ = machine.signedOut(identifier: Self.composed)
+        let landed = machine.writeReturned(late, ticket: holder.ticket, now: Self.start)
+        #expect(landed.retry == nil, "the decomposed session does not rewrite a record it does not own")
+        #expect(landed.removeAgain == nil, "the machine never removes a record: the ledger decides")
+        #expect(!machine.isDirty)
+
+        // The decomposed user's own late write, after the composed user's sign-out, is rewritten: a clear came since.
+        let own = RefreshStateMachine.PersistTarget(
+            identifier: Self.decomposed,
+            stored: StoredSession(userInfo: UserInfo(id: Self.decomposed), credentials: nil), version: 1,
+            generation: 2, epoch: late.epoch)
+        let (ownHolder, _) = machine.slotAsked()
+        _ = machine.slotAbandoned()
+        #expect(machine.writeReturned(own, ticket: ownHolder.ticket, now: Self.start).retry?.generation == 2)
 
         let ledger = CredentialsLedger(store: InMemoryTokenStore())
         let composedFence = ledger.hold(Self.composed)
@@ -183,8 +202,9 @@ struct RefreshMachineInputsTests {
         _ = machine.activated(
             identifier: Self.decomposed, userInfo: UserInfo(id: Self.decomposed), credentials: nil, generation: 3,
             restoring: false, revision: nil)
-        let target = machine.orphanCommitTarget(
+        let (targets, _) = machine.refreshReturned(
             flightID: job.flightID, newCredentials: RefreshStateMachineTests.refreshed(1, expiresAt: Self.start + 3600))
-        #expect(target.map { ExactIdentifier.areEqual($0.identifier, Self.composed) } == true)
+        #expect(targets.session == nil)
+        #expect(targets.orphan.map { ExactIdentifier.areEqual($0.identifier, Self.composed) } == true)
     }
 }

@@ -13,7 +13,7 @@ struct RefreshMachinesTests {
 
     @Test func aFailedFlightBacksOffAndTheNextCarriesTheCountOn() {
         var flights = FlightMachine()
-        let first = flights.start(.demand, now: 100, sending: "rt")
+        let first = flights.started(.demand, now: 100, sending: "rt")
         #expect(flights.isCurrent(first))
         let failed = flights.failed(Self.error, failureClass: .transient, now: 100, delay: Self.delay)
         #expect(failed.flight.id == first)
@@ -22,7 +22,7 @@ struct RefreshMachinesTests {
         #expect(flights.backoff?.failures == 1)
         #expect(flights.backoff?.lastFailure == Self.error)
 
-        let second = flights.start(.forced, now: 105, sending: "rt")
+        let second = flights.started(.forced, now: 105, sending: "rt")
         #expect(second == first + 1)
         // While it runs, no backoff is visible: nothing waits on it.
         #expect(flights.retryAt == -.infinity)
@@ -30,62 +30,82 @@ struct RefreshMachinesTests {
         #expect(flights.backoff?.failures == 2)
         #expect(flights.retryAt == 220)
 
-        _ = flights.start(.background, now: 300, sending: "rt")
+        _ = flights.started(.background, now: 300, sending: "rt")
         let succeeded = flights.succeeded()
         #expect(succeeded.flight.kind == .background)
         #expect(flights.backoff == nil)
         #expect(flights.retryAt == -.infinity)
     }
 
-    @Test func aMisconfigurationBlocksAutomaticRefreshesUntilReset() {
+    @Test func aMisconfigurationBlocksAutomaticRefreshesUntilTheCredentialsChange() {
         var flights = FlightMachine()
-        _ = flights.start(.demand, now: 0, sending: "rt")
+        _ = flights.started(.demand, now: 0, sending: "rt")
         _ = flights.failed(Self.error, failureClass: .misconfiguration, now: 0, delay: Self.delay)
         #expect(flights.blocksAutomaticRefresh)
         // A forced refresh that then fails transiently does not lift the block.
-        _ = flights.start(.forced, now: 1, sending: "rt")
+        _ = flights.started(.forced, now: 1, sending: "rt")
         _ = flights.failed(Self.error, failureClass: .transient, now: 1, delay: Self.delay)
         #expect(flights.blocksAutomaticRefresh)
-        let superseded = flights.reset()
+        let superseded = flights.credentialsChanged()
         #expect(superseded.isEmpty)
         #expect(!flights.blocksAutomaticRefresh)
     }
 
-    @Test func aTerminalFailureEndsRefreshesUntilReset() {
+    @Test func aTerminalFailureEndsRefreshesUntilTheCredentialsChange() {
         var flights = FlightMachine()
-        _ = flights.start(.demand, now: 0, sending: "rt")
+        _ = flights.started(.demand, now: 0, sending: "rt")
         let revoked = UserSessionError(.refreshFailed, "revoked", failureClass: .terminal)
         _ = flights.failed(revoked, failureClass: .terminal, now: 0, delay: Self.delay)
         #expect(flights.terminalError == revoked)
         #expect(flights.isTerminated)
         #expect(flights.backoff == nil)
-        _ = flights.reset()
+        _ = flights.credentialsChanged()
         #expect(!flights.isTerminated)
     }
 
-    @Test func abandoningAFlightKeepsTheBackoffItStartedFrom() {
+    @Test func endingTheSessionKeepsTheBackoffItsFlightStartedFrom() {
         var flights = FlightMachine()
-        _ = flights.start(.demand, now: 0, sending: "rt")
+        _ = flights.started(.demand, now: 0, sending: "rt")
         _ = flights.failed(Self.error, failureClass: .transient, now: 0, delay: Self.delay)
-        let id = flights.start(.forced, now: 1, sending: "rt-sent")
-        let abandoned = flights.abandon()
+        let id = flights.started(.forced, now: 1, sending: "rt-sent")
+        let abandoned = flights.sessionEnded()
         #expect(abandoned.flight?.id == id)
         #expect(abandoned.flight?.sentRefreshToken == "rt-sent")
         #expect(abandoned.waiters.isEmpty)
         #expect(flights.backoff?.failures == 1)
-        // Nothing runs any more: a second abandon finds nothing.
-        let abandonedAgain = flights.abandon()
+        // Nothing runs any more: a second end finds nothing.
+        let abandonedAgain = flights.sessionEnded()
         #expect(abandonedAgain.flight == nil)
     }
 
-    @Test func aResetCanAdoptARunningFlight() {
+    @Test func aCredentialsChangeCanAdoptARunningFlight() {
         var flights = FlightMachine()
-        _ = flights.start(.restore, now: 0, sending: "rt")
-        let orphan = flights.abandon().flight
-        _ = flights.reset(adopting: orphan)
+        _ = flights.started(.restore, now: 0, sending: "rt")
+        let orphan = flights.sessionEnded().flight
+        // From idle (the flight had no backoff to return to) straight to refreshing the adopted flight.
+        #expect(!flights.isRefreshing)
+        _ = flights.credentialsChanged(adopting: orphan)
         #expect(flights.current?.id == orphan?.id)
-        let cancelled = flights.cancelWaiter(id: 1)
+        let cancelled = flights.waiterCancelled(id: 1)
         #expect(cancelled == nil)
+    }
+
+    @Test func aSessionEndedFromOutsideIsTerminatedInAnyState() {
+        let removed = UserSessionError(.sessionNotOpen, "removed elsewhere")
+        var idle = FlightMachine()
+        #expect(idle.terminated(by: removed).isEmpty)
+        #expect(idle.terminalError == removed)
+        var failed = FlightMachine()
+        _ = failed.started(.demand, now: 0, sending: "rt")
+        _ = failed.failed(Self.error, failureClass: .transient, now: 0, delay: Self.delay)
+        _ = failed.terminated(by: removed)
+        #expect(failed.isTerminated)
+        #expect(failed.backoff == nil)
+        // Ending the session changes nothing then; only new credentials start over.
+        #expect(failed.sessionEnded().flight == nil)
+        #expect(failed.isTerminated)
+        _ = failed.credentialsChanged()
+        #expect(!failed.isTerminated)
     }
 
     // MARK: - PersistenceMachine
@@ -94,36 +114,36 @@ struct RefreshMachinesTests {
         var persistence = PersistenceMachine()
         persistence.activated()
         #expect(!persistence.isDirty)
-        persistence.published(written: false, now: 100, delay: Self.delay)
+        persistence.refreshPublished(written: false, now: 100, delay: Self.delay)
         #expect(persistence.isDirty)
         #expect(persistence.pendingRetryAt == 110)
-        let dueEarly = persistence.retryIfDue(now: 109)
+        let dueEarly = persistence.retryAsked(now: 109)
         #expect(!dueEarly)
-        let dueOnTime = persistence.retryIfDue(now: 110)
+        let dueOnTime = persistence.retryAsked(now: 110)
         #expect(dueOnTime)
         // One retry at a time.
         #expect(persistence.pendingRetryAt == nil)
-        let secondRetry = persistence.retryIfDue(now: 500)
+        let secondRetry = persistence.retryAsked(now: 500)
         #expect(!secondRetry)
 
-        let version = persistence.retryTarget()
+        let version = persistence.retryBegan()
         #expect(version == persistence.version)
         persistence.retryFinished(written: version ?? 0, succeeded: false, now: 200, delay: Self.delay)
         #expect(persistence.pendingRetryAt == 220)
 
-        let dueAfterFailure = persistence.retryIfDue(now: 220)
+        let dueAfterFailure = persistence.retryAsked(now: 220)
         #expect(dueAfterFailure)
         // A newer version was published (and failed) while the retry wrote the older one: still dirty.
-        let older = persistence.retryTarget() ?? 0
-        persistence.published(written: false, now: 221, delay: Self.delay)
+        let older = persistence.retryBegan() ?? 0
+        persistence.refreshPublished(written: false, now: 221, delay: Self.delay)
         persistence.retryFinished(written: older, succeeded: true, now: 222, delay: Self.delay)
         #expect(persistence.isDirty)
         #expect(persistence.pendingRetryAt == 251, "three failures: 221 + 3 × 10")
 
-        let dueAfterNewerFailure = persistence.retryIfDue(now: 251)
+        let dueAfterNewerFailure = persistence.retryAsked(now: 251)
         #expect(dueAfterNewerFailure)
         persistence.retryFinished(
-            written: persistence.retryTarget() ?? 0, succeeded: true, now: 252, delay: Self.delay)
+            written: persistence.retryBegan() ?? 0, succeeded: true, now: 252, delay: Self.delay)
         #expect(!persistence.isDirty)
         #expect(persistence.pendingRetryAt == nil)
     }
@@ -131,13 +151,13 @@ struct RefreshMachinesTests {
     @Test func aClosingSessionKeepsUnwrittenCredentialsForOneFinalFlush() {
         var persistence = PersistenceMachine()
         persistence.activated()
-        persistence.keepForFinalFlush()
+        persistence.lateCommitFailed()
         // Only the final flush writes them: no retry is scheduled.
         #expect(persistence.isDirty)
         #expect(persistence.pendingRetryAt == nil)
-        let finalFlush = persistence.takeFinalFlush()
+        let finalFlush = persistence.finalFlushBegan()
         #expect(finalFlush == persistence.version)
-        let secondFlush = persistence.takeFinalFlush()
+        let secondFlush = persistence.finalFlushBegan()
         #expect(secondFlush == nil)
     }
 
@@ -145,27 +165,27 @@ struct RefreshMachinesTests {
         var persistence = PersistenceMachine()
         persistence.activated()
         let epoch = persistence.epoch
-        persistence.fence()
+        persistence.signedOut()
         #expect(persistence.epoch == epoch + 1)
-        persistence.mustRewrite(now: 50)
-        let rewriteDue = persistence.retryIfDue(now: 50)
+        persistence.foundUnwritten(now: 50)
+        let rewriteDue = persistence.retryAsked(now: 50)
         #expect(rewriteDue)
-        persistence.discard()
+        persistence.recordRemoved()
         // Nothing is left to write: the retry ends without a target.
-        let retryTarget = persistence.retryTarget()
+        let retryTarget = persistence.retryBegan()
         #expect(retryTarget == nil)
         #expect(persistence.pendingRetryAt == nil)
     }
 
     @Test func onlyTheFlightThatBeganACommitEndsIt() {
         var persistence = PersistenceMachine()
-        persistence.beginCommit(flightID: 7)
-        let ownCommit = persistence.endCommit(flightID: 7)
+        persistence.commitStarted(flightID: 7)
+        let ownCommit = persistence.commitFinished(flightID: 7)
         #expect(ownCommit)
-        let endedTwice = persistence.endCommit(flightID: 7)
+        let endedTwice = persistence.commitFinished(flightID: 7)
         #expect(!endedTwice)
-        persistence.beginCommit(flightID: 8)
-        let otherCommit = persistence.endCommit(flightID: 9)
+        persistence.commitStarted(flightID: 8)
+        let otherCommit = persistence.commitFinished(flightID: 9)
         #expect(!otherCommit)
     }
 

@@ -3,7 +3,8 @@ import Testing
 
 @testable import UserSessions
 
-/// The refresh rules alone, synchronously: no tasks, no clocks, no locks.
+/// The refresh rules alone, synchronously: no tasks, no clocks, no locks. Every rule is checked through the
+/// machine's inputs (what happened) and the actions they return.
 struct RefreshStateMachineTests {
     static let start = 1_000_000.0
 
@@ -17,7 +18,7 @@ struct RefreshStateMachineTests {
         let credentials = Credentials(
             accessToken: "at-0", refreshToken: refreshable ? "rt-0" : nil,
             expiresAt: Date(timeIntervalSinceReferenceDate: start + expiresIn))
-        _ = machine.activate(
+        _ = machine.activated(
             identifier: "user", userInfo: UserInfo(id: "user"), credentials: credentials, generation: 7)
         return machine
     }
@@ -28,6 +29,46 @@ struct RefreshStateMachineTests {
             expiresAt: Date(timeIntervalSinceReferenceDate: expiresAt))
     }
 
+    /// How an asynchronous request was answered, read from the actions of
+    /// ``RefreshStateMachine/credentialsAsked(_:now:waiter:cancelled:)``.
+    enum Answer {
+        case serve(Credentials)
+        /// The caller waits; `start` is the refresh it started, if it was the first.
+        case wait(start: RefreshStateMachine.RefreshJob?)
+        case fail(UserSessionError, loopTripped: Bool)
+    }
+
+    /// Feeds `request` at `now` from a caller without a continuation (nothing to resume: the answer is read from
+    /// the actions).
+    static func ask(
+        _ machine: inout RefreshStateMachine, _ request: RefreshStateMachine.Request, now: Double, id: UInt64 = 1
+    ) -> Answer {
+        let (_, actions) = machine.credentialsAsked(
+            request, now: now, waiter: .init(id: id, continuation: nil), cancelled: false)
+        guard let (_, result) = actions.caller else { return .wait(start: actions.refresh) }
+        switch result {
+        case .success(let credentials):
+            return .serve(credentials)
+        case .failure(let error):
+            let failure = (error as? UserSessionError) ?? UserSessionError(.wrongState, "not a UserSessionError")
+            return .fail(failure, loopTripped: actions.loopTripped != nil)
+        }
+    }
+
+    /// The refresh of `job` returned `new` and its write finished (`persisted` or not), as the gate feeds it:
+    /// ``RefreshStateMachine/refreshReturned(flightID:newCredentials:)`` once it holds the slot, then
+    /// ``RefreshStateMachine/commitFinished(flightID:newCredentials:persistError:now:jitter:)``.
+    @discardableResult
+    static func commit(
+        _ machine: inout RefreshStateMachine, _ job: RefreshStateMachine.RefreshJob, _ new: Credentials,
+        persisted: Bool = true, now: Double, jitter: Double = 0
+    ) -> (waiters: Int?, actions: RefreshStateMachine.Actions) {
+        _ = machine.refreshReturned(flightID: job.flightID, newCredentials: new)
+        return machine.commitFinished(
+            flightID: job.flightID, newCredentials: new,
+            persistError: persisted ? nil : UserSessionError(.storeFailure, "disk full"), now: now, jitter: jitter)
+    }
+
     @Test func deadlineIsTheStartOfTheSoftWindow() {
         let machine = Self.machine(expiresIn: 3600)
         #expect(machine.nextActionAt == Self.start + 3600 - 300)
@@ -36,29 +77,31 @@ struct RefreshStateMachineTests {
 
     @Test func softWindowServesTokenAndStartsExactlyOneBackgroundRefresh() {
         var machine = Self.machine(expiresIn: 200)
-        let first = machine.tokenRequested(now: Self.start)
+        let (first, firstActions) = machine.tokenAsked(now: Self.start)
         #expect(first.token == "at-0")
-        #expect(first.refresh?.kind == .background)
-        #expect(first.refresh?.credentials.refreshToken == "rt-0")
+        #expect(first.generation == 7)
+        #expect(firstActions.refresh?.kind == .background)
+        #expect(firstActions.refresh?.credentials.refreshToken == "rt-0")
         // While it runs, the hot path serves the token until the lead time starts.
         #expect(machine.nextActionAt == Self.start + 200 - 60)
-        let second = machine.tokenRequested(now: Self.start + 1)
+        let (second, secondActions) = machine.tokenAsked(now: Self.start + 1)
         #expect(second.token == "at-0")
-        #expect(second.refresh == nil)
+        #expect(secondActions.refresh == nil)
     }
 
     @Test func leadTimeMakesCallersWaitForOneRefresh() {
         var machine = Self.machine(expiresIn: 30)
-        #expect(machine.tokenRequested(now: Self.start).token == nil)
-        guard case .wait(let job?) = machine.decide(.demand, now: Self.start) else {
+        #expect(machine.tokenAsked(now: Self.start).0.token == nil)
+        guard case .wait(let job?) = Self.ask(&machine, .demand, now: Self.start, id: 1) else {
             Issue.record("the first caller must start a refresh")
             return
         }
         #expect(job.kind == .demand)
-        guard case .wait(nil) = machine.decide(.demand, now: Self.start) else {
+        guard case .wait(nil) = Self.ask(&machine, .demand, now: Self.start, id: 2) else {
             Issue.record("later callers must join the refresh in flight")
             return
         }
+        #expect(machine.flights.waiters.map(\.id) == [1, 2])
     }
 
     @Test func waitersAreKeptSortedAndCancelledByBinarySearch() async throws {
@@ -70,28 +113,36 @@ struct RefreshStateMachineTests {
         try await withHangGuard("the parked callers") { await parked.arrivals.wait(for: ids.count) }
 
         var machine = Self.machine(expiresIn: 30)
-        _ = machine.decide(.demand, now: Self.start)
+        _ = Self.ask(&machine, .demand, now: Self.start, id: 1)
         // Ids may arrive out of order: 6 and 2 are inserted in place by the binary search.
-        for id in ids { machine.register(waiterID: id, continuation: .token(try #require(parked.continuation(id)))) }
-        #expect(machine.flights.waiters.map(\.id) == [2, 5, 6, 9])
-
-        let foundSix = machine.cancelWaiter(id: 6)
-        let six = try #require(foundSix, "a waiting caller is found")
-        six.resume(throwing: CancellationError())
-        #expect(machine.cancelWaiter(id: 6) == nil, "a tombstone is not found twice")
-        for missing: UInt64 in [1, 3, 7, 10] {
-            #expect(machine.cancelWaiter(id: missing) == nil, "id \(missing) never waited")
+        for id in ids {
+            let waiter = RefreshStateMachine.Waiter(id: id, continuation: .token(try #require(parked.continuation(id))))
+            let (joined, _) = machine.tokenAwaited(now: Self.start, waiter: waiter)
+            #expect(joined, "caller \(id) joins the refresh in flight")
         }
-        let foundNine = machine.cancelWaiter(id: 9)
-        let nine = try #require(foundNine, "the last waiter is found")
+        #expect(machine.flights.waiters.map(\.id) == [1, 2, 5, 6, 9])
+
+        let foundSix = machine.waiterCancelled(id: 6).caller
+        let six = try #require(foundSix?.continuation, "a waiting caller is found")
+        guard case .failure(let sixError) = foundSix?.result, sixError is CancellationError else {
+            Issue.record("a cancelled waiter gets CancellationError")
+            return
+        }
+        six.resume(throwing: CancellationError())
+        #expect(machine.waiterCancelled(id: 6).caller == nil, "a tombstone is not found twice")
+        for missing: UInt64 in [3, 4, 7, 10] {
+            #expect(machine.waiterCancelled(id: missing).caller == nil, "id \(missing) never waited")
+        }
+        let foundNine = machine.waiterCancelled(id: 9).caller
+        let nine = try #require(foundNine?.continuation, "the last waiter is found")
         nine.resume(returning: Self.refreshed(1, expiresAt: Self.start + 3600), token: "token for 9")
-        #expect(machine.flights.waiters.map(\.id) == [2, 5, 6, 9])
-        #expect(machine.flights.waiters.map { $0.continuation == nil } == [false, false, true, true])
+        #expect(machine.flights.waiters.map(\.id) == [1, 2, 5, 6, 9])
+        #expect(machine.flights.waiters.map { $0.continuation == nil } == [true, false, false, true, true])
 
         // Each continuation found belonged to its own caller.
         #expect(try await callers[9]?.value == "token for 9")
         await #expect(throws: CancellationError.self) { try await callers[6]?.value }
-        for waiter in machine.deactivate() {
+        for waiter in machine.deactivated().waiters {
             waiter.continuation?.resume(
                 returning: Self.refreshed(1, expiresAt: Self.start + 3600), token: "token for \(waiter.id)")
         }
@@ -99,17 +150,33 @@ struct RefreshStateMachineTests {
         #expect(try await callers[5]?.value == "token for 5")
     }
 
+    @Test func aTokenRequestJoinsOnlyARefreshItMustWaitFor() {
+        var machine = Self.machine(expiresIn: 30)
+        let (beforeAnyFlight, _) = machine.tokenAwaited(now: Self.start, waiter: .init(id: 1, continuation: nil))
+        #expect(!beforeAnyFlight, "nothing runs yet: the caller's request is decided instead")
+        _ = Self.ask(&machine, .demand, now: Self.start, id: 2)
+        let (outsideLeadTime, _) = machine.tokenAwaited(now: Self.start - 60, waiter: .init(id: 3, continuation: nil))
+        #expect(!outsideLeadTime, "a token outside the lead time is served, not waited for")
+        let (insideLeadTime, _) = machine.tokenAwaited(now: Self.start, waiter: .init(id: 4, continuation: nil))
+        #expect(insideLeadTime)
+        #expect(machine.flights.waiters.map(\.id) == [2, 4])
+    }
+
     @Test func successCommitsPublishesAndClearsTheFlight() {
         var machine = Self.machine(expiresIn: 30)
-        guard case .wait(let job?) = machine.decide(.demand, now: Self.start) else {
+        guard case .wait(let job?) = Self.ask(&machine, .demand, now: Self.start) else {
             Issue.record("expected a refresh")
             return
         }
         let new = Self.refreshed(1, expiresAt: Self.start + 3600)
-        #expect(machine.commitTarget(flightID: job.flightID, newCredentials: new)?.stored.credentials == new)
-        let action = machine.commit(
-            flightID: job.flightID, newCredentials: new, persisted: true, now: Self.start, jitter: 0.5)
-        #expect(action?.persistenceFailed == false)
+        let (targets, _) = machine.refreshReturned(flightID: job.flightID, newCredentials: new)
+        #expect(targets.session?.stored.credentials == new)
+        #expect(targets.orphan == nil)
+        let (waiters, actions) = machine.commitFinished(
+            flightID: job.flightID, newCredentials: new, persistError: nil, now: Self.start, jitter: 0.5)
+        #expect(waiters == 1)
+        #expect(actions.events.map(\.kind) == [.credentialsRefreshed])
+        #expect(actions.waiters.map(\.id) == [1])
         #expect(machine.token == "at-1")
         #expect(!machine.flights.isRefreshing)
         #expect(!machine.isDirty)
@@ -118,31 +185,52 @@ struct RefreshStateMachineTests {
 
     @Test func persistFailureKeepsNewCredentialsAndSchedulesARetry() {
         var machine = Self.machine(expiresIn: 30)
-        guard case .wait(let job?) = machine.decide(.demand, now: Self.start) else {
+        guard case .wait(let job?) = Self.ask(&machine, .demand, now: Self.start) else {
             Issue.record("expected a refresh")
             return
         }
         let new = Self.refreshed(1, expiresAt: Self.start + 3600)
-        let action = machine.commit(
-            flightID: job.flightID, newCredentials: new, persisted: false, now: Self.start, jitter: 0)
-        #expect(action?.persistenceFailed == true)
+        let (_, actions) = Self.commit(&machine, job, new, persisted: false, now: Self.start)
+        #expect(actions.events.map(\.kind) == [.persistenceFailed, .credentialsRefreshed])
+        #expect(actions.armRetryTimer)
         #expect(machine.credentials?.refreshToken == "rt-1")
         #expect(machine.isDirty)
         // Backoff 1 s with jitter 0 gives 0.5 s.
         #expect(machine.nextActionAt == Self.start + 0.5)
-        let early = machine.tokenRequested(now: Self.start + 0.4)
-        #expect(early.persist == nil)
+        #expect(machine.pendingRetryAt == Self.start + 0.5)
+        let (_, early) = machine.tokenAsked(now: Self.start + 0.4)
+        #expect(early.retry == nil)
         #expect(early.refresh == nil)
-        let retry = machine.tokenRequested(now: Self.start + 0.5)
-        #expect(retry.token == "at-1")
-        #expect(retry.persist != nil)
+        let (retryToken, retry) = machine.tokenAsked(now: Self.start + 0.5)
+        #expect(retryToken.token == "at-1")
+        #expect(retry.retry == RefreshStateMachine.PersistJob(generation: 7))
         // Only one retry at a time; the hot path goes back to the soft-window deadline meanwhile.
         #expect(machine.nextActionAt == Self.start + 3600 - 300)
-        let target = machine.persistRetryTarget(generation: 7)
+        #expect(machine.retryTimerFired(now: Self.start + 10).retry == nil)
+        let (target, _) = machine.retryBegan(generation: 7)
         #expect(target?.stored.credentials?.refreshToken == "rt-1")
-        machine.persistRetryFinished(
-            generation: 7, version: target?.version ?? 0, succeeded: true, now: Self.start + 1, jitter: 0)
+        let finished = machine.retryFinished(
+            generation: 7, version: target?.version ?? 0, outcome: .written, now: Self.start + 1, jitter: 0)
+        #expect(finished.events.isEmpty)
+        #expect(!finished.armRetryTimer)
         #expect(!machine.isDirty)
+    }
+
+    @Test func aRetryOfAnotherSessionOrOfNothingEndsWithoutATarget() {
+        var machine = Self.machine(expiresIn: 30)
+        guard case .wait(let job?) = Self.ask(&machine, .demand, now: Self.start) else {
+            Issue.record("expected a refresh")
+            return
+        }
+        Self.commit(&machine, job, Self.refreshed(1, expiresAt: Self.start + 3600), persisted: false, now: Self.start)
+        #expect(machine.retryTimerFired(now: Self.start + 0.5).retry != nil)
+        #expect(machine.retryBegan(generation: 6).0 == nil, "a retry of an earlier session writes nothing")
+        // A retry superseded by a newer record in a coordinated store is over: the next one can start.
+        _ = machine.retryFinished(generation: 7, version: 2, outcome: .superseded, now: Self.start + 1, jitter: 0)
+        #expect(machine.retryTimerFired(now: Self.start + 1).retry != nil)
+        _ = machine.credentialsUpdated(Self.refreshed(2, expiresAt: Self.start + 3600), generation: 7)
+        #expect(machine.retryBegan(generation: 7).0 == nil, "the store has the newest credentials")
+        #expect(machine.pendingRetryAt == nil)
     }
 
     @Test func transientFailureBacksOffWithJitterAndCap() {
@@ -151,36 +239,34 @@ struct RefreshStateMachineTests {
         #expect(machine.backoff(attempt: 1, jitter: 1) == 1)
         #expect(machine.backoff(attempt: 3, jitter: 1) == 4)
         #expect(machine.backoff(attempt: 30, jitter: 1) == 60)
-        let job = machine.tokenRequested(now: Self.start).refresh
+        let job = machine.tokenAsked(now: Self.start).1.refresh
         let error = UserSessionError(.refreshFailed, "down", failureClass: .transient)
-        let action = machine.refreshFailed(
-            flightID: job?.flightID ?? 0, error: error, now: Self.start, jitter: 1)
-        #expect(action?.notifyTerminal == false)
+        let (report, _) = machine.refreshFailed(flightID: job?.flightID ?? 0, error: error, now: Self.start, jitter: 1)
+        #expect(report?.invalidates == nil)
         #expect(machine.nextActionAt == Self.start + 1)
-        let early = machine.tokenRequested(now: Self.start + 0.5)
+        let (early, earlyActions) = machine.tokenAsked(now: Self.start + 0.5)
         #expect(early.token == "at-0")
-        #expect(early.refresh == nil)
-        let due = machine.tokenRequested(now: Self.start + 1)
-        #expect(due.refresh != nil)
+        #expect(earlyActions.refresh == nil)
+        #expect(machine.tokenAsked(now: Self.start + 1).1.refresh != nil)
     }
 
     /// Issue 9, item 16: once the token has expired, refreshes that keep failing back off too. Before, every call
     /// started another refresh at once.
     @Test func expiredTokenBacksOffAfterAFailureAndRetriesOnceTheBackoffElapsed() {
         var machine = Self.machine(expiresIn: -1)
-        guard case .wait(let job?) = machine.decide(.demand, now: Self.start) else {
+        guard case .wait(let job?) = Self.ask(&machine, .demand, now: Self.start) else {
             Issue.record("expected a refresh")
             return
         }
         let error = UserSessionError(.refreshFailed, "down", failureClass: .transient)
         _ = machine.refreshFailed(flightID: job.flightID, error: error, now: Self.start, jitter: 1)
-        guard case .fail(let early, false) = machine.decide(.demand, now: Self.start + 0.9) else {
+        guard case .fail(let early, false) = Self.ask(&machine, .demand, now: Self.start + 0.9) else {
             Issue.record("a call inside the backoff must get the last failure without a refresh")
             return
         }
         #expect(early.failureClass == .transient)
         #expect(!machine.flights.isRefreshing)
-        guard case .wait(_?) = machine.decide(.demand, now: Self.start + 1) else {
+        guard case .wait(_?) = Self.ask(&machine, .demand, now: Self.start + 1) else {
             Issue.record("the first call after the backoff must retry")
             return
         }
@@ -188,18 +274,17 @@ struct RefreshStateMachineTests {
 
     @Test func misconfigurationStopsAutomaticRefreshes() {
         var machine = Self.machine(expiresIn: 200)
-        let job = machine.tokenRequested(now: Self.start).refresh
+        let job = machine.tokenAsked(now: Self.start).1.refresh
         let error = UserSessionError(.refreshFailed, "bad client", failureClass: .misconfiguration)
         _ = machine.refreshFailed(flightID: job?.flightID ?? 0, error: error, now: Self.start, jitter: 0)
         // Served until expiry without any background attempt; then a caller's refresh is tried again.
         #expect(machine.nextActionAt == Self.start + 200)
-        let later = machine.tokenRequested(now: Self.start + 150)
-        #expect(later.refresh == nil)
-        guard case .serve = machine.decide(.demand, now: Self.start + 150) else {
+        #expect(machine.tokenAsked(now: Self.start + 150).1.refresh == nil)
+        guard case .serve = Self.ask(&machine, .demand, now: Self.start + 150) else {
             Issue.record("a valid token must still be served")
             return
         }
-        guard case .wait(_?) = machine.decide(.demand, now: Self.start + 201) else {
+        guard case .wait(_?) = Self.ask(&machine, .demand, now: Self.start + 201) else {
             Issue.record("an expired token must be refreshed on demand")
             return
         }
@@ -207,16 +292,17 @@ struct RefreshStateMachineTests {
 
     @Test func terminalFailureFailsEveryLaterRequest() {
         var machine = Self.machine(expiresIn: 30)
-        guard case .wait(let job?) = machine.decide(.demand, now: Self.start) else {
+        guard case .wait(let job?) = Self.ask(&machine, .demand, now: Self.start) else {
             Issue.record("expected a refresh")
             return
         }
         let error = UserSessionError(.refreshFailed, "invalid_grant", failureClass: .terminal)
-        let action = machine.refreshFailed(flightID: job.flightID, error: error, now: Self.start, jitter: 0)
-        #expect(action?.notifyTerminal == true)
-        #expect(action?.generation == 7)
+        let (report, actions) = machine.refreshFailed(flightID: job.flightID, error: error, now: Self.start, jitter: 0)
+        #expect(report?.invalidates == 7)
+        #expect(report?.waiters == 1)
+        #expect(actions.waiters.map(\.id) == [1])
         #expect(machine.nextActionAt == -.infinity)
-        guard case .fail(let failure, false) = machine.decide(.demand, now: Self.start) else {
+        guard case .fail(let failure, false) = Self.ask(&machine, .demand, now: Self.start) else {
             Issue.record("expected the terminal error")
             return
         }
@@ -225,53 +311,61 @@ struct RefreshStateMachineTests {
 
     @Test func terminalFailureDuringRestoreDoesNotNotify() {
         var machine = Self.machine(expiresIn: -10)
-        guard case .wait(let job?) = machine.decide(.restore, now: Self.start) else {
+        guard case .wait(let job?) = Self.ask(&machine, .restore, now: Self.start) else {
             Issue.record("expected a refresh")
             return
         }
         let error = UserSessionError(.refreshFailed, "invalid_grant", failureClass: .terminal)
-        let action = machine.refreshFailed(flightID: job.flightID, error: error, now: Self.start, jitter: 0)
-        #expect(action?.notifyTerminal == false)
+        let (report, actions) = machine.refreshFailed(flightID: job.flightID, error: error, now: Self.start, jitter: 0)
+        #expect(report != nil)
+        #expect(report?.invalidates == nil)
+        #expect(actions.events.map(\.kind) == [.refreshFailed(.terminal)])
     }
 
     @Test func staleFlightIsDiscardedAfterDeactivateAndReactivate() {
         var machine = Self.machine(expiresIn: 30)
-        guard case .wait(let job?) = machine.decide(.demand, now: Self.start) else {
+        guard case .wait(let job?) = Self.ask(&machine, .demand, now: Self.start) else {
             Issue.record("expected a refresh")
             return
         }
-        _ = machine.deactivate()
+        _ = machine.deactivated()
         let new = Self.refreshed(1, expiresAt: Self.start + 3600)
-        #expect(machine.commitTarget(flightID: job.flightID, newCredentials: new) == nil)
-        _ = machine.activate(
+        // A new session of another identifier: the ended session's flight is neither current nor adopted; it stays
+        // an orphan of "user", whose rotation goes to that user's record, never to the session.
+        _ = machine.activated(
             identifier: "other", userInfo: UserInfo(id: "other"), credentials: nil, generation: 8)
-        #expect(machine.commitTarget(flightID: job.flightID, newCredentials: new) == nil)
-        let commit = machine.commit(
-            flightID: job.flightID, newCredentials: new, persisted: true, now: Self.start, jitter: 0)
-        #expect(commit == nil)
+        let (targets, _) = machine.refreshReturned(flightID: job.flightID, newCredentials: new)
+        #expect(targets.session == nil)
+        #expect(targets.orphan?.identifier == "user")
+        let (waiters, actions) = machine.commitFinished(
+            flightID: job.flightID, newCredentials: new, persistError: nil, now: Self.start, jitter: 0)
+        #expect(waiters == nil)
+        #expect(actions.events.isEmpty)
+        #expect(machine.credentials == nil)
         let error = UserSessionError(.refreshFailed, "x", failureClass: .terminal)
-        let failure = machine.refreshFailed(flightID: job.flightID, error: error, now: Self.start, jitter: 0)
+        let (failure, failureActions) = machine.refreshFailed(
+            flightID: job.flightID, error: error, now: Self.start, jitter: 0)
         #expect(failure == nil)
+        #expect(failureActions.events.isEmpty)
         #expect(machine.terminalError == nil)
     }
 
     @Test func loopBreakerRefusesTheFourthRefreshWithinTheWindow() {
         var machine = Self.machine(expiresIn: 3600)
         for number in 1...3 {
-            guard case .wait(let job?) = machine.decide(.forced(replacing: nil), now: Self.start) else {
+            guard case .wait(let job?) = Self.ask(&machine, .forced(replacing: nil), now: Self.start) else {
                 Issue.record("refresh \(number) must be allowed")
                 return
             }
-            _ = machine.commit(
-                flightID: job.flightID, newCredentials: Self.refreshed(number, expiresAt: Self.start + 3600),
-                persisted: true, now: Self.start + Double(number), jitter: 0)
+            Self.commit(
+                &machine, job, Self.refreshed(number, expiresAt: Self.start + 3600), now: Self.start + Double(number))
         }
-        guard case .fail(let error, true) = machine.decide(.forced(replacing: nil), now: Self.start + 10) else {
+        guard case .fail(let error, true) = Self.ask(&machine, .forced(replacing: nil), now: Self.start + 10) else {
             Issue.record("the breaker must trip")
             return
         }
         #expect(error.code == .refreshLoop)
-        guard case .wait(_?) = machine.decide(.forced(replacing: nil), now: Self.start + 31.5) else {
+        guard case .wait(_?) = Self.ask(&machine, .forced(replacing: nil), now: Self.start + 31.5) else {
             Issue.record("the oldest refresh left the window")
             return
         }
@@ -279,7 +373,7 @@ struct RefreshStateMachineTests {
 
     @Test func forcedRequestWithReplacedTokenServesCurrentCredentials() {
         var machine = Self.machine(expiresIn: 3600)
-        guard case .serve(let credentials) = machine.decide(.forced(replacing: "old"), now: Self.start) else {
+        guard case .serve(let credentials) = Self.ask(&machine, .forced(replacing: "old"), now: Self.start) else {
             Issue.record("expected the current credentials")
             return
         }
@@ -287,16 +381,47 @@ struct RefreshStateMachineTests {
         #expect(!machine.flights.isRefreshing)
     }
 
+    @Test func aReplayStaysWithItsSessionAndAMinimumValidityBeyondTheLifetimeFailsAtOnce() {
+        var machine = Self.machine(expiresIn: 3600)
+        guard
+            case .fail(let replaced, false) = Self.ask(
+                &machine, .replay(replacing: "at-0", generation: 6), now: Self.start)
+        else {
+            Issue.record("a replay of another session's token must fail")
+            return
+        }
+        #expect(replaced.code == .sessionNotOpen)
+        guard case .wait(_?) = Self.ask(&machine, .replay(replacing: "at-0", generation: 7), now: Self.start) else {
+            Issue.record("a replay of the session's own current token refreshes")
+            return
+        }
+        var known = RefreshStateMachine(
+            policy: UserSessionController.Configuration().refreshPolicy.refresh, hasRefresher: true)
+        var lived = Self.refreshed(0, expiresAt: Self.start + 600)
+        lived.lastRefreshedAt = Date(timeIntervalSinceReferenceDate: Self.start)
+        _ = known.activated(identifier: "u", userInfo: UserInfo(id: "u"), credentials: lived, generation: 1)
+        guard case .serve = Self.ask(&known, .minimumValidity(500), now: Self.start) else {
+            Issue.record("a token valid long enough is served")
+            return
+        }
+        guard case .fail(let unreachable, false) = Self.ask(&known, .minimumValidity(900), now: Self.start) else {
+            Issue.record("a validity beyond the lifetime must fail without a refresh")
+            return
+        }
+        #expect(unreachable.code == .minimumValidityUnreachable)
+        #expect(!known.flights.isRefreshing)
+    }
+
     @Test func noRefresherServesValidTokenAndFailsWhenExpired() {
         var machine = Self.machine(expiresIn: 30, hasRefresher: false)
-        #expect(machine.tokenRequested(now: Self.start).token == "at-0")
+        #expect(machine.tokenAsked(now: Self.start).0.token == "at-0")
         #expect(machine.nextActionAt == Self.start + 30)
-        guard case .fail(let error, false) = machine.decide(.demand, now: Self.start + 30) else {
+        guard case .fail(let error, false) = Self.ask(&machine, .demand, now: Self.start + 30) else {
             Issue.record("expected an error")
             return
         }
         #expect(error.code == .noRefresher)
-        guard case .fail(let restoreError, false) = machine.decide(.restore, now: Self.start + 30) else {
+        guard case .fail(let restoreError, false) = Self.ask(&machine, .restore, now: Self.start + 30) else {
             Issue.record("expected an error")
             return
         }
@@ -305,83 +430,107 @@ struct RefreshStateMachineTests {
 
     @Test func updateSupersedesTheFlightAndDescribesTheChange() {
         var machine = Self.machine(expiresIn: 30)
-        guard case .wait(let job?) = machine.decide(.demand, now: Self.start) else {
+        guard case .wait(let job?) = Self.ask(&machine, .demand, now: Self.start) else {
             Issue.record("expected a refresh")
             return
         }
         var new = Self.refreshed(9, expiresAt: Self.start + 7200)
         new.grantedPermissions = ["read", "write"]
-        let action = machine.update(new, generation: 7)
-        #expect(action?.change == .init(extended: true, addedPermissions: ["read", "write"]))
+        #expect(machine.updateTarget(new)?.generation == 7)
+        let actions = machine.credentialsUpdated(new, generation: 7)
+        #expect(
+            actions.events.map(\.kind) == [
+                .credentialsUpdated(.init(extended: true, addedPermissions: ["read", "write"]))
+            ])
+        // The superseded refresh's waiter gets the new credentials.
+        #expect(actions.waiters.map(\.id) == [1])
+        guard case .success(let handed) = actions.waitersResult else {
+            Issue.record("the waiters of a superseded refresh get the new credentials")
+            return
+        }
+        #expect(handed == new)
         #expect(!machine.flights.isRefreshing)
         #expect(!machine.isCurrent(flightID: job.flightID))
         #expect(machine.token == "at-9")
-        let stale = machine.update(new, generation: 6)
-        #expect(stale == nil)
+        let stale = machine.credentialsUpdated(new, generation: 6)
+        #expect(stale.events.isEmpty)
+        #expect(stale.waiters.isEmpty)
     }
 
     @Test func persistSlotIsFreedWhenNobodyWaits() {
-        var slot = PersistenceSlot()
-        let firstTicket = slot.makeTicket()
-        let first = slot.tryAcquire(ticket: firstTicket)
-        let next = slot.release(ticket: firstTicket)
-        #expect(first)
-        guard case .none = next else {
+        var machine = Self.machine(expiresIn: 3600)
+        let (first, _) = machine.slotAsked()
+        #expect(first.granted)
+        guard case .none = machine.slotReleased(ticket: first.ticket).slot else {
             Issue.record("nobody was queued")
             return
         }
-        #expect(!slot.isHeld)
+        #expect(!machine.slot.isHeld)
     }
 
     @Test func persistSlotIsKeptForTheNextWriterInLineUntilItWaits() async {
-        var slot = PersistenceSlot()
-        let firstTicket = slot.makeTicket()
-        let secondTicket = slot.makeTicket()
-        let first = slot.tryAcquire(ticket: firstTicket)
-        let second = slot.tryAcquire(ticket: secondTicket)
-        #expect(first)
-        #expect(!second)
-        // The second writer has not enqueued its continuation yet: nobody to resume, and nobody else gets the slot.
-        guard case .none = slot.release(ticket: firstTicket) else {
+        var machine = Self.machine(expiresIn: 3600)
+        let (first, _) = machine.slotAsked()
+        let (second, _) = machine.slotAsked()
+        #expect(first.granted)
+        #expect(!second.granted)
+        // The second writer has not awaited the slot yet: nobody to resume, and nobody else gets the slot.
+        guard case .none = machine.slotReleased(ticket: first.ticket).slot else {
             Issue.record("nobody was waiting")
             return
         }
-        #expect(slot.isHeld)
-        let third = slot.tryAcquire(ticket: slot.makeTicket())
-        #expect(!third)
+        #expect(machine.slot.isHeld)
+        let (third, _) = machine.slotAsked()
+        #expect(!third.granted)
         // Nor can an overrun be blamed on it: it has not written.
-        guard case .none = slot.abandon() else {
+        guard case .none = machine.slotAbandoned().slot else {
             Issue.record("nobody was waiting")
             return
         }
-        let blamed = slot.finishWrite(ticket: secondTicket)
-        #expect(!blamed)
+        #expect(!machine.slot.finishWrite(ticket: second.ticket))
         await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
-            guard case .resume(let own) = slot.enqueue(ticket: secondTicket, continuation: continuation) else {
+            guard case .resume(let own) = machine.slotAwaited(ticket: second.ticket, continuation: continuation).slot
+            else {
                 Issue.record("the slot was the second writer's already")
                 continuation.resume()
                 return
             }
             own.resume()
         }
-        #expect(slot.tryAcquire(ticket: secondTicket))
+        #expect(machine.slot.tryAcquire(ticket: second.ticket))
     }
 
     @Test func deactivateFlushesDirtyCredentialsOnce() {
         var machine = Self.machine(expiresIn: 30)
-        guard case .wait(let job?) = machine.decide(.demand, now: Self.start) else {
+        guard case .wait(let job?) = Self.ask(&machine, .demand, now: Self.start) else {
             Issue.record("expected a refresh")
             return
         }
-        _ = machine.commit(
-            flightID: job.flightID, newCredentials: Self.refreshed(1, expiresAt: Self.start + 3600),
-            persisted: false, now: Self.start, jitter: 0)
-        _ = machine.deactivate()
-        let flush = machine.takeFinalFlush()
-        let again = machine.takeFinalFlush()
+        Self.commit(&machine, job, Self.refreshed(1, expiresAt: Self.start + 3600), persisted: false, now: Self.start)
+        #expect(machine.finalFlushBegan().0 == nil, "no final flush while the session is active")
+        _ = machine.deactivated()
+        let (flush, _) = machine.finalFlushBegan()
+        let (again, _) = machine.finalFlushBegan()
         #expect(flush?.stored.credentials?.refreshToken == "rt-1")
         #expect(again == nil)
         #expect(machine.credentials == nil)
+    }
+
+    @Test func aCommitWhoseSessionClosedDuringAFailedWriteIsKeptForTheFinalFlush() {
+        var machine = Self.machine(expiresIn: 30)
+        guard case .wait(let job?) = Self.ask(&machine, .demand, now: Self.start) else {
+            Issue.record("expected a refresh")
+            return
+        }
+        let new = Self.refreshed(1, expiresAt: Self.start + 3600)
+        #expect(machine.refreshReturned(flightID: job.flightID, newCredentials: new).0.session != nil)
+        _ = machine.deactivated()
+        let (waiters, actions) = machine.commitFinished(
+            flightID: job.flightID, newCredentials: new, persistError: UserSessionError(.storeFailure, "down"),
+            now: Self.start, jitter: 0)
+        #expect(waiters == nil)
+        #expect(actions.events.isEmpty)
+        #expect(machine.finalFlushBegan().0?.stored.credentials?.refreshToken == "rt-1")
     }
 }
 

@@ -101,24 +101,24 @@ struct RefreshWaitingTests {
         var machine = RefreshStateMachineTests.machine(expiresIn: 30)
         // No flight yet: the full decision starts one.
         #expect(!machine.demandJoinsFlight(now: start))
-        guard case .wait(_?) = machine.decide(.demand, now: start) else {
+        guard case .wait(_?) = RefreshStateMachineTests.ask(&machine, .demand, now: start) else {
             Issue.record("expected a new flight")
             return
         }
         // In the lead time (or expired) with a flight in progress: join it.
         #expect(machine.demandJoinsFlight(now: start))
         #expect(machine.demandJoinsFlight(now: start + 31))
-        guard case .wait(nil) = machine.decide(.demand, now: start) else {
+        guard case .wait(nil) = RefreshStateMachineTests.ask(&machine, .demand, now: start) else {
             Issue.record("expected to join the flight")
             return
         }
         // Before the lead time the token is served even while a flight runs.
         #expect(!machine.demandJoinsFlight(now: start - 60))
-        guard case .serve = machine.decide(.demand, now: start - 60) else {
+        guard case .serve = RefreshStateMachineTests.ask(&machine, .demand, now: start - 60) else {
             Issue.record("expected the token to be served")
             return
         }
-        _ = machine.deactivate()
+        _ = machine.deactivated()
         #expect(!machine.demandJoinsFlight(now: start))
     }
 }

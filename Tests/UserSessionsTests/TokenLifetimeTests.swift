@@ -63,7 +63,7 @@ struct TokenLifetimeTests {
             let credentials = Credentials(
                 accessToken: "at", refreshToken: "rt", expiresAt: Date(timeIntervalSinceReferenceDate: 1_000),
                 lastRefreshedAt: lifetime.map { Date(timeIntervalSinceReferenceDate: 1_000 - $0) })
-            _ = machine.activate(identifier: "u", userInfo: UserInfo(id: "u"), credentials: credentials, generation: 1)
+            _ = machine.activated(identifier: "u", userInfo: UserInfo(id: "u"), credentials: credentials, generation: 1)
             return (machine.leadTime, machine.softWindow, machine.loopWindow)
         }
         #expect(windows(2) == (0.2, 0.5, 2))

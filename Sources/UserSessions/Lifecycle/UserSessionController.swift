@@ -691,8 +691,9 @@ extension UserSessionController {
     ///   ``UserSessionError/Code/refreshLoop`` when the refresh-loop breaker refused a needed refresh;
     ///   `CancellationError` when the calling task was cancelled.
     nonisolated(nonsending) public func accessToken() async throws -> String {
-        if let token = gate.freshAccessToken() { return token }
-        return try await gate.waitForAccessToken()
+        // The gate's one token path, with its hot half inlined here: no async call while the token is fresh.
+        if let fresh = gate.freshToken() { return fresh.token }
+        return try await gate.waitForToken().token
     }
 
     /// Runs `operation` with a valid access token, and replays it once if it fails authentication.
@@ -721,7 +722,7 @@ extension UserSessionController {
         isAuthenticationFailure: (any Error) -> Bool,
         _ operation: (String) async throws -> R
     ) async throws -> R {
-        let (token, generation) = try await gate.accessTokenAndGeneration()
+        let (token, generation) = try await gate.token()
         do {
             return try await operation(token)
         } catch {
@@ -750,7 +751,7 @@ extension UserSessionController {
     ///   ``UserSessionError/Code/refreshFailed``), and `CancellationError` when the calling task is cancelled
     ///   while waiting (the refresh goes on and is committed).
     nonisolated(nonsending) public func accessToken(minimumValidity: Duration) async throws -> String {
-        try await gate.accessToken(minimumValidity: minimumValidity.seconds)
+        try await gate.token(.minimumValidity(minimumValidity.seconds)).token
     }
 
     /// Refreshes the credentials now, through the single-flight gate, and returns the new ones.

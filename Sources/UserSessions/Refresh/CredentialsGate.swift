@@ -143,7 +143,7 @@ final class CredentialsGate: Sendable {
     /// A refresh in flight becomes an orphan: its result is never served, published or announced, but it is
     /// written to the session's own record (see ``RefreshStateMachine/Orphan``). A write that overran both
     /// deadlines loses the persistence slot (so later writes are not blocked for ever); if it lands later, what
-    /// it changed is repaired (``RefreshStateMachine/repairLateWrite(_:now:)``).
+    /// it changed is repaired (``RefreshStateMachine/writeReturned(_:ticket:now:)``).
     func deactivate() async {
         // Ordered: no event of a refresh or background write of this session is emitted after this transition.
         modifyStateAndRunActions(ordered: true) { $0.deactivated() }
@@ -163,7 +163,7 @@ final class CredentialsGate: Sendable {
         // later; cancelled after the lock is released, since cancelling runs the store's cancellation handlers.
         eventOrder.withLock { _ in flushes.withLock { $0.abandoned = number } }
         flush.cancel()
-        modifyStateAndRunActions { RefreshStateMachine.Actions(slot: $0.slot.abandon()) }
+        modifyStateAndRunActions { $0.slotAbandoned() }
         events.emit(
             .persistenceFailed, session: nil,
             detail: "the token store did not finish a write within \(timeout); closing without waiting for it")
@@ -189,7 +189,7 @@ final class CredentialsGate: Sendable {
         await withPersistSlot { ticket in
             // Cancelled once `deactivate()` stopped waiting: the session is closed without this write, and writing
             // now could land after a later `remove`.
-            guard !Task.isCancelled, let flush = modifyStateAndRunActions({ $0.finalFlushTaken() }),
+            guard !Task.isCancelled, let flush = modifyStateAndRunActions({ $0.finalFlushBegan() }),
                 let error = await write(flush, ticket: ticket)
             else { return }
             let observed = eventOrder.withLock { _ -> EventHub.Observed? in
@@ -246,69 +246,108 @@ final class CredentialsGate: Sendable {
 
     // MARK: - Reading
 
-    /// The hot path: the access token if it can be handed out without waiting, or `nil`.
+    // MARK: - Token requests: one path
+
+    /// What a caller asks the gate for: the current token (``UserSessionController/accessToken()`` and
+    /// ``UserSessionController/withAccessToken(_:)``) or one that stays valid long enough
+    /// (``UserSessionController/accessToken(minimumValidity:)``).
+    enum TokenRequest: Equatable {
+        case current
+        /// A token valid for at least this many seconds, refreshing (at most once) if needed.
+        case minimumValidity(Double)
+    }
+
+    /// Every token request goes this one way: ``freshToken()`` first (the hot path, only for ``TokenRequest/current``),
+    /// then ``waitForToken(_:)``. Returns the token with the generation of the session it belongs to (a replay
+    /// stays with that session).
+    ///
+    /// - Throws: ``UserSessionError/Code/sessionNotOpen``; the refresh's error (with its failure class) when this
+    ///   caller waited for a refresh that failed; ``UserSessionError/Code/noRefresher`` or
+    ///   ``UserSessionError/Code/refreshLoop`` when an expired token cannot be refreshed;
+    ///   ``UserSessionError/Code/minimumValidityUnreachable`` when the asked validity cannot be reached;
+    ///   `CancellationError` at once when the calling task is cancelled while waiting (the refresh goes on and is
+    ///   committed).
+    nonisolated(nonsending) func token(_ request: TokenRequest = .current) async throws
+        -> (token: String, generation: UInt64)
+    {
+        if request == .current, let fresh = freshToken() { return fresh }
+        return try await waitForToken(request)
+    }
+
+    /// The current access token.
+    nonisolated(nonsending) func accessToken() async throws -> String {
+        try await token().token
+    }
+
+    /// The hot path: the access token (with its session's generation) if it can be handed out without waiting, or
+    /// `nil`.
     ///
     /// One coarse clock read and one short critical section comparing against a precomputed deadline; no
     /// suspension and no allocation. Only past that deadline does it look further: in the soft window it still
     /// returns the token and starts one background refresh; a due retry of a failed write starts too. While a
     /// refresh runs and the caller must wait for it, the same critical section says so, so that the many callers
-    /// finding the token expiring together go straight to ``waitForAccessToken()`` (a due write retry waits for
-    /// the next call: the refresh's commit writes newer credentials anyway).
-    func freshAccessToken() -> String? {
+    /// finding the token expiring together go straight to ``waitForToken(_:)`` (a due write retry waits for the
+    /// next call: the refresh's commit writes newer credentials anyway).
+    func freshToken() -> (token: String, generation: UInt64)? {
         let now = clock.nowSeconds()
         noteDemand(now)
         let read = state.withLock { machine -> HotRead in
-            if now < machine.nextActionAt { return .token(machine.token) }
+            if now < machine.nextActionAt { return .token(machine.token, machine.generation) }
             return machine.demandJoinsFlight(now: now) ? .mustWait : .lookFurther
         }
         switch read {
-        case .token(let token): return token
+        case .token(let token, let generation): return (token, generation)
         case .mustWait: return nil
-        case .lookFurther: return slowFreshAccessToken(now: now)
+        case .lookFurther: return slowFreshToken(now: now)
         }
     }
 
     private enum HotRead {
-        case token(String)
+        case token(String, UInt64)
         case mustWait
         case lookFurther
     }
 
     @inline(never)
-    private func slowFreshAccessToken(now: Double) -> String? {
-        slowFreshAccessTokenAndGeneration(now: now).token
+    private func slowFreshToken(now: Double) -> (token: String, generation: UInt64)? {
+        let (token, generation) = modifyStateAndRunActions { $0.tokenAsked(now: now) }
+        return token.map { ($0, generation) }
     }
 
-    func slowFreshAccessTokenAndGeneration(now: Double) -> (token: String?, generation: UInt64) {
-        modifyStateAndRunActions { $0.tokenAsked(now: now) }
-    }
-
-    /// A valid access token, refreshing (single-flight) when needed.
+    /// The part of every token request after ``freshToken()``: wait for (or start) the refresh, or fail.
     ///
-    /// - Throws: ``UserSessionError/Code/sessionNotOpen``; the refresh's error (with its failure class) when this
-    ///   caller waited for a refresh that failed; ``UserSessionError/Code/noRefresher`` or
-    ///   ``UserSessionError/Code/refreshLoop`` when an expired token cannot be refreshed; `CancellationError` at
-    ///   once when the calling task is cancelled while waiting (the refresh goes on and is committed).
-    nonisolated(nonsending) func accessToken() async throws -> String {
-        if let token = freshAccessToken() { return token }
-        return try await waitForAccessToken()
-    }
-
-    /// The part of ``accessToken()`` after ``freshAccessToken()`` returned `nil`: wait for (or start) the
-    /// refresh, or fail.
-    ///
-    /// This is what every one of N callers runs when they find the token expiring together, so it is kept lean:
-    /// the continuation carries only the token (a `String`), joining the flight in progress takes one short
-    /// critical section that copies nothing, and the cancellation flag is read outside the lock.
-    nonisolated(nonsending) func waitForAccessToken() async throws -> String {
-        let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
-        return try await withTaskCancellationHandler {
-            // Unsafe continuations are correct by construction here; see `credentials(for:)`.
-            try await withVisibleUnsafeThrowingContinuation { (continuation: UnsafeContinuation<String, any Error>) in
-                enqueueForToken(waiterID: waiterID, continuation: continuation)
+    /// For ``TokenRequest/current`` this is what every one of N callers runs when they find the token expiring
+    /// together, so it is kept lean: the continuation carries only the token (a `String`), joining the flight in
+    /// progress takes one short critical section that copies nothing, and the cancellation flag is read outside
+    /// the lock. ``TokenRequest/minimumValidity(_:)`` waits for the credentials, whose expiry it checks.
+    nonisolated(nonsending) func waitForToken(_ request: TokenRequest = .current) async throws
+        -> (token: String, generation: UInt64)
+    {
+        switch request {
+        case .current:
+            let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
+            return try await withTaskCancellationHandler {
+                var generation: UInt64 = 0
+                // Unsafe continuations are correct by construction here; see `credentialsAndGeneration(for:)`.
+                let token = try await withVisibleUnsafeThrowingContinuation {
+                    (continuation: UnsafeContinuation<String, any Error>) in
+                    generation = enqueueForToken(waiterID: waiterID, continuation: continuation)
+                }
+                return (token, generation)
+            } onCancel: {
+                cancelWaiter(id: waiterID)
             }
-        } onCancel: {
-            cancelWaiter(id: waiterID)
+        case .minimumValidity(let asked):
+            let validity = max(0, asked)
+            // Any use of the token is activity (the registry's idle eviction reads it).
+            noteDemand(clock.nowSeconds())
+            let (credentials, generation) = try await credentialsAndGeneration(for: .minimumValidity(validity))
+            if let expiresAt = credentials.expiresAt,
+                expiresAt.timeIntervalSinceReferenceDate - clock.nowSeconds() < validity
+            {
+                throw RefreshStateMachine.unreachableValidity
+            }
+            return (credentials.accessToken, generation)
         }
     }
 
@@ -377,19 +416,21 @@ final class CredentialsGate: Sendable {
     /// Synchronous and never inlined: inlined into the async closure that calls it, its locals would enlarge that
     /// closure's async frame, which lives on the waiting task's allocator for as long as the caller waits.
     @inline(never)
-    private func enqueueForToken(waiterID: UInt64, continuation: UnsafeContinuation<String, any Error>) {
+    private func enqueueForToken(waiterID: UInt64, continuation: UnsafeContinuation<String, any Error>) -> UInt64 {
         let now = clock.nowSeconds()
-        let joined = modifyStateAndRunActions {
-            $0.joinFlight(now: now, waiterID: waiterID, continuation: .token(continuation))
+        let (joined, generation) = modifyStateAndRunActions { machine in
+            let (joined, actions) = machine.tokenAwaited(
+                now: now, waiter: .init(id: waiterID, continuation: .token(continuation)))
+            return ((joined, machine.generation), actions)
         }
         guard joined else {
-            enqueue(.demand, now: now, waiterID: waiterID, continuation: .token(continuation))
-            return
+            return enqueue(.demand, now: now, waiterID: waiterID, continuation: .token(continuation))
         }
         // Checked after registering, outside the lock: a cancellation that set the flag before this point either
         // ran its handler before the waiter existed (and found nothing) or already took the waiter out; taking it
         // out here resumes it exactly once in both cases. A cancellation after this point finds the waiter.
         if Task.isCancelled { cancelWaiter(id: waiterID) }
+        return generation
     }
 
     /// Decides `request` under the lock and registers, resumes or fails the continuation; returns the generation
@@ -402,8 +443,8 @@ final class CredentialsGate: Sendable {
     ) -> UInt64 {
         // Cancellation is read under the lock: see `cancelWaiter(id:)`.
         modifyStateAndRunActions {
-            $0.requested(
-                request, now: now, waiterID: waiterID, continuation: continuation, cancelled: Task.isCancelled)
+            $0.credentialsAsked(
+                request, now: now, waiter: .init(id: waiterID, continuation: continuation), cancelled: Task.isCancelled)
         }
     }
 
@@ -420,42 +461,8 @@ final class CredentialsGate: Sendable {
     }
 }
 
-/// Reads that are tied to one session: a replay stays with the session whose token failed, and a per-call
-/// freshness request refreshes at most once.
+/// Reads that are tied to one session: a replay stays with the session whose token failed.
 extension CredentialsGate {
-    /// Like ``accessToken()``, with the generation of the session the token belongs to (for a replay, which must
-    /// stay with that session).
-    nonisolated(nonsending) func accessTokenAndGeneration() async throws -> (token: String, generation: UInt64) {
-        let now = clock.nowSeconds()
-        // Any use of the token is activity (the registry's idle eviction reads it).
-        noteDemand(now)
-        let fresh = inspect { machine -> (String, UInt64)? in
-            now < machine.nextActionAt ? (machine.token, machine.generation) : nil
-        }
-        if let fresh { return fresh }
-        let slow = slowFreshAccessTokenAndGeneration(now: now)
-        if let token = slow.token { return (token, slow.generation) }
-        let (credentials, generation) = try await credentialsAndGeneration(for: .demand)
-        return (credentials.accessToken, generation)
-    }
-
-    /// A token valid for at least `minimumValidity` seconds, refreshing through the gate (at most once) if needed.
-    ///
-    /// - Throws: ``UserSessionError/Code/minimumValidityUnreachable`` when the credentials' known lifetime is
-    ///   shorter than asked (without refreshing), or when the token after the refresh still expires too soon; what
-    ///   a forced refresh throws otherwise.
-    nonisolated(nonsending) func accessToken(minimumValidity: Double) async throws -> String {
-        let validity = max(0, minimumValidity)
-        noteDemand(clock.nowSeconds())
-        let credentials = try await credentials(for: .minimumValidity(validity))
-        if let expiresAt = credentials.expiresAt,
-            expiresAt.timeIntervalSinceReferenceDate - clock.nowSeconds() < validity
-        {
-            throw RefreshStateMachine.unreachableValidity
-        }
-        return credentials.accessToken
-    }
-
     /// After an operation using `token` of the session of `generation` failed authentication: the credentials to
     /// replay with. If `token` is still current they come from a forced single-flight refresh; otherwise the
     /// current ones are returned as is. Throws ``UserSessionError/Code/sessionNotOpen`` when that session is no
@@ -671,7 +678,7 @@ extension CredentialsGate {
         let now = clock.nowSeconds()
         let jitter = Double.random(in: 0...1)
         let report = modifyStateAndRunActions(ordered: true) {
-            $0.flightFailed(flightID: job.flightID, error: error, now: now, jitter: jitter)
+            $0.refreshFailed(flightID: job.flightID, error: error, now: now, jitter: jitter)
         }
         guard let report else { return nil }
         if let generation = report.invalidates, let handler = currentTerminalFailureHandler() {
@@ -723,7 +730,7 @@ extension CredentialsGate {
     {
         // Checked again while holding the slot: `deactivate()` may have run while this task waited.
         let targets = modifyStateAndRunActions {
-            $0.commitTargets(flightID: job.flightID, newCredentials: credentials)
+            $0.refreshReturned(flightID: job.flightID, newCredentials: credentials)
         }
         guard let target = targets.session else {
             if let orphan = targets.orphan {
@@ -741,7 +748,7 @@ extension CredentialsGate {
         let now = clock.nowSeconds()
         let jitter = Double.random(in: 0...1)
         let waiters = modifyStateAndRunActions {
-            $0.flightCommitted(
+            $0.commitFinished(
                 flightID: job.flightID, newCredentials: credentials, persistError: written.error, now: now,
                 jitter: jitter)
         }
@@ -759,8 +766,8 @@ extension CredentialsGate {
         emit(actions.events)
         if let (continuation, result) = actions.caller {
             switch result {
-            case .success(let credentials): continuation.resume(returning: credentials, token: credentials.accessToken)
-            case .failure(let error): continuation.resume(throwing: error)
+            case .success(let credentials): continuation?.resume(returning: credentials, token: credentials.accessToken)
+            case .failure(let error): continuation?.resume(throwing: error)
             }
         }
         if !actions.waiters.isEmpty { Self.resume(actions.waiters, with: actions.waitersResult) }
@@ -799,17 +806,17 @@ extension CredentialsGate {
     }
 
     private func acquirePersistSlot() async -> UInt64 {
-        let (ticket, granted) = modifyStateAndRunActions { $0.slotRequested() }
+        let (ticket, granted) = modifyStateAndRunActions { $0.slotAsked() }
         if granted { return ticket }
         await withVisibleUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
             // Stored in the queue exactly once or resumed here; the releaser removes it before resuming it.
-            modifyStateAndRunActions { .init(slot: $0.slot.enqueue(ticket: ticket, continuation: continuation)) }
+            modifyStateAndRunActions { $0.slotAwaited(ticket: ticket, continuation: continuation) }
         }
         return ticket
     }
 
     private func releasePersistSlot(_ ticket: UInt64) {
-        modifyStateAndRunActions { .init(slot: $0.slot.release(ticket: ticket)) }
+        modifyStateAndRunActions { $0.slotReleased(ticket: ticket) }
     }
 
     /// Writes `target` to the store while holding the slot of `ticket`; returns the error when the write failed.
@@ -882,16 +889,16 @@ extension CredentialsGate {
     /// it takes before the session's credentials become readable: nothing of the new session (a refresh commit)
     /// can then be written before it.
     func writeOpening(_ stored: StoredSession, identifier: String) async throws {
+        var revision: UInt64?
         if let coordinatedStore {
-            let revision = try await Self.overwrite(stored, identifier: identifier, store: coordinatedStore)
-            modifyStateAndRunActions { $0.openingWritten(revision: revision, identifier: identifier) }
+            revision = try await Self.overwrite(stored, identifier: identifier, store: coordinatedStore)
         } else {
             try await store.save(stored, identifier: identifier)
         }
         // A sign-in, once the store has it: it replaces whatever the ledger held for the identifier (a failed
         // sign-in replaces nothing), and this session's writes are taken under the new fence.
         let fence = ledger.signedIn(identifier)
-        modifyStateAndRunActions { $0.signedIn(ledgerFence: fence) }
+        modifyStateAndRunActions { $0.signedIn(identifier: identifier, revision: revision, ledgerFence: fence) }
     }
 
     /// `closeAndClear()`'s removal of `identifier`'s record (its session is already deactivated), fenced against
@@ -903,7 +910,7 @@ extension CredentialsGate {
     /// lands after the removal finds the epoch changed and removes the record again (``write(_:ticket:)``).
     func clear(identifier: String) async throws {
         ledger.signedOut(identifier: identifier)
-        modifyStateAndRunActions { $0.clearBegun(identifier: identifier) }
+        modifyStateAndRunActions { $0.signedOut(identifier: identifier) }
         try await withPersistSlot { _ in try await store.remove(identifier: identifier) }
     }
 
@@ -943,22 +950,25 @@ extension CredentialsGate {
 
     private func runPersistRetry(_ job: RefreshStateMachine.PersistJob) async {
         let adoption = await withPersistSlot { ticket -> Adoption in
-            let target = modifyStateAndRunActions { $0.retryTargetTaken(generation: job.generation) }
+            let target = modifyStateAndRunActions { $0.retryBegan(generation: job.generation) }
             guard let target else { return .none }
-            let outcome = await writeOutcome(target, ticket: ticket)
-            if case .superseded(let record) = outcome {
+            var adoption = Adoption.none
+            let retried: RefreshStateMachine.RetryOutcome
+            switch await writeOutcome(target, ticket: ticket) {
+            case .written: retried = .written
+            case .failed(let error): retried = .failed(error)
+            case .superseded(let record):
                 // Another process wrote a newer record (or removed it) since: that one stands.
-                let adoption = adoptHoldingSlot(record, generation: job.generation)
-                modifyStateAndRunActions { $0.retrySuperseded() }
-                return adoption
+                adoption = adoptHoldingSlot(record, generation: job.generation)
+                retried = .superseded
             }
             let now = clock.nowSeconds()
             let jitter = Double.random(in: 0...1)
             modifyStateAndRunActions(ordered: true) {
-                $0.writeRetried(
-                    generation: job.generation, version: target.version, error: outcome.error, now: now, jitter: jitter)
+                $0.retryFinished(
+                    generation: job.generation, version: target.version, outcome: retried, now: now, jitter: jitter)
             }
-            return .none
+            return adoption
         }
         await finishAdoption(adoption, generation: job.generation)
     }
@@ -972,7 +982,7 @@ extension CredentialsGate {
         let timer = Task { [weak self] in
             guard (try? await clock.sleep(until: retryAt)) != nil, let self else { return }
             let now = clock.nowSeconds()
-            self.modifyStateAndRunActions { .init(retry: $0.schedulePersistRetryIfDue(now: now)) }
+            self.modifyStateAndRunActions { $0.retryTimerFired(now: now) }
         }
         retryTimer.replace(with: timer)
     }
@@ -1046,7 +1056,7 @@ extension CredentialsGate {
     }
 
     private func noteWritten(_ target: RefreshStateMachine.PersistTarget, revision: UInt64) {
-        modifyStateAndRunActions { $0.written(target, revision: revision) }
+        modifyStateAndRunActions { $0.recordWritten(target, revision: revision) }
     }
 
     /// Replaces whatever is stored under `identifier` with `stored`, conditionally on the revision read just

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// The owner of each identifier's credentials in this process, shared by every controller that uses the same store
 /// instance (the registry's controllers and standalone ones alike).
@@ -37,7 +38,7 @@ final class CredentialsLedger: Sendable {
     }
 
     private static let directory = Locked<[ObjectIdentifier: WeakLedger]>([:])
-    private static let fences = Locked<UInt64>(0)
+    private static let fences = Atomic<UInt64>(0)
 
     /// The ledger of `store`: one per store instance (a class), shared by every controller given that instance. A
     /// store that is a value type has no instance to key on and gets a ledger of its own per caller; the controllers
@@ -57,10 +58,7 @@ final class CredentialsLedger: Sendable {
     /// A fence value never used before in this process: an entry that is dropped and made again never matches a
     /// fence taken from its predecessor.
     private static func nextFence() -> UInt64 {
-        fences.withLock { value in
-            value += 1
-            return value
-        }
+        fences.wrappingAdd(1, ordering: .relaxed).newValue
     }
 
     // MARK: - State
@@ -89,8 +87,8 @@ final class CredentialsLedger: Sendable {
         }
 
         /// The refreshes in flight, one per refresh token presented (a sign-in brings a token of its own).
-        var flights: [Flight] {
-            get { detail?.flights ?? [] }
+        var flights: SingleFlight<String, Joiner> {
+            get { detail?.flights ?? SingleFlight() }
             _modify { yield &made().flights }
         }
         /// The newest credentials a refresh produced (kept while the entry lives).
@@ -166,7 +164,7 @@ final class CredentialsLedger: Sendable {
     /// The part of an ``Entry`` beyond its fence and holders. A class, so that an entry stays small in the
     /// dictionary; it is read and changed only inside the ledger's critical sections, like the entry that holds it.
     final class Detail {
-        var flights: [Flight] = []
+        var flights = SingleFlight<String, Joiner>()
         var current: StoredSession?
         var unwritten = false
         var rotations: [(spent: String, result: Credentials)] = []
@@ -180,14 +178,16 @@ final class CredentialsLedger: Sendable {
         var isIdle: Bool { flights.isEmpty && !unwritten && writes == 0 && !retrying }
     }
 
-    /// One refresh in flight for an identifier.
+    /// A caller that joined the refresh in flight for the token it presents.
+    typealias Joiner = UnsafeContinuation<Result<Credentials, UserSessionError>, Never>
+
+    /// The refresh a caller leads, as its leader keeps it: the entry's ``SingleFlight`` (keyed by the refresh token
+    /// presented) keeps only who joined.
     struct Flight {
-        let id: UInt64
         /// The refresh token it presented.
         let sent: String
         /// The entry's fence when it started: a sign-out since makes its result unwritable.
         let fence: UInt64
-        var waiters: [UnsafeContinuation<Result<Credentials, UserSessionError>, Never>] = []
     }
 
     /// When the ledger retries an unwritten rotation.
@@ -211,7 +211,7 @@ final class CredentialsLedger: Sendable {
     /// How many callers wait for `identifier`'s refresh in flight besides the one running it (a probe).
     func joinedWaiters(_ identifier: String) -> Int {
         entries.withLock { entries in
-            entries[ExactIdentifier(identifier)]?.flights.reduce(0) { $0 + $1.waiters.count } ?? 0
+            entries[ExactIdentifier(identifier)]?.flights.waiterCount ?? 0
         }
     }
 
@@ -292,28 +292,22 @@ final class CredentialsLedger: Sendable {
         let key = ExactIdentifier(identifier)
         enum Step {
             case answered(Result<Credentials, UserSessionError>)
-            case join(flightID: UInt64)
+            case join
             case run(Flight)
         }
         let step = modify(key) { entry -> Step in
             if entry.refused == sent { return .answered(.failure(Self.refusedError)) }
             if let rotated = entry.latestRotation(of: sent) { return .answered(.success(rotated)) }
-            if let flight = entry.flights.first(where: { $0.sent == sent }) {
-                return .join(flightID: flight.id)
-            }
-            let flight = Flight(id: Self.nextFence(), sent: sent, fence: fence)
-            entry.flights.append(flight)
-            return .run(flight)
+            guard entry.flights.lead(sent) else { return .join }
+            return .run(Flight(sent: sent, fence: fence))
         }
         switch step {
         case .answered(let result):
             return result
-        case .join(let flightID):
+        case .join:
             return await withVisibleUnsafeContinuation { continuation in
                 let joined = modify(key) { entry -> Bool in
-                    guard let index = entry.flights.firstIndex(where: { $0.id == flightID }) else { return false }
-                    entry.flights[index].waiters.append(continuation)
-                    return true
+                    entry.flights.join(sent, id: Self.nextFence(), continuation)
                 }
                 // The flight ended between the two critical sections: ask again.
                 if !joined {
@@ -354,11 +348,8 @@ final class CredentialsLedger: Sendable {
     /// the refusal, and returns the joined waiters and whether the refusal must be recorded in the store.
     private func flightReturned(
         _ entry: inout Entry, flight: Flight, userInfo: UserInfo, result: Result<Credentials, UserSessionError>
-    ) -> ([UnsafeContinuation<Result<Credentials, UserSessionError>, Never>], Bool) {
-        var waiters: [UnsafeContinuation<Result<Credentials, UserSessionError>, Never>] = []
-        if let index = entry.flights.firstIndex(where: { $0.id == flight.id }) {
-            waiters = entry.flights.remove(at: index).waiters
-        }
+    ) -> ([Joiner], Bool) {
+        let waiters = entry.flights.land(flight.sent)
         let fenced = entry.fence != flight.fence
         switch result {
         case .success(let credentials):

@@ -2,16 +2,18 @@
 /// ones failed (and how long to back off), or whether the session's refreshes are over.
 ///
 /// A pure state machine: a private `enum State` whose cases carry exactly the data valid in them, one
-/// `mutating func` per input, `preconditionFailure` on a transition that cannot happen. ``RefreshStateMachine``
-/// owns it and decides *when* to start a refresh (lead time, soft window, breaker); this machine keeps *what* is
-/// running and how past failures constrain the next one.
+/// `mutating func` per input, named after what happened, `preconditionFailure` on a transition that cannot happen.
+/// ``RefreshStateMachine`` owns it and decides *when* to start a refresh (lead time, soft window, breaker); this
+/// machine keeps *what* is running and how past failures constrain the next one.
 ///
 /// ```
-/// idle ──start──▶ refreshing ──succeeded / superseded──▶ idle
-///  ▲                │    │
-///  │                │    └──failed (transient, misconfiguration)──▶ failed(backoff) ──start──▶ refreshing
-///  │                └──failed (terminal) / terminate──▶ terminated
-///  └──────────────── reset (a new session, or credentials from elsewhere) ◀── any state
+/// idle ──started──▶ refreshing ──succeeded──▶ idle
+///  ▲                │  │  │
+///  │                │  │  └──failed (transient, misconfiguration)──▶ failed(backoff) ──started──▶ refreshing
+///  │                │  └──sessionEnded──▶ idle, or failed(backoff) when it started from one
+///  │                └──failed (terminal)──▶ terminated
+///  │   terminated(by:) ──▶ terminated, from any state
+///  └── credentialsChanged ──▶ idle from any state, or refreshing when it adopts an orphan's flight
 /// ```
 struct FlightMachine {
     /// One refresh in progress.
@@ -41,11 +43,12 @@ struct FlightMachine {
         case idle
         /// `flight` runs; `waiters` wait for it, sorted by id. `backoff` is what failed before it, carried on so a
         /// failure of this flight backs off further.
-        case refreshing(flight: Flight, waiters: [RefreshStateMachine.Waiter], backoff: Backoff?)
+        case refreshing(
+            flight: Flight, waiters: FlightWaiters<RefreshStateMachine.WaiterContinuation>, backoff: Backoff?)
         /// No refresh runs; the last ones failed.
         case failed(Backoff)
         /// A terminal failure (revoked credentials, the record cleared elsewhere): every request fails with
-        /// `error` until the machine is reset.
+        /// `error` until the credentials change.
         case terminated(UserSessionError)
     }
 
@@ -104,14 +107,15 @@ struct FlightMachine {
 
     /// The waiters of the refresh in progress (for tests).
     var waiters: [RefreshStateMachine.Waiter] {
-        if case .refreshing(_, let waiters, _) = state { return waiters }
+        if case .refreshing(_, let waiters, _) = state { return waiters.all }
         return []
     }
 
     // MARK: - Inputs
 
-    /// Starts a refresh of `kind` at `now` that sends `refreshToken`; returns its id.
-    mutating func start(_ kind: RefreshStateMachine.FlightKind, now: Double, sending refreshToken: String?) -> UInt64 {
+    /// A refresh of `kind` started at `now`, sending `refreshToken`; returns its id.
+    mutating func started(_ kind: RefreshStateMachine.FlightKind, now: Double, sending refreshToken: String?) -> UInt64
+    {
         let backoff: Backoff?
         switch state {
         case .idle: backoff = nil
@@ -122,36 +126,27 @@ struct FlightMachine {
         let id = nextFlightID
         nextFlightID += 1
         let flight = Flight(id: id, kind: kind, startedAt: now, sentRefreshToken: refreshToken)
-        state = .refreshing(flight: flight, waiters: [], backoff: backoff)
+        state = .refreshing(flight: flight, waiters: FlightWaiters(), backoff: backoff)
         return id
     }
 
-    /// A caller waits for the refresh in progress. Ids come from an atomic counter, so a later id may occasionally
-    /// arrive first: the waiters stay sorted.
-    mutating func register(waiterID: UInt64, continuation: RefreshStateMachine.WaiterContinuation) {
+    /// A caller started waiting for the refresh in progress. Ids come from an atomic counter, so a later id may
+    /// occasionally arrive first: the waiters stay sorted.
+    mutating func waiterJoined(_ waiter: RefreshStateMachine.Waiter) {
         guard case .refreshing(let flight, var waiters, let backoff) = state else {
-            preconditionFailure("a waiter registered while no refresh runs")
+            preconditionFailure("a waiter joined while no refresh runs")
         }
         state = .idle  // drops the enum's reference, so the insertion does not copy the array
-        let waiter = RefreshStateMachine.Waiter(id: waiterID, continuation: continuation)
-        if let last = waiters.last, last.id > waiterID {
-            waiters.insert(waiter, at: Self.insertionIndex(of: waiterID, in: waiters))
-        } else {
-            waiters.append(waiter)
-        }
+        waiters.add(waiter)
         state = .refreshing(flight: flight, waiters: waiters, backoff: backoff)
     }
 
     /// A waiter's task was cancelled: returns its continuation (to resume with `CancellationError`) if it still
     /// waits. Leaves a tombstone, so the array stays sorted for the binary search.
-    mutating func cancelWaiter(id: UInt64) -> RefreshStateMachine.WaiterContinuation? {
+    mutating func waiterCancelled(id: UInt64) -> RefreshStateMachine.WaiterContinuation? {
         guard case .refreshing(let flight, var waiters, let backoff) = state else { return nil }
-        let index = Self.insertionIndex(of: id, in: waiters)
-        guard index < waiters.count, waiters[index].id == id, let continuation = waiters[index].continuation else {
-            return nil
-        }
-        state = .idle
-        waiters[index].continuation = nil
+        state = .idle  // drops the enum's reference, so the tombstone does not copy the array
+        let continuation = waiters.remove(id: id)
         state = .refreshing(flight: flight, waiters: waiters, backoff: backoff)
         return continuation
     }
@@ -162,7 +157,7 @@ struct FlightMachine {
             preconditionFailure("a refresh succeeded while none runs")
         }
         state = .idle
-        return (flight, waiters)
+        return (flight, waiters.all)
     }
 
     /// The refresh in progress failed with `error` of `failureClass`. A terminal failure ends the session's
@@ -184,39 +179,31 @@ struct FlightMachine {
                     blocksAutomaticRefresh: failureClass == .misconfiguration
                         || previous?.blocksAutomaticRefresh == true))
         }
-        return (flight, waiters)
+        return (flight, waiters.all)
     }
 
-    /// The session's refreshes are over (its record was removed elsewhere). Returns the waiters to fail.
-    mutating func terminate(_ error: UserSessionError) -> [RefreshStateMachine.Waiter] {
+    /// The session's refreshes were ended from outside (its record was removed elsewhere), in any state. Returns
+    /// the waiters to fail.
+    mutating func terminated(by error: UserSessionError) -> [RefreshStateMachine.Waiter] {
         defer { state = .terminated(error) }
         return waiters
     }
 
-    /// The session ends: the refresh in progress (returned) goes on without it, its waiters are returned to fail.
-    /// What failed before stays, unread, until ``reset(adopting:)``.
-    mutating func abandon() -> (flight: Flight?, waiters: [RefreshStateMachine.Waiter]) {
+    /// The session ended: the refresh in progress (returned) goes on without it, its waiters are returned to fail.
+    /// What failed before it started stays (`failed`), unread, until ``credentialsChanged(adopting:)``; in any other
+    /// state nothing changes.
+    mutating func sessionEnded() -> (flight: Flight?, waiters: [RefreshStateMachine.Waiter]) {
         guard case .refreshing(let flight, let waiters, let backoff) = state else { return (nil, []) }
         state = backoff.map { .failed($0) } ?? .idle
-        return (flight, waiters)
+        return (flight, waiters.all)
     }
 
-    /// New credentials (a new session, or credentials obtained elsewhere): everything starts over, running
-    /// `adopted` when a new session takes over a refresh that already sent its refresh token. Returns the waiters
-    /// of a refresh that was superseded.
-    mutating func reset(adopting adopted: Flight? = nil) -> [RefreshStateMachine.Waiter] {
+    /// The credentials changed (a new session, or credentials obtained elsewhere): from any state, everything starts
+    /// over (`idle`), or `refreshing` `adopted` when a new session takes over a refresh that already sent its
+    /// refresh token. Returns the waiters of a refresh that was superseded.
+    mutating func credentialsChanged(adopting adopted: Flight? = nil) -> [RefreshStateMachine.Waiter] {
         let superseded = waiters
-        state = adopted.map { .refreshing(flight: $0, waiters: [], backoff: nil) } ?? .idle
+        state = adopted.map { .refreshing(flight: $0, waiters: FlightWaiters(), backoff: nil) } ?? .idle
         return superseded
-    }
-
-    private static func insertionIndex(of id: UInt64, in waiters: [RefreshStateMachine.Waiter]) -> Int {
-        var low = 0
-        var high = waiters.count
-        while low < high {
-            let middle = (low + high) / 2
-            if waiters[middle].id < id { low = middle + 1 } else { high = middle }
-        }
-        return low
     }
 }

@@ -12,6 +12,11 @@ import Foundation
 /// `enum State`: ``FlightMachine`` (the refresh in progress and its backoff), ``PersistenceMachine`` (whether the
 /// store has the newest credentials) and ``PersistenceSlot`` (who may write now).
 ///
+/// Its inputs are named after what happened (`activated`, `tokenAsked`, `credentialsAsked`, `refreshReturned`,
+/// `commitFinished`, `refreshFailed`, `writeReturned`, `signedOut`, …): one `mutating func` per transition, the only
+/// entry point of that transition, each returning the ``Actions`` the gate performs. The rules they apply are
+/// private to them; the other members are reads.
+///
 /// Times are seconds since the reference date (`Double`), the cheap form the hot path compares.
 struct RefreshStateMachine {
     /// The refresh settings, as plain seconds (the cheap form the machine compares), normalized once.
@@ -94,40 +99,40 @@ struct RefreshStateMachine {
     // MARK: Session
 
     /// Which session the machine serves, if any (see ``Phase``).
-    var phase = Phase.none
+    private(set) var phase = Phase.none
     /// The session's credentials with what derives from them: the hot path's token, the expiry, the lead time and
     /// windows scaled to their lifetime (see ``Held``). Replaced as a whole when the credentials change.
-    var held: Held
+    private(set) var held: Held
     /// The hot path serves ``Held/token`` without looking at anything else while `now < nextActionAt`.
     ///
     /// It is the earliest moment something must happen: the soft window opens (after any backoff), the lead time
     /// starts, the token expires, or a failed write is due for a retry. `-infinity` when no token may be served.
-    var nextActionAt = -Double.infinity
+    private(set) var nextActionAt = -Double.infinity
 
     // MARK: Refresh
 
     /// The refresh in progress and what past failures left (see ``FlightMachine``).
-    var flights = FlightMachine()
+    private(set) var flights = FlightMachine()
     /// The refresh-loop breaker: when the last successful refreshes happened (see ``LoopBreaker``).
-    var breaker = LoopBreaker()
+    private(set) var breaker = LoopBreaker()
 
     // MARK: Persistence
 
     /// Whether the newest credentials are in the store (see ``PersistenceMachine``).
-    var persistence = PersistenceMachine()
+    private(set) var persistence = PersistenceMachine()
     /// Who may write to the store now (see ``PersistenceSlot``).
-    var slot = PersistenceSlot()
+    private(set) var slot = PersistenceSlot()
     /// Refreshes still running for sessions that ended while keeping their stored record (see ``Orphan``).
-    var orphans: [UInt64: Orphan] = [:]
+    private(set) var orphans: [UInt64: Orphan] = [:]
     /// The ledger's sign-out fence of the active session's identifier when it was activated: every write of the
     /// session is taken under it (see ``CredentialsLedger``).
-    var ledgerFence: UInt64 = 0
+    private(set) var ledgerFence: UInt64 = 0
 
     // MARK: Coordination (a ``CoordinatedTokenStore``)
 
     /// The stored record the active session's credentials were read from or last written as (see
     /// ``StoredBase``); empty for a store without coordination.
-    var base = StoredBase()
+    private(set) var base = StoredBase()
 
     init(policy: Policy, hasRefresher: Bool) {
         self.policy = policy
@@ -151,78 +156,153 @@ struct RefreshStateMachine {
 
     /// Set by a terminal failure: every request fails with it until the next activation.
     var terminalError: UserSessionError? { flights.terminalError }
+}
 
-    // MARK: - Activation
+/// The inputs ``CredentialsGate`` feeds the machine through its funnel
+/// (``CredentialsGate/modifyStateAndRunActions(ordered:_:)``). Each is named after what happened, is the one entry
+/// point of its transition, and returns the ``Actions`` it calls for (with a value where the gate needs one); the
+/// rules behind it are private to it. The unit tests feed the same inputs and check the actions and the state.
+extension RefreshStateMachine {
+    // MARK: - Sessions
 
-    /// A session of `generation` opens with `credentials`. Returns waiters left from a previous session (only if
-    /// the caller skipped `deactivate()`); they must be failed with ``UserSessionError/Code/sessionNotOpen``.
+    /// A session of `generation` opened with `credentials` (`restoring`: read from the stored record, whose
+    /// revision is `revision` in a coordinated store). Waiters left from a previous session (only if the gate
+    /// skipped ``deactivated()``) fail with ``UserSessionError/Code/sessionNotOpen``.
     ///
-    /// Orphan refreshes of the same identifier lose the record to the new session; with `adoptingOrphans` (a
-    /// restore from the stored record) one that sent the same refresh token becomes the new session's flight.
-    mutating func activate(
-        identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64,
-        adoptingOrphans: Bool = false, revision: UInt64? = nil, ledgerFence: UInt64 = 0
-    ) -> [Waiter] {
+    /// Orphan refreshes of the same identifier lose the record to the new session; when `restoring`, one that sent
+    /// the same refresh token becomes the new session's flight (it is not sent a second time).
+    mutating func activated(
+        identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64, restoring: Bool = false,
+        revision: UInt64? = nil, ledgerFence: UInt64 = 0
+    ) -> Actions {
         self.ledgerFence = ledgerFence
-        let leftovers = flights.reset(
-            adopting: adoptOrphan(
-                identifier: identifier, refreshToken: adoptingOrphans ? credentials?.refreshToken : nil))
+        let adopted = adoptOrphan(identifier: identifier, refreshToken: restoring ? credentials?.refreshToken : nil)
+        let leftovers = flights.credentialsChanged(adopting: adopted)
         base = StoredBase(revision: revision, refreshToken: credentials?.refreshToken)
         phase = .active(Identity(generation: generation, identifier: identifier, userInfo: userInfo))
         breaker = LoopBreaker()
         setCredentials(credentials)
         persistence.activated()
         recomputeDeadline()
-        return leftovers
+        return .resume(leftovers, with: .failure(Self.notOpenError))
     }
 
-    /// The session stops: no token is served, the flight in progress (if any) will be discarded. Returns the
-    /// waiters to fail.
-    mutating func deactivate() -> [Waiter] {
+    /// The opening write of a sign-in landed (as `revision` in a coordinated store) and the ledger renewed the
+    /// identifier's fence: the session's writes are taken under `ledgerFence`, and the session holds that revision.
+    mutating func signedIn(identifier: String, revision: UInt64?, ledgerFence: UInt64) -> Actions {
+        guard active else { return .none }
+        if let revision, ExactIdentifier.areEqual(self.identifier, identifier) {
+            base = StoredBase(revision: revision, refreshToken: credentials?.refreshToken)
+        }
+        self.ledgerFence = ledgerFence
+        return .none
+    }
+
+    /// The session was restored from an unwritten rotation the ledger held: the store must get it.
+    mutating func unwrittenRotationAdopted(now: Double) -> Actions {
+        guard active else { return .none }
+        persistence.foundUnwritten(now: now)
+        return Actions(retry: retryIfDue(now: now))
+    }
+
+    /// The session stopped: no token is served, its waiters fail, and the flight in progress (if any) becomes an
+    /// orphan, whose result is never served.
+    mutating func deactivated() -> Actions {
         if case .active(let identity) = phase { phase = .ended(identity) }
-        let (flight, waiters) = flights.abandon()
-        if let flight { orphan(flight) }
+        let (flight, waiters) = flights.sessionEnded()
+        if let flight { keepOrphan(flight) }
         nextActionAt = -.infinity
-        return waiters
+        return .resume(waiters, with: .failure(Self.notOpenError))
     }
 
-    // MARK: - Hot path (synchronous)
-
-    /// What a synchronous token request found.
-    struct SyncOutcome {
-        /// The token to hand out, or `nil` when the caller must take the asynchronous path.
-        var token: String?
-        var refresh: RefreshJob?
-        var persist: PersistJob?
+    /// Whether the session of `generation` is the active one.
+    func isActive(generation: UInt64) -> Bool {
+        active && self.generation == generation
     }
 
-    /// A token request at `now`, after the caller found `now >= nextActionAt`. Serves the token whenever it is
-    /// still valid and no wait is required, starting a background refresh in the soft window and a write retry
-    /// when one is due.
-    mutating func tokenRequested(now: Double) -> SyncOutcome {
-        guard active, !isTerminated, hasCredentials, now < expiresAt else { return SyncOutcome() }
-        var outcome = SyncOutcome()
-        outcome.persist = schedulePersistRetryIfDue(now: now)
+    // MARK: - Token requests
+
+    /// A synchronous token request at `now`, after the caller found `now >= nextActionAt`: the token, if it can be
+    /// served without waiting, with the generation of its session. Serves it whenever it is still valid and no
+    /// wait is required; starts a background refresh in the soft window and a write retry when one is due.
+    mutating func tokenAsked(now: Double) -> ((token: String?, generation: UInt64), Actions) {
+        guard active, !isTerminated, hasCredentials, now < expiresAt else { return ((nil, generation), .none) }
+        var actions = Actions(retry: retryIfDue(now: now))
         let leadStart = expiresAt - leadTime
         if now >= leadStart {
             // Inside the lead time: wait for a refresh (running, or to be started by the async path) when one is
             // possible; otherwise the still-valid token is the best there is.
             if flights.isRefreshing || canRefreshAutomatically(now: now) {
                 recomputeDeadline()
-                return outcome
+                return ((nil, generation), actions)
             }
         } else if now >= expiresAt - softWindow, !flights.isRefreshing, canRefreshAutomatically(now: now) {
-            outcome.refresh = startFlight(.background, now: now)
+            actions.refresh = startFlight(.background, now: now)
         }
         recomputeDeadline()
-        outcome.token = token
-        return outcome
+        return ((token, generation), actions)
     }
 
-    // MARK: - Slow path (asynchronous callers)
+    /// An asynchronous token request (``Request/demand``) arrived: `waiter` joins the refresh in flight when it
+    /// must wait for it (``demandJoinsFlight(now:)``). Returns whether it joined; one that did not is decided by
+    /// ``credentialsAsked(_:now:waiter:cancelled:)``.
+    mutating func tokenAwaited(now: Double, waiter: Waiter) -> (Bool, Actions) {
+        guard demandJoinsFlight(now: now) else { return (false, .none) }
+        flights.waiterJoined(waiter)
+        return (true, .none)
+    }
+
+    /// An asynchronous `request` arrived from `waiter`: it is served or failed at once, or waits for a refresh (one
+    /// starts when it is the first). Returns the generation it was decided for. A caller whose task is already
+    /// `cancelled` gets `CancellationError`.
+    ///
+    /// - ``Request/demand``: the token outside the lead time; inside it, a refresh (waiting) when one may start,
+    ///   else the still-valid token; an expired token waits for a refresh, or fails with the last failure during a
+    ///   backoff.
+    /// - ``Request/forced(replacing:)``: a refresh, unless `replacing` is no longer the current token.
+    /// - ``Request/replay(replacing:generation:)``: the same, for the session of that generation only.
+    /// - ``Request/minimumValidity(_:)``: the token if it stays valid that long; fails at once if the credentials'
+    ///   lifetime is shorter.
+    /// - ``Request/restore``: the credentials unless they are expired.
+    ///
+    /// A refresh that is needed fails without a refresher or a refresh token, and with the breaker full
+    /// (``Actions/loopTripped`` is then set).
+    mutating func credentialsAsked(_ request: Request, now: Double, waiter: Waiter, cancelled: Bool)
+        -> (UInt64, Actions)
+    {
+        let generation = generation
+        if cancelled { return (generation, Actions(caller: (waiter.continuation, .failure(CancellationError())))) }
+        switch decide(request, now: now) {
+        case .serve(let credentials):
+            return (generation, Actions(caller: (waiter.continuation, .success(credentials))))
+        case .wait(let job):
+            flights.waiterJoined(waiter)
+            return (generation, Actions(refresh: job))
+        case .fail(let error, let loopTripped):
+            let trip = loopTripped ? (generation, error.message) : nil
+            return (generation, Actions(loopTripped: trip, caller: (waiter.continuation, .failure(error))))
+        }
+    }
+
+    /// A waiter's task was cancelled: it gets `CancellationError`, if it is still waiting. It leaves a tombstone,
+    /// so the waiters stay sorted by id.
+    mutating func waiterCancelled(id: UInt64) -> Actions {
+        Actions(caller: flights.waiterCancelled(id: id).map { ($0, .failure(CancellationError())) })
+    }
+
+    /// Whether a token request (``Request/demand``) at `now` must wait for the refresh already in flight.
+    ///
+    /// This is the one decision every caller makes when many find the token expiring together, so it reads
+    /// only plain fields (no copy of the credentials); it agrees with
+    /// ``credentialsAsked(_:now:waiter:cancelled:)`` joining the flight without starting one.
+    func demandJoinsFlight(now: Double) -> Bool {
+        flights.isRefreshing && active && !isTerminated && hasCredentials && now >= expiresAt - leadTime
+    }
+
+    // MARK: - Deciding a request
 
     /// What an asynchronous request must do.
-    enum Decision {
+    private enum Decision {
         /// Use these credentials now.
         case serve(Credentials)
         /// Wait for the refresh in flight; `start` is set when this request started it.
@@ -231,9 +311,8 @@ struct RefreshStateMachine {
         case fail(UserSessionError, loopTripped: Bool)
     }
 
-    /// Decides what `request` at `now` must do. A `.wait` decision expects the caller to register with
-    /// ``register(waiterID:continuation:)`` in the same critical section.
-    mutating func decide(_ request: Request, now: Double) -> Decision {
+    /// The rules of ``credentialsAsked(_:now:waiter:cancelled:)``.
+    private mutating func decide(_ request: Request, now: Double) -> Decision {
         guard active else { return .fail(Self.notOpenError, loopTripped: false) }
         if let terminalError { return .fail(terminalError, loopTripped: false) }
         guard let credentials else {
@@ -282,17 +361,6 @@ struct RefreshStateMachine {
         return .fail(backoff.lastFailure, loopTripped: false)
     }
 
-    /// Whether a token request (``Request/demand``) at `now` must wait for the refresh already in flight.
-    ///
-    /// This is the one decision every caller makes when many find the token expiring together, so it reads
-    /// only plain fields (no copy of the credentials); it agrees with ``decide(_:now:)`` returning
-    /// `.wait(start: nil)` for `.demand`.
-    func demandJoinsFlight(now: Double) -> Bool {
-        flights.isRefreshing && active && !isTerminated && hasCredentials && now >= expiresAt - leadTime
-    }
-
-    // MARK: - Helpers
-
     static let notOpenError = UserSessionError(.sessionNotOpen, "no session is open")
 
     static let replacedError = UserSessionError(
@@ -325,7 +393,7 @@ struct RefreshStateMachine {
 
     private mutating func startFlight(_ kind: FlightKind, now: Double) -> RefreshJob {
         guard let credentials else { preconditionFailure("a refresh needs credentials") }
-        let id = flights.start(kind, now: now, sending: credentials.refreshToken)
+        let id = flights.started(kind, now: now, sending: credentials.refreshToken)
         recomputeDeadline()
         return RefreshJob(
             flightID: id, generation: generation, credentials: credentials, kind: kind, identifier: identifier,
@@ -345,16 +413,14 @@ struct RefreshStateMachine {
     }
 
     /// When the breaker lets the next refresh through, or `-infinity` if it does now.
-    var breakerFreeAt: Double { breaker.freeAt(window: loopWindow, maximum: policy.loopMaximum) }
+    private var breakerFreeAt: Double { breaker.freeAt(window: loopWindow, maximum: policy.loopMaximum) }
 }
 
 extension RefreshStateMachine {
-    /// One caller waiting for the refresh in flight. A cancelled waiter stays as a tombstone
-    /// (`continuation == nil`) until the refresh completes, so ids stay sorted for binary search.
-    struct Waiter {
-        let id: UInt64
-        var continuation: WaiterContinuation?
-    }
+    /// One caller of an asynchronous request, by id, and the continuation that resumes it. While it waits for the
+    /// refresh in flight, a cancelled waiter stays as a tombstone (`continuation == nil`) until the refresh
+    /// completes, so ids stay sorted for binary search.
+    typealias Waiter = FlightWaiters<WaiterContinuation>.Waiter
 
     /// What a waiter is resumed with. `accessToken()` needs only the token: its continuation carries a `String`,
     /// which keeps the waiting task's async frames small (a parked caller costs no extra task-allocator slab) and
@@ -379,17 +445,6 @@ extension RefreshStateMachine {
             }
         }
     }
-
-    /// Adds a waiter for the flight in progress (see ``FlightMachine/register(waiterID:continuation:)``).
-    mutating func register(waiterID: UInt64, continuation: WaiterContinuation) {
-        flights.register(waiterID: waiterID, continuation: continuation)
-    }
-
-    /// A waiter's task was cancelled: returns its continuation (to resume with `CancellationError`) if it is
-    /// still waiting.
-    mutating func cancelWaiter(id: UInt64) -> WaiterContinuation? {
-        flights.cancelWaiter(id: id)
-    }
 }
 
 /// The session's own data in ``RefreshStateMachine``: which session it serves, its credentials and what derives from
@@ -406,7 +461,7 @@ extension RefreshStateMachine {
     /// Which session the machine serves.
     ///
     /// ```
-    /// none ──activate──▶ active ──deactivate──▶ ended ──activate──▶ active
+    /// none ──activated──▶ active ──deactivated──▶ ended ──activated──▶ active
     /// ```
     enum Phase {
         /// No session was activated yet.
@@ -518,96 +573,12 @@ extension RefreshStateMachine {
     var heldRevision: UInt64? { base.revision }
 
     /// Makes `credentials` current (the caller tells ``persistence`` whether they are stored).
-    mutating func setCredentials(_ credentials: Credentials?, issuedAt: Double? = nil) {
+    private mutating func setCredentials(_ credentials: Credentials?, issuedAt: Double? = nil) {
         held = Held(credentials, issuedAt: issuedAt, policy: policy)
     }
 }
 
-/// The inputs ``CredentialsGate`` feeds the machine through its funnel
-/// (``CredentialsGate/modifyStateAndRunActions(ordered:_:)``): one `mutating func` per thing that happened, each
-/// returning the ``Actions`` it calls for (and a value where the gate needs one). They turn the machine's decisions
-/// (``decide(_:now:)``, ``refreshFailed(flightID:error:now:jitter:)``, ``commit(flightID:newCredentials:persisted:now:jitter:)``, …),
-/// which the unit tests check one by one, into what the gate performs.
 extension RefreshStateMachine {
-    // MARK: - Sessions
-
-    /// A session opens (see ``activate(identifier:userInfo:credentials:generation:adoptingOrphans:revision:)``):
-    /// waiters left from an earlier one fail.
-    mutating func activated(
-        identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64, restoring: Bool,
-        revision: UInt64?, ledgerFence: UInt64 = 0
-    ) -> Actions {
-        let leftovers = activate(
-            identifier: identifier, userInfo: userInfo, credentials: credentials, generation: generation,
-            adoptingOrphans: restoring, revision: revision, ledgerFence: ledgerFence)
-        return .resume(leftovers, with: .failure(Self.notOpenError))
-    }
-
-    /// The opening write of a sign-in landed: the session's writes are taken under the ledger's new fence.
-    mutating func signedIn(ledgerFence: UInt64) -> Actions {
-        if active { self.ledgerFence = ledgerFence }
-        return .none
-    }
-
-    /// The session was restored from an unwritten rotation the ledger held: the store must get it.
-    mutating func unwrittenRotationAdopted(now: Double) -> Actions {
-        guard active else { return .none }
-        persistence.mustRewrite(now: now)
-        return Actions(retry: schedulePersistRetryIfDue(now: now))
-    }
-
-    /// The session stops (see ``deactivate()``): its waiters fail.
-    mutating func deactivated() -> Actions {
-        .resume(deactivate(), with: .failure(Self.notOpenError))
-    }
-
-    /// Whether the session of `generation` is the active one.
-    func isActive(generation: UInt64) -> Bool {
-        active && self.generation == generation
-    }
-
-    // MARK: - Token requests
-
-    /// A synchronous token request past ``nextActionAt`` (see ``tokenRequested(now:)``): the token, if it can be
-    /// served, with the generation of its session.
-    mutating func tokenAsked(now: Double) -> ((token: String?, generation: UInt64), Actions) {
-        let outcome = tokenRequested(now: now)
-        return ((outcome.token, generation), Actions(refresh: outcome.refresh, retry: outcome.persist))
-    }
-
-    /// A token request joins the refresh in flight when it must wait for it (``demandJoinsFlight(now:)``);
-    /// returns whether it joined.
-    mutating func joinFlight(now: Double, waiterID: UInt64, continuation: WaiterContinuation) -> (Bool, Actions) {
-        guard demandJoinsFlight(now: now) else { return (false, .none) }
-        register(waiterID: waiterID, continuation: continuation)
-        return (true, .none)
-    }
-
-    /// An asynchronous `request` (see ``decide(_:now:)``): the caller is served or failed at once, or waits (a
-    /// refresh starts when it is the first). Returns the generation it was decided for. A caller whose task is
-    /// already `cancelled` gets `CancellationError`.
-    mutating func requested(
-        _ request: Request, now: Double, waiterID: UInt64, continuation: WaiterContinuation, cancelled: Bool
-    ) -> (UInt64, Actions) {
-        let generation = generation
-        if cancelled { return (generation, Actions(caller: (continuation, .failure(CancellationError())))) }
-        switch decide(request, now: now) {
-        case .serve(let credentials):
-            return (generation, Actions(caller: (continuation, .success(credentials))))
-        case .wait(let job):
-            register(waiterID: waiterID, continuation: continuation)
-            return (generation, Actions(refresh: job))
-        case .fail(let error, let loopTripped):
-            let trip = loopTripped ? (generation, error.message) : nil
-            return (generation, Actions(loopTripped: trip, caller: (continuation, .failure(error))))
-        }
-    }
-
-    /// A waiter's task was cancelled: it gets `CancellationError`, if it is still waiting.
-    mutating func waiterCancelled(id: UInt64) -> Actions {
-        Actions(caller: cancelWaiter(id: id).map { ($0, .failure(CancellationError())) })
-    }
-
     // MARK: - Flights
 
     /// The flight `flightID` is about to do its next step (announce itself, send its refresh token): whether it is
@@ -621,151 +592,311 @@ extension RefreshStateMachine {
         return (true, announcing ? Actions(events: [.init(kind: .refreshStarted)]) : .none)
     }
 
-    /// How a failed flight was reported.
+    /// How a failed refresh was reported.
     struct FailureReport {
         /// How many waiters got the failure.
         var waiters: Int
-        /// The generation whose session the gate must invalidate (a terminal failure), if any.
+        /// The generation whose session the gate must invalidate (a terminal failure, except during a restore,
+        /// which throws instead), if any.
         var invalidates: UInt64?
     }
 
-    /// The refresh of `flightID` failed (see ``refreshFailed(flightID:error:now:jitter:)``): `.refreshFailed` is
-    /// emitted and the waiters fail. `nil` for a stale flight: nothing is reported.
-    mutating func flightFailed(flightID: UInt64, error: UserSessionError, now: Double, jitter: Double)
+    /// The refresh of `flightID` failed with `error` (whose ``UserSessionError/failureClass`` is set):
+    /// `.refreshFailed` is emitted and the waiters fail. A terminal failure ends the session's refreshes; any other
+    /// backs off (`jitter` in 0…1). `nil` for a stale flight (the session was deactivated, replaced, or its
+    /// credentials updated): nothing is reported, and an orphan is forgotten.
+    mutating func refreshFailed(flightID: UInt64, error: UserSessionError, now: Double, jitter: Double)
         -> (FailureReport?, Actions)
     {
-        guard let failure = refreshFailed(flightID: flightID, error: error, now: now, jitter: jitter) else {
+        guard isCurrent(flightID: flightID) else {
+            // An orphan's failure is never reported: its session ended.
+            orphans.removeValue(forKey: flightID)
             return (nil, .none)
         }
-        var actions = Actions.resume(failure.waiters, with: .failure(error))
-        actions.events = [.init(kind: .refreshFailed(error.failureClass ?? .transient), detail: error.message)]
-        let report = FailureReport(
-            waiters: failure.waiters.count, invalidates: failure.notifyTerminal ? failure.generation : nil)
-        return (report, actions)
+        let failureClass = error.failureClass ?? .transient
+        let policy = self.policy
+        let (flight, waiters) = flights.failed(error, failureClass: failureClass, now: now) {
+            policy.backoff(attempt: $0, jitter: jitter)
+        }
+        recomputeDeadline()
+        // A restore is still deciding whether to open at all; it throws instead of invalidating.
+        let invalidates = failureClass == .terminal && flight.kind != .restore ? generation : nil
+        var actions = Actions.resume(waiters, with: .failure(error))
+        actions.events = [.init(kind: .refreshFailed(failureClass), detail: error.message)]
+        return (FailureReport(waiters: waiters.count, invalidates: invalidates), actions)
     }
 
-    /// Once the persistence slot is held for the commit of `flightID`: the active session's target (see
-    /// ``commitTarget(flightID:newCredentials:)``), or else the orphan's (``orphanCommitTarget(flightID:newCredentials:)``).
-    mutating func commitTargets(flightID: UInt64, newCredentials: Credentials)
+    /// Whether the result of `flightID` would still be used.
+    func isCurrent(flightID: UInt64) -> Bool {
+        active && flights.isCurrent(flightID)
+    }
+
+    /// The refresh of `flightID` returned `newCredentials`, and the gate now holds the persistence slot to write
+    /// them: where they go. The active session's record (`session`) while the flight is current: from here on the
+    /// write belongs to the session even if it deactivates before the write returns, since the server has already
+    /// rotated the refresh token. Else an orphan's own record (`orphan`, forgotten), or nowhere (both `nil`).
+    mutating func refreshReturned(flightID: UInt64, newCredentials: Credentials)
         -> ((session: PersistTarget?, orphan: PersistTarget?), Actions)
     {
-        if let target = commitTarget(flightID: flightID, newCredentials: newCredentials) {
-            return ((target, nil), .none)
+        if isCurrent(flightID: flightID) {
+            persistence.commitStarted(flightID: flightID)
+            return ((target(newCredentials, version: persistence.version + 1), nil), .none)
         }
-        return ((nil, orphanCommitTarget(flightID: flightID, newCredentials: newCredentials)), .none)
+        // Fenced per identifier by the ledger (``CredentialsLedger/writeBegins(_:fence:)``), not by this machine's
+        // epoch: a clear of another identifier in this controller must not drop this user's rotation.
+        guard let orphan = orphans.removeValue(forKey: flightID) else { return ((nil, nil), .none) }
+        let target = PersistTarget(
+            identifier: orphan.identifier,
+            stored: StoredSession(userInfo: orphan.userInfo, credentials: newCredentials), version: 0,
+            generation: 0, epoch: persistence.epoch, baseRevision: orphan.baseRevision,
+            baseRefreshToken: orphan.baseRefreshToken, ledgerFence: orphan.ledgerFence)
+        return ((nil, target), .none)
     }
 
-    /// The write of a refresh's credentials returned (`persistError` when it failed): publish them (see
-    /// ``commit(flightID:newCredentials:persisted:now:jitter:)``), emit `.persistenceFailed` (and arm the retry)
-    /// when the write failed, then `.credentialsRefreshed`, and resume the waiters. Returns how many there were,
-    /// or `nil` when the flight became stale.
-    mutating func flightCommitted(
+    /// The write of a refresh's credentials (taken by ``refreshReturned(flightID:newCredentials:)``) finished,
+    /// failing with `persistError` or not: the credentials are published, `.persistenceFailed` is emitted (and the
+    /// retry timer armed) when the write failed, then `.credentialsRefreshed`, and the waiters get them. Returns
+    /// how many waiters there were, or `nil` when the flight became stale during the write (its waiters were
+    /// already failed; a closed session whose write failed keeps the credentials for its final flush).
+    mutating func commitFinished(
         flightID: UInt64, newCredentials: Credentials, persistError: (any Error)?, now: Double, jitter: Double
     ) -> (Int?, Actions) {
-        guard
-            let commit = commit(
-                flightID: flightID, newCredentials: newCredentials, persisted: persistError == nil, now: now,
-                jitter: jitter)
-        else { return (nil, .none) }
-        var actions = Actions.resume(commit.waiters, with: .success(newCredentials))
+        let persisted = persistError == nil
+        let wroteForThisSession = persistence.commitFinished(flightID: flightID)
+        guard isCurrent(flightID: flightID) else {
+            // The session deactivated while the write was in progress (`deactivate()` waits for it). If the write
+            // failed, hand the credentials to `deactivate()`'s final flush rather than drop the rotated token.
+            if wroteForThisSession, !persisted, !active {
+                setCredentials(newCredentials)
+                persistence.lateCommitFailed()
+            }
+            return (nil, .none)
+        }
+        let (flight, waiters) = flights.succeeded()
+        setCredentials(newCredentials, issuedAt: flight.startedAt)
+        breaker.recordSuccess(at: now)
+        let policy = self.policy
+        persistence.refreshPublished(written: persisted, now: now) { policy.backoff(attempt: $0, jitter: jitter) }
+        recomputeDeadline()
+        var actions = Actions.resume(waiters, with: .success(newCredentials))
         if let persistError {
             actions.events.append(.init(kind: .persistenceFailed, detail: Self.describePersistFailure(persistError)))
             actions.armRetryTimer = true
         }
         actions.events.append(.init(kind: .credentialsRefreshed))
-        return (commit.waiters.count, actions)
+        return (waiters.count, actions)
     }
 
     // MARK: - Credentials from elsewhere
 
-    /// Credentials handed over explicitly were written (see ``update(_:generation:)``): `.credentialsUpdated`, and
-    /// the waiters of a superseded refresh get them.
+    /// The identity the update must be written under, when a session of this generation is active.
+    func updateTarget(_ newCredentials: Credentials) -> (generation: UInt64, target: PersistTarget)? {
+        guard active else { return nil }
+        return (generation, target(newCredentials, version: persistence.version + 1))
+    }
+
+    /// Credentials obtained elsewhere were written for the session of `generation` (``updateTarget(_:)``) and are
+    /// published: `.credentialsUpdated` says what changed, and a refresh in flight is superseded (its result will
+    /// be discarded, its waiters get these credentials). Nothing happens when that session is not the active one.
     mutating func credentialsUpdated(_ credentials: Credentials, generation: UInt64) -> Actions {
-        guard let update = update(credentials, generation: generation) else { return .none }
-        var actions = Actions.resume(update.waiters, with: .success(credentials))
-        actions.events = [.init(kind: .credentialsUpdated(update.change))]
+        guard let (change, waiters) = replaceCredentials(with: credentials, generation: generation) else {
+            return .none
+        }
+        var actions = Actions.resume(waiters, with: .success(credentials))
+        actions.events = [.init(kind: .credentialsUpdated(change))]
         return actions
     }
 
-    /// The session of `generation` adopts `record`, which another process stored (see ``adopt(_:generation:)``);
-    /// returns whether it did.
+    /// The session of `generation` read `record`, which another process stored, from a coordinated store (or, for
+    /// a store without coordination, a record another process rotated): its credentials are published without a
+    /// refresh when the record is newer than what the session holds (``storeIsNewer(_:than:generation:)``), as for
+    /// ``credentialsUpdated(_:generation:)``. Returns whether they were.
     mutating func recordAdopted(_ record: RevisedSession, generation: UInt64) -> (Bool, Actions) {
-        guard let adoption = adopt(record, generation: generation), let credentials = record.session.credentials
+        guard storeIsNewer(record, than: credentials, generation: generation),
+            let credentials = record.session.credentials,
+            let replaced = replaceCredentials(with: credentials, generation: generation)
         else { return (false, .none) }
-        var actions = Actions.resume(adoption.waiters, with: .success(credentials))
-        actions.events = [.init(kind: .credentialsUpdated(adoption.change), detail: "adopted from the token store")]
+        if record.revision > 0 { base.revision = record.revision }
+        base.refreshToken = credentials.refreshToken
+        var change = replaced.change
+        change.adoptedFromStore = true
+        var actions = Actions.resume(replaced.waiters, with: .success(credentials))
+        actions.events = [.init(kind: .credentialsUpdated(change), detail: "adopted from the token store")]
         return (true, actions)
     }
 
-    /// The session of `generation` found its record removed elsewhere (see ``clearedElsewhere(generation:)``): its
+    /// The session of `generation` found its record removed from the coordinated store by someone else (signed out
+    /// elsewhere): it stops refreshing and writes nothing back; the flight in progress, if any, is dropped and its
     /// waiters fail. Returns whether it was the active session (which the controller must then close).
     mutating func recordRemoved(generation: UInt64) -> (Bool, Actions) {
-        guard let waiters = clearedElsewhere(generation: generation) else { return (false, .none) }
+        guard active, self.generation == generation else { return (false, .none) }
+        let waiters = flights.terminated(by: Self.clearedElsewhereError)
+        persistence.recordRemoved()
+        recomputeDeadline()
         return (true, .resume(waiters, with: .failure(Self.clearedElsewhereError)))
     }
 
-    // MARK: - Writes
+    static let clearedElsewhereError = UserSessionError(
+        .sessionNotOpen, "the session's stored record was removed elsewhere; the session is closing")
 
-    /// A writer asks for the persistence slot: its ticket, and whether it holds the slot now (else it queues with
-    /// ``PersistenceSlot/enqueue(ticket:continuation:)``).
-    mutating func slotRequested() -> ((ticket: UInt64, granted: Bool), Actions) {
+    /// Whether `record`, read from the store for the active session of `generation`, holds credentials that
+    /// replace the ones the session holds: a newer revision with other credentials than `held`.
+    func storeIsNewer(_ record: RevisedSession, than held: Credentials?, generation: UInt64) -> Bool {
+        guard active, self.generation == generation, let stored = record.session.credentials else { return false }
+        if let heldRevision, record.revision <= heldRevision { return false }
+        return stored != held
+    }
+
+    /// The fallback for stores without coordination: a refresh of `flightID` that sent `sent` was refused as
+    /// `invalid_grant`, and the store holds `stored` under `identifier`. Whether `stored` may take over: it has a
+    /// refresh token other than the one sent (another process rotated it within the server's reuse grace period),
+    /// and the flight is still the session's, whose identifier is still `identifier`.
+    func mayRetryWithStored(flightID: UInt64, identifier: String, sent: Credentials, stored: Credentials) -> Bool {
+        guard isCurrent(flightID: flightID), ExactIdentifier.areEqual(self.identifier, identifier) else { return false }
+        return stored.refreshToken != nil && stored.refreshToken != sent.refreshToken
+    }
+
+    /// Publishes credentials that are already in the store for the active session of `generation`: what changed,
+    /// and the waiters of the refresh they supersede. `nil` when that session is not the active one.
+    private mutating func replaceCredentials(with newCredentials: Credentials, generation: UInt64)
+        -> (change: UserSessionEvent.CredentialsChange, waiters: [Waiter])?
+    {
+        guard active, self.generation == generation else { return nil }
+        let old = credentials
+        let oldExpiry = expiresAt
+        setCredentials(newCredentials)
+        persistence.updatePublished()
+        let waiters = flights.credentialsChanged()
+        recomputeDeadline()
+        let oldGranted = old?.grantedPermissions ?? []
+        let change = UserSessionEvent.CredentialsChange(
+            extended: expiresAt > oldExpiry,
+            addedPermissions: newCredentials.grantedPermissions.subtracting(oldGranted),
+            removedPermissions: oldGranted.subtracting(newCredentials.grantedPermissions))
+        return (change, waiters)
+    }
+}
+
+extension RefreshStateMachine {
+    // MARK: - The persistence slot
+
+    /// A writer asked for the persistence slot: its ticket, and whether it holds the slot now (else it waits with
+    /// ``slotAwaited(ticket:continuation:)``).
+    mutating func slotAsked() -> ((ticket: UInt64, granted: Bool), Actions) {
         let ticket = slot.makeTicket()
         return ((ticket, slot.tryAcquire(ticket: ticket)), .none)
     }
 
-    /// `closeAndClear()` is about to remove `identifier`'s record (see ``beginClear(identifier:)``).
-    mutating func clearBegun(identifier: String) -> Actions {
-        beginClear(identifier: identifier)
+    /// The writer of `ticket` waits for the slot with `continuation`: it is queued, or resumed at once when the
+    /// slot was freed meanwhile.
+    mutating func slotAwaited(ticket: UInt64, continuation: UnsafeContinuation<Void, Never>) -> Actions {
+        Actions(slot: slot.enqueue(ticket: ticket, continuation: continuation))
+    }
+
+    /// The holder of `ticket` released the slot: the next writer in line gets it.
+    mutating func slotReleased(ticket: UInt64) -> Actions {
+        Actions(slot: slot.release(ticket: ticket))
+    }
+
+    /// The gate's `deactivate()` gave up on a write that overran the store's deadline twice: its holder loses the
+    /// slot, which goes to the next writer; when that write lands, ``writeReturned(_:ticket:now:)`` repairs it.
+    mutating func slotAbandoned() -> Actions {
+        Actions(slot: slot.abandon())
+    }
+
+    // MARK: - Writes
+
+    /// `closeAndClear()` signed `identifier` out and is about to remove its record (the session is already
+    /// deactivated): no write taken before this point may land afterwards. Orphans of it are dropped, and a write
+    /// taken before that lands late (a store that overran the close's deadline) is undone
+    /// (``writeReturned(_:ticket:now:)``).
+    mutating func signedOut(identifier: String) -> Actions {
+        persistence.signedOut()
+        orphans = orphans.filter { !ExactIdentifier.areEqual($0.value.identifier, identifier) }
         return .none
     }
 
-    /// A write of `target` landed as `revision` in a coordinated store (see ``noteWritten(_:revision:)``).
-    mutating func written(_ target: PersistTarget, revision: UInt64) -> Actions {
-        noteWritten(target, revision: revision)
+    /// A write of `target` landed as `revision` in a coordinated store (a conditional write, or the overwrite of
+    /// credentials handed over): when it was the active session's, that revision and its refresh token are now what
+    /// the session holds.
+    mutating func recordWritten(_ target: PersistTarget, revision: UInt64) -> Actions {
+        guard active, generation == target.generation, ExactIdentifier.areEqual(identifier, target.identifier)
+        else { return .none }
+        base = StoredBase(
+            revision: max(base.revision ?? 0, revision), refreshToken: target.stored.credentials?.refreshToken)
         return .none
     }
 
-    /// The opening session's first write landed as `revision` (see ``noteOpeningRevision(_:identifier:)``).
-    mutating func openingWritten(revision: UInt64, identifier: String) -> Actions {
-        noteOpeningRevision(revision, identifier: identifier)
-        return .none
-    }
-
-    /// Once the slot is held for a retry of the session of `generation`: what to write (see
-    /// ``persistRetryTarget(generation:)``).
-    mutating func retryTargetTaken(generation: UInt64) -> (PersistTarget?, Actions) {
-        (persistRetryTarget(generation: generation), .none)
-    }
-
-    /// A retried write found a newer record in a coordinated store, which stands: the retry is dropped.
-    mutating func retrySuperseded() -> Actions {
-        persistence.retryDropped()
-        return .none
-    }
-
-    /// Once the slot is held after `deactivate()`: the final flush's target (see ``takeFinalFlush()``).
-    mutating func finalFlushTaken() -> (PersistTarget?, Actions) {
-        (takeFinalFlush(), .none)
-    }
-
-    /// A write of `target` in the slot of `ticket` returned. If its slot had been taken away, its late landing is
-    /// repaired (see ``repairLateWrite(_:now:)``).
+    /// A write of `target` in the slot of `ticket` returned. If its slot had been taken away
+    /// (``slotAbandoned()``), it landed out of order: when it is the active session's record and a newer session of
+    /// the identifier (or a clear) came since, the session's newest credentials are written again, now. A late
+    /// write of a record the session does not own is the ledger's to repair: it knows whether that identifier
+    /// signed out since (``CredentialsLedger/writeFinished(_:fence:wrote:revision:schedule:)``).
     mutating func writeReturned(_ target: PersistTarget, ticket: UInt64, now: Double) -> Actions {
         guard slot.finishWrite(ticket: ticket) else { return .none }
-        switch repairLateWrite(target, now: now) {
-        case .none: return .none
-        case .rewrite(let job): return Actions(retry: job)
-        }
+        let ownsRecord = active && ExactIdentifier.areEqual(identifier, target.identifier)
+        guard ownsRecord, generation != target.generation || target.epoch != persistence.epoch else { return .none }
+        persistence.foundUnwritten(now: now)
+        return Actions(retry: retryIfDue(now: now))
     }
 
-    /// A retried write of `version` for the session of `generation` returned (see
-    /// ``persistRetryFinished(generation:version:succeeded:now:jitter:)``); a failure is reported while that
-    /// session is active, and the next retry armed.
-    mutating func writeRetried(
-        generation: UInt64, version: UInt64, error: (any Error)?, now: Double, jitter: Double
+    // MARK: - Retries of failed writes
+
+    /// The retry timer fired at `now`: a retry of a failed write starts when one is due.
+    mutating func retryTimerFired(now: Double) -> Actions {
+        Actions(retry: retryIfDue(now: now))
+    }
+
+    /// When the background retry timer should fire for the active session, if a write is waiting for one.
+    var pendingRetryAt: Double? {
+        guard active else { return nil }
+        return persistence.pendingRetryAt
+    }
+
+    /// A retry of the session of `generation` now holds the slot: what to write (always the newest credentials),
+    /// or `nil` (and the retry is over) when nothing is left to write for that session.
+    mutating func retryBegan(generation: UInt64) -> (PersistTarget?, Actions) {
+        guard self.generation == generation else {
+            recomputeDeadline()
+            return (nil, .none)
+        }
+        guard active, let credentials, let version = persistence.retryBegan() else {
+            persistence.retryDropped()
+            recomputeDeadline()
+            return (nil, .none)
+        }
+        return (target(credentials, version: version), .none)
+    }
+
+    /// How a retried write ended.
+    enum RetryOutcome {
+        case written
+        case failed(any Error)
+        /// A coordinated store held a newer record, which stands (the gate adopted it): nothing was written.
+        case superseded
+    }
+
+    /// A retried write of `version` for the session of `generation` ended. A failure backs off further (`jitter`
+    /// in 0…1), is reported while that session is active, and arms the next retry; a write of the newest version
+    /// makes the store clean.
+    mutating func retryFinished(
+        generation: UInt64, version: UInt64, outcome: RetryOutcome, now: Double, jitter: Double
     ) -> Actions {
-        persistRetryFinished(
-            generation: generation, version: version, succeeded: error == nil, now: now, jitter: jitter)
+        let error: (any Error)?
+        switch outcome {
+        case .superseded:
+            persistence.retryDropped()
+            return .none
+        case .written: error = nil
+        case .failed(let failure): error = failure
+        }
+        if self.generation == generation {
+            let policy = self.policy
+            persistence.retryFinished(written: version, succeeded: error == nil, now: now) {
+                policy.backoff(attempt: $0, jitter: jitter)
+            }
+            recomputeDeadline()
+        }
         guard let error else { return .none }
         var actions = Actions(armRetryTimer: true)
         if isActive(generation: generation) {
@@ -774,121 +905,24 @@ extension RefreshStateMachine {
         return actions
     }
 
+    /// After ``deactivated()``, the final flush holds the slot: the one last write of credentials that could not be
+    /// stored before, if any. Clears them from memory.
+    mutating func finalFlushBegan() -> (PersistTarget?, Actions) {
+        guard !active else { return (nil, .none) }
+        defer { setCredentials(nil) }
+        guard let version = persistence.finalFlushBegan(), let credentials else { return (nil, .none) }
+        return (target(credentials, version: version), .none)
+    }
+
     static func describePersistFailure(_ error: any Error) -> String {
         if let error = error as? UserSessionError { return "writing credentials failed: \(error)" }
         return "writing credentials failed: \(String(describing: type(of: error)))"
     }
-}
 
-extension RefreshStateMachine {
-    /// What to do after a refresh failed.
-    struct FailureAction {
-        var waiters: [Waiter]
-        var error: UserSessionError
-        /// The session's credentials were revoked: call the terminal-failure handler for `generation`.
-        var notifyTerminal: Bool
-        var generation: UInt64
-    }
-
-    /// The refresh of `flightID` failed with `error` (whose ``UserSessionError/failureClass`` is set). Returns
-    /// `nil` when the flight is stale (the session was deactivated, replaced, or its credentials updated): then
-    /// nothing is reported.
-    mutating func refreshFailed(flightID: UInt64, error: UserSessionError, now: Double, jitter: Double)
-        -> FailureAction?
-    {
-        guard isCurrent(flightID: flightID) else {
-            // An orphan's failure is never reported: its session ended.
-            orphans.removeValue(forKey: flightID)
-            return nil
-        }
-        let failureClass = error.failureClass ?? .transient
-        let policy = self.policy
-        let (flight, waiters) = flights.failed(error, failureClass: failureClass, now: now) {
-            policy.backoff(attempt: $0, jitter: jitter)
-        }
-        // A restore is still deciding whether to open at all; it throws instead of invalidating.
-        let notifyTerminal = failureClass == .terminal && flight.kind != .restore
-        recomputeDeadline()
-        return FailureAction(waiters: waiters, error: error, notifyTerminal: notifyTerminal, generation: generation)
-    }
-
-    /// Whether the result of `flightID` would still be used.
-    func isCurrent(flightID: UInt64) -> Bool {
-        active && flights.isCurrent(flightID)
-    }
-
-    /// The refresh of `flightID` returned new credentials and the persistence slot is held: what to write, or
-    /// `nil` when the flight became stale (then nothing is written).
-    mutating func commitTarget(flightID: UInt64, newCredentials: Credentials) -> PersistTarget? {
-        guard isCurrent(flightID: flightID) else { return nil }
-        // From here on the write belongs to the session even if it deactivates before the write returns: the
-        // server has already rotated the refresh token, so these credentials must reach the store one way or
-        // another (see `commit`).
-        persistence.beginCommit(flightID: flightID)
-        return target(newCredentials, version: persistence.version + 1)
-    }
-
-    /// What to do after new credentials were committed.
-    struct CommitAction {
-        var waiters: [Waiter]
-        var persistenceFailed: Bool
-    }
-
-    /// The write of a refresh's credentials finished (`persisted` says whether it succeeded): publish them.
-    /// Returns `nil` when the flight became stale during the write (its waiters were already failed).
-    mutating func commit(flightID: UInt64, newCredentials: Credentials, persisted: Bool, now: Double, jitter: Double)
-        -> CommitAction?
-    {
-        let wroteForThisSession = persistence.endCommit(flightID: flightID)
-        guard isCurrent(flightID: flightID) else {
-            // The session deactivated while the write was in progress (`deactivate()` waits for it). If the write
-            // failed, hand the credentials to `deactivate()`'s final flush rather than drop the rotated token.
-            if wroteForThisSession, !persisted, !active {
-                setCredentials(newCredentials)
-                persistence.keepForFinalFlush()
-            }
-            return nil
-        }
-        let (flight, waiters) = flights.succeeded()
-        setCredentials(newCredentials, issuedAt: flight.startedAt)
-        breaker.recordSuccess(at: now)
-        let policy = self.policy
-        persistence.published(written: persisted, now: now) { policy.backoff(attempt: $0, jitter: jitter) }
-        recomputeDeadline()
-        return CommitAction(waiters: waiters, persistenceFailed: !persisted)
-    }
-
-    // MARK: - Credentials from elsewhere
-
-    /// What to do after ``UserSessionController/updateCredentials(_:)`` published new credentials.
-    struct UpdateAction {
-        var change: UserSessionEvent.CredentialsChange
-        /// Waiters of a refresh that was superseded; they get the new credentials.
-        var waiters: [Waiter]
-    }
-
-    /// The identity the update must be written under, when a session of this generation is active.
-    func updateTarget(_ newCredentials: Credentials) -> (generation: UInt64, target: PersistTarget)? {
-        guard active else { return nil }
-        return (generation, target(newCredentials, version: persistence.version + 1))
-    }
-
-    /// Publishes credentials obtained elsewhere (already written to the store). A refresh in flight is
-    /// superseded: its result will be discarded and its waiters get these credentials.
-    mutating func update(_ newCredentials: Credentials, generation: UInt64) -> UpdateAction? {
-        guard active, self.generation == generation else { return nil }
-        let old = credentials
-        let oldExpiry = expiresAt
-        setCredentials(newCredentials)
-        persistence.publishedStored()
-        let waiters = flights.reset()
-        recomputeDeadline()
-        let oldGranted = old?.grantedPermissions ?? []
-        let change = UserSessionEvent.CredentialsChange(
-            extended: expiresAt > oldExpiry,
-            addedPermissions: newCredentials.grantedPermissions.subtracting(oldGranted),
-            removedPermissions: oldGranted.subtracting(newCredentials.grantedPermissions))
-        return UpdateAction(change: change, waiters: waiters)
+    /// Starts a retry of a failed write when one is due at `now` and none runs.
+    private mutating func retryIfDue(now: Double) -> PersistJob? {
+        guard active, persistence.retryAsked(now: now) else { return nil }
+        return PersistJob(generation: generation)
     }
 }
 
@@ -905,7 +939,8 @@ extension RefreshStateMachine {
         let version: UInt64
         /// The session the write belongs to.
         let generation: UInt64
-        /// ``clearEpoch`` when the target was taken: a clear since then makes a late landing of it undone.
+        /// The persistence machine's clear epoch when the target was taken: a clear since then makes a late
+        /// landing of it rewrite the newest credentials.
         let epoch: UInt64
         /// For a ``CoordinatedTokenStore``: the revision the write is conditional on (`nil`: a plain save).
         var baseRevision: UInt64? = nil
@@ -917,20 +952,11 @@ extension RefreshStateMachine {
     }
 
     /// A target for the active session's record.
-    func target(_ credentials: Credentials, version: UInt64) -> PersistTarget {
+    private func target(_ credentials: Credentials, version: UInt64) -> PersistTarget {
         PersistTarget(
             identifier: identifier, stored: StoredSession(userInfo: userInfo, credentials: credentials),
             version: version, generation: generation, epoch: persistence.epoch, baseRevision: heldRevision,
             baseRefreshToken: base.refreshToken, ledgerFence: ledgerFence)
-    }
-
-    /// After `deactivate()`, once the persistence slot is held: the one last write of credentials that could not
-    /// be stored before, if any. Clears them from memory.
-    mutating func takeFinalFlush() -> PersistTarget? {
-        guard !active else { return nil }
-        defer { setCredentials(nil) }
-        guard let version = persistence.takeFinalFlush(), let credentials else { return nil }
-        return target(credentials, version: version)
     }
 
     // MARK: - Refreshes that outlive their session
@@ -938,12 +964,12 @@ extension RefreshStateMachine {
     /// A refresh still running for a session that ended while keeping its stored record (`close()`, a replaced
     /// session, a cancelled or failed restore). Its result is never served, published or announced, but the
     /// server has already rotated the refresh token it sent, so its credentials are written to that session's
-    /// own record — unless a `closeAndClear()` came since (``epoch``), or a newer session of the same identifier
-    /// took the record over. A session restored from the record it sent adopts it instead (see ``activate``).
+    /// own record — unless the identifier signed out since (the ledger's fence, or ``signedOut(identifier:)``
+    /// here), or a newer session of the same identifier took the record over. A session restored from the record
+    /// it sent adopts it instead (see `activated`).
     struct Orphan {
         let identifier: String
         let userInfo: UserInfo
-        let epoch: UInt64
         let flight: Flight
         /// The revision and refresh token of the record the session was based on: a late write is conditional on
         /// them, so it never recreates a record removed or replaced elsewhere.
@@ -954,16 +980,16 @@ extension RefreshStateMachine {
     }
 
     /// Keeps `flight` of the session that is ending as an orphan.
-    mutating func orphan(_ flight: Flight) {
+    private mutating func keepOrphan(_ flight: Flight) {
         orphans[flight.id] = Orphan(
-            identifier: identifier, userInfo: userInfo, epoch: persistence.epoch, flight: flight,
-            baseRevision: heldRevision, baseRefreshToken: base.refreshToken, ledgerFence: ledgerFence)
+            identifier: identifier, userInfo: userInfo, flight: flight, baseRevision: heldRevision,
+            baseRefreshToken: base.refreshToken, ledgerFence: ledgerFence)
     }
 
     /// A session of `identifier` activates with `refreshToken`: an orphan refresh that sent that same refresh token
     /// becomes its flight (so it is not refreshed a second time with a token the server already rotated); other
     /// orphans of the identifier are dropped, since the new session now owns the record.
-    mutating func adoptOrphan(identifier: String, refreshToken: String?) -> Flight? {
+    private mutating func adoptOrphan(identifier: String, refreshToken: String?) -> Flight? {
         guard !orphans.isEmpty else { return nil }
         var adopted: Flight?
         for (id, orphan) in orphans where ExactIdentifier.areEqual(orphan.identifier, identifier) {
@@ -974,156 +1000,6 @@ extension RefreshStateMachine {
         }
         return adopted
     }
-
-    /// Once the persistence slot is held: where an orphan refresh's credentials go, or `nil` when they must not be
-    /// written (cleared since, or taken over). Forgets the orphan either way.
-    mutating func orphanCommitTarget(flightID: UInt64, newCredentials: Credentials) -> PersistTarget? {
-        // Fenced per identifier by the ledger (``CredentialsLedger/writeBegins(_:fence:)``), not by this machine's
-        // epoch: a clear of another identifier in this controller must not drop this user's rotation.
-        guard let orphan = orphans.removeValue(forKey: flightID) else { return nil }
-        return PersistTarget(
-            identifier: orphan.identifier,
-            stored: StoredSession(userInfo: orphan.userInfo, credentials: newCredentials), version: 0,
-            generation: 0, epoch: persistence.epoch, baseRevision: orphan.baseRevision,
-            baseRefreshToken: orphan.baseRefreshToken, ledgerFence: orphan.ledgerFence)
-    }
-
-    // MARK: - The clear fence
-
-    /// `closeAndClear()` is about to remove `identifier`'s record (the session is already deactivated): no write
-    /// taken before this point may land afterwards. Orphans of it are dropped, and any write whose target was
-    /// taken before and lands late (a store that overran the close's deadline) is undone (``repairLateWrite(_:now:)``).
-    mutating func beginClear(identifier: String) {
-        persistence.fence()
-        orphans = orphans.filter { !ExactIdentifier.areEqual($0.value.identifier, identifier) }
-    }
-
-    /// What a write that landed after its slot was taken away must do to repair the order of writes.
-    enum WriteRepair: Equatable {
-        case none
-        /// Write the active session's newest credentials again: the write landed after a newer one.
-        case rewrite(PersistJob)
-    }
-
-    /// A write of `target` whose slot ``PersistenceSlot/abandon()`` took away returned: what its late landing
-    /// must repair.
-    mutating func repairLateWrite(_ target: PersistTarget, now: Double) -> WriteRepair {
-        let ownsRecord = active && ExactIdentifier.areEqual(identifier, target.identifier)
-        if ownsRecord, generation != target.generation || target.epoch != persistence.epoch {
-            // A newer session of this identifier may have written since: write its credentials again, now.
-            persistence.mustRewrite(now: now)
-            return schedulePersistRetryIfDue(now: now).map { .rewrite($0) } ?? .none
-        }
-        // A late write of a record this session does not own is the ledger's to repair: it knows whether that
-        // identifier signed out since (``CredentialsLedger/writeFinished(_:fence:wrote:revision:schedule:)``).
-        return .none
-    }
-
-    // MARK: - Retries
-
-    /// Starts a retry of a failed write when one is due.
-    mutating func schedulePersistRetryIfDue(now: Double) -> PersistJob? {
-        guard active, persistence.retryIfDue(now: now) else { return nil }
-        return PersistJob(generation: generation)
-    }
-
-    /// When the background retry timer should fire for the active session, if a write is waiting for one.
-    var pendingRetryAt: Double? {
-        guard active else { return nil }
-        return persistence.pendingRetryAt
-    }
-
-    /// Once the slot is held for a retry: what to write (always the newest credentials), or `nil` if nothing is
-    /// left to write for `generation`.
-    mutating func persistRetryTarget(generation: UInt64) -> PersistTarget? {
-        guard self.generation == generation else {
-            recomputeDeadline()
-            return nil
-        }
-        guard active, let credentials, let version = persistence.retryTarget() else {
-            persistence.retryDropped()
-            recomputeDeadline()
-            return nil
-        }
-        return target(credentials, version: version)
-    }
-
-    /// A retried write of `version` finished.
-    mutating func persistRetryFinished(
-        generation: UInt64, version: UInt64, succeeded: Bool, now: Double, jitter: Double
-    ) {
-        guard self.generation == generation else { return }
-        let policy = self.policy
-        persistence.retryFinished(written: version, succeeded: succeeded, now: now) {
-            policy.backoff(attempt: $0, jitter: jitter)
-        }
-        recomputeDeadline()
-    }
-}
-
-/// The rules for a ``CoordinatedTokenStore``: which revision of the record the session holds, and adopting
-/// credentials that another process put in the store.
-extension RefreshStateMachine {
-    /// A write of `target` landed as `revision` (a conditional write, or the overwrite of an opening session):
-    /// when it was the active session's, that revision and its refresh token are now what the session holds.
-    mutating func noteWritten(_ target: PersistTarget, revision: UInt64) {
-        guard active, generation == target.generation, ExactIdentifier.areEqual(identifier, target.identifier)
-        else { return }
-        base = StoredBase(
-            revision: max(base.revision ?? 0, revision), refreshToken: target.stored.credentials?.refreshToken)
-    }
-
-    /// The opening session's first write landed as `revision`.
-    mutating func noteOpeningRevision(_ revision: UInt64, identifier: String) {
-        guard active, ExactIdentifier.areEqual(self.identifier, identifier) else { return }
-        base = StoredBase(revision: revision, refreshToken: credentials?.refreshToken)
-    }
-
-    /// The session's record was removed from the coordinated store by someone else: the session of `generation`
-    /// stops refreshing (its controller closes it) and writes nothing back; the flight in progress, if any, is
-    /// dropped. Returns the waiters to fail, or `nil` when that session is not the active one.
-    mutating func clearedElsewhere(generation: UInt64) -> [Waiter]? {
-        guard active, self.generation == generation else { return nil }
-        let waiters = flights.terminate(Self.clearedElsewhereError)
-        persistence.discard()
-        recomputeDeadline()
-        return waiters
-    }
-
-    static let clearedElsewhereError = UserSessionError(
-        .sessionNotOpen, "the session's stored record was removed elsewhere; the session is closing")
-
-    /// Whether `record`, read from the store for the active session of `generation`, holds credentials that
-    /// replace the ones the session holds: a newer revision with other credentials than `held`.
-    func storeIsNewer(_ record: RevisedSession, than held: Credentials?, generation: UInt64) -> Bool {
-        guard active, self.generation == generation, let stored = record.session.credentials else { return false }
-        if let heldRevision, record.revision <= heldRevision { return false }
-        return stored != held
-    }
-
-    /// Publishes the credentials of `record` (already in the store) for the session of `generation`, without a
-    /// refresh: another process rotated them. A refresh in flight is superseded (its waiters get these
-    /// credentials). Returns `nil` when the session is not that one any more or the record is not newer than what
-    /// the session holds (then nothing changes).
-    mutating func adopt(_ record: RevisedSession, generation: UInt64) -> UpdateAction? {
-        guard storeIsNewer(record, than: credentials, generation: generation),
-            let newCredentials = record.session.credentials
-        else { return nil }
-        guard var action = update(newCredentials, generation: generation) else { return nil }
-        if record.revision > 0 { base.revision = record.revision }
-        base.refreshToken = newCredentials.refreshToken
-        action.change.adoptedFromStore = true
-        return action
-    }
-
-    /// The fallback for stores without coordination: a refresh of `flightID` that sent `sent` was refused as
-    /// `invalid_grant`, and the store holds `stored` under `identifier`. Whether `stored` may take over: it has a
-    /// refresh token other than the one sent (another process rotated it within the server's reuse grace period),
-    /// and the flight is still the session's, whose identifier is still `identifier`.
-    func mayRetryWithStored(flightID: UInt64, identifier: String, sent: Credentials, stored: Credentials) -> Bool {
-        guard isCurrent(flightID: flightID), ExactIdentifier.areEqual(self.identifier, identifier) else { return false }
-        return stored.refreshToken != nil && stored.refreshToken != sent.refreshToken
-    }
 }
 
 extension RefreshStateMachine {
@@ -1133,7 +1009,7 @@ extension RefreshStateMachine {
     }
 
     /// Recomputes ``nextActionAt`` from everything that can require action.
-    mutating func recomputeDeadline() {
+    private mutating func recomputeDeadline() {
         guard active, !isTerminated, hasCredentials else {
             nextActionAt = -.infinity
             return
@@ -1186,7 +1062,7 @@ extension RefreshStateMachine {
         /// Events of the transition, emitted in this order (before any caller or waiter is resumed).
         var events: [Event] = []
         /// One caller decided at once (served, failed, or cancelled), with its result.
-        var caller: (continuation: WaiterContinuation, result: Result<Credentials, any Error>)?
+        var caller: (continuation: WaiterContinuation?, result: Result<Credentials, any Error>)?
         /// Waiters of a refresh that ended, resumed in arrival order with `waitersResult`.
         var waiters: [Waiter] = []
         var waitersResult: Result<Credentials, any Error> = .failure(RefreshStateMachine.notOpenError)

@@ -17,7 +17,7 @@ struct RegistryState {
 
     /// A get-or-restore in progress and the callers waiting for its outcome.
     struct Flight {
-        var waiters: [UInt64: CheckedContinuation<UserSessionController, any Error>] = [:]
+        var waiters: [UInt64: UnsafeContinuation<UserSessionController, any Error>] = [:]
     }
 
     /// Which lane of ``lanes``.
@@ -122,7 +122,7 @@ struct RegistryState {
     }
 
     /// Starts a flight, waited for by `waiter`, and returns its id.
-    mutating func startFlight(waiterID: UInt64, _ waiter: CheckedContinuation<UserSessionController, any Error>)
+    mutating func startFlight(waiterID: UInt64, _ waiter: UnsafeContinuation<UserSessionController, any Error>)
         -> UInt64
     {
         nextFlightID += 1
@@ -131,7 +131,7 @@ struct RegistryState {
     }
 
     /// Removes the waiter `waiterID` from whichever flight it waits for, and returns it.
-    mutating func removeFlightWaiter(_ waiterID: UInt64) -> CheckedContinuation<UserSessionController, any Error>? {
+    mutating func removeFlightWaiter(_ waiterID: UInt64) -> UnsafeContinuation<UserSessionController, any Error>? {
         for (flightID, flight) in flights where flight.waiters[waiterID] != nil {
             return flights[flightID]?.waiters.removeValue(forKey: waiterID)
         }

@@ -243,8 +243,8 @@ extension UserSessionRegistry {
 
         let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
         return try await withTaskCancellationHandler {
-            try await withVisibleCheckedThrowingContinuation {
-                (continuation: CheckedContinuation<UserSessionController, any Error>) in
+            try await withVisibleUnsafeThrowingContinuation {
+                (continuation: UnsafeContinuation<UserSessionController, any Error>) in
                 // Decided under the lock; the continuation is resumed after it is released.
                 enum Step {
                     case answer(Result<UserSessionController, any Error>)
