@@ -19,8 +19,9 @@ struct RefreshMachineInputsTests {
         let targets = machine.refreshReturned(flightID: job.flightID, newCredentials: new).0
         #expect(targets.session?.stored.credentials?.refreshToken == "rt-1")
         #expect(targets.orphan == nil)
-        let (waiters, actions) = machine.commitFinished(
-            flightID: job.flightID, newCredentials: new, persistError: UserSessionError(.storeFailure, "disk full"),
+        let (waiters, actions) = machine.commitWritten(
+            flightID: job.flightID, newCredentials: new, target: try #require(targets.session),
+            ticket: try #require(targets.ticket), persistError: UserSessionError(.storeFailure, "disk full"),
             now: Self.start, jitter: 0)
         #expect(waiters == 0)
         #expect(Self.kinds(actions) == [.persistenceFailed, .credentialsRefreshed])
@@ -33,9 +34,10 @@ struct RefreshMachineInputsTests {
         var machine = RefreshStateMachineTests.machine(expiresIn: 200)
         let job = try #require(machine.tokenAsked(now: Self.start).1.refresh)
         let new = RefreshStateMachineTests.refreshed(1, expiresAt: Self.start + 3600)
-        _ = machine.refreshReturned(flightID: job.flightID, newCredentials: new)
-        let (_, actions) = machine.commitFinished(
-            flightID: job.flightID, newCredentials: new, persistError: nil, now: Self.start, jitter: 0)
+        let targets = machine.refreshReturned(flightID: job.flightID, newCredentials: new).0
+        let (_, actions) = machine.commitWritten(
+            flightID: job.flightID, newCredentials: new, target: try #require(targets.session),
+            ticket: try #require(targets.ticket), persistError: nil, now: Self.start, jitter: 0)
         #expect(Self.kinds(actions) == [.credentialsRefreshed])
         #expect(!actions.armRetryTimer)
         #expect(!machine.isDirty)
