@@ -19,8 +19,9 @@ struct RefreshMachineInputsTests {
         let targets = machine.refreshReturned(flightID: job.flightID, newCredentials: new).0
         #expect(targets.session?.stored.credentials?.refreshToken == "rt-1")
         #expect(targets.orphan == nil)
-        let (waiters, actions) = machine.commitFinished(
-            flightID: job.flightID, newCredentials: new, persistError: UserSessionError(.storeFailure, "disk full"),
+        let (waiters, actions) = machine.commitWritten(
+            flightID: job.flightID, newCredentials: new, target: try #require(targets.session),
+            ticket: try #require(targets.ticket), persistError: UserSessionError(.storeFailure, "disk full"),
             now: Self.start, jitter: 0)
         #expect(waiters == 0)
         #expect(Self.kinds(actions) == [.persistenceFailed, .credentialsRefreshed])
@@ -33,9 +34,10 @@ struct RefreshMachineInputsTests {
         var machine = RefreshStateMachineTests.machine(expiresIn: 200)
         let job = try #require(machine.tokenAsked(now: Self.start).1.refresh)
         let new = RefreshStateMachineTests.refreshed(1, expiresAt: Self.start + 3600)
-        _ = machine.refreshReturned(flightID: job.flightID, newCredentials: new)
-        let (_, actions) = machine.commitFinished(
-            flightID: job.flightID, newCredentials: new, persistError: nil, now: Self.start, jitter: 0)
+        let targets = machine.refreshReturned(flightID: job.flightID, newCredentials: new).0
+        let (_, actions) = machine.commitWritten(
+            flightID: job.flightID, newCredentials: new, target: try #require(targets.session),
+            ticket: try #require(targets.ticket), persistError: nil, now: Self.start, jitter: 0)
         #expect(Self.kinds(actions) == [.credentialsRefreshed])
         #expect(!actions.armRetryTimer)
         #expect(!machine.isDirty)
@@ -206,5 +208,60 @@ struct RefreshMachineInputsTests {
             flightID: job.flightID, newCredentials: RefreshStateMachineTests.refreshed(1, expiresAt: Self.start + 3600))
         #expect(targets.session == nil)
         #expect(targets.orphan.map { ExactIdentifier.areEqual($0.identifier, Self.composed) } == true)
+    }
+
+    /// A commit takes the slot in the same input that receives the refresh's result when the slot is free, waits for
+    /// it when another writer holds it, and hands it on in the input that receives the write's result.
+    @Test func aCommitTakesTheFreeSlotWithTheResultAndReleasesItWithTheWrite() async throws {
+        var machine = RefreshStateMachineTests.machine(expiresIn: 200)
+        let job = try #require(machine.tokenAsked(now: Self.start).1.refresh)
+        let new = RefreshStateMachineTests.refreshed(1, expiresAt: Self.start + 3600)
+        let (other, granted) = machine.slotAsked().0
+        #expect(granted)
+        let busy = machine.refreshReturned(flightID: job.flightID, newCredentials: new).0
+        guard case .waitForSlot(let ticket) = busy else {
+            Issue.record("expected the commit to wait for the busy slot, got \(busy)")
+            return
+        }
+        #expect(busy.session == nil)
+        _ = machine.slotReleased(ticket: other)
+        // The slot is kept for the waiting commit, which gets it when it waits (as the gate does) and reports again
+        // holding it.
+        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+            guard case .resume(let own) = machine.slotAwaited(ticket: ticket, continuation: continuation).slot else {
+                Issue.record("the released slot was not kept for the waiting commit")
+                continuation.resume()
+                return
+            }
+            own.resume()
+        }
+        let holding = machine.refreshReturned(flightID: job.flightID, newCredentials: new, holding: ticket).0
+        #expect(holding.ticket == ticket)
+        let target = try #require(holding.session)
+        let (waiters, actions) = machine.commitWritten(
+            flightID: job.flightID, newCredentials: new, target: target, ticket: ticket, persistError: nil,
+            now: Self.start, jitter: 0)
+        #expect(waiters == 0)
+        #expect(Self.kinds(actions) == [.credentialsRefreshed])
+        #expect(machine.token == "at-1")
+        let (_, freeAgain) = machine.slotAsked().0
+        #expect(freeAgain, "the commit handed the slot on")
+    }
+
+    /// A stale flight whose result nobody here writes takes no slot: the ledger writes its rotation.
+    @Test func aStaleFlightNobodyWantsTakesNoSlot() throws {
+        var machine = RefreshStateMachineTests.machine(expiresIn: 200)
+        let job = try #require(machine.tokenAsked(now: Self.start).1.refresh)
+        _ = machine.deactivated()
+        _ = machine.finalFlushBegan()
+        _ = machine.activated(
+            identifier: "user", userInfo: UserInfo(id: "user"), credentials: nil, generation: 9, restoring: false,
+            revision: nil)
+        let start = machine.refreshReturned(
+            flightID: job.flightID, newCredentials: RefreshStateMachineTests.refreshed(1, expiresAt: Self.start + 3600)
+        ).0
+        if case .nowhere = start {} else { Issue.record("expected no slot and no target, got \(start)") }
+        let (_, granted) = machine.slotAsked().0
+        #expect(granted, "the slot stayed free")
     }
 }

@@ -56,16 +56,17 @@ struct RefreshStateMachineTests {
     }
 
     /// The refresh of `job` returned `new` and its write finished (`persisted` or not), as the gate feeds it:
-    /// ``RefreshStateMachine/refreshReturned(flightID:newCredentials:)`` once it holds the slot, then
-    /// ``RefreshStateMachine/commitFinished(flightID:newCredentials:persistError:now:jitter:)``.
+    /// ``RefreshStateMachine/refreshReturned(flightID:newCredentials:holding:)`` (the slot is free, so it holds it at
+    /// once), then ``RefreshStateMachine/commitWritten(flightID:newCredentials:target:ticket:persistError:now:jitter:)``.
     @discardableResult
     static func commit(
         _ machine: inout RefreshStateMachine, _ job: RefreshStateMachine.RefreshJob, _ new: Credentials,
         persisted: Bool = true, now: Double, jitter: Double = 0
     ) -> (waiters: Int?, actions: RefreshStateMachine.Actions) {
-        _ = machine.refreshReturned(flightID: job.flightID, newCredentials: new)
-        return machine.commitFinished(
-            flightID: job.flightID, newCredentials: new,
+        let targets = machine.refreshReturned(flightID: job.flightID, newCredentials: new).0
+        guard let target = targets.session, let ticket = targets.ticket else { return (nil, .none) }
+        return machine.commitWritten(
+            flightID: job.flightID, newCredentials: new, target: target, ticket: ticket,
             persistError: persisted ? nil : UserSessionError(.storeFailure, "disk full"), now: now, jitter: jitter)
     }
 
@@ -162,7 +163,7 @@ struct RefreshStateMachineTests {
         #expect(machine.flights.waiters.map(\.id) == [2, 4])
     }
 
-    @Test func successCommitsPublishesAndClearsTheFlight() {
+    @Test func successCommitsPublishesAndClearsTheFlight() throws {
         var machine = Self.machine(expiresIn: 30)
         guard case .wait(let job?) = Self.ask(&machine, .demand, now: Self.start) else {
             Issue.record("expected a refresh")
@@ -172,8 +173,9 @@ struct RefreshStateMachineTests {
         let (targets, _) = machine.refreshReturned(flightID: job.flightID, newCredentials: new)
         #expect(targets.session?.stored.credentials == new)
         #expect(targets.orphan == nil)
-        let (waiters, actions) = machine.commitFinished(
-            flightID: job.flightID, newCredentials: new, persistError: nil, now: Self.start, jitter: 0.5)
+        let (waiters, actions) = machine.commitWritten(
+            flightID: job.flightID, newCredentials: new, target: try #require(targets.session),
+            ticket: try #require(targets.ticket), persistError: nil, now: Self.start, jitter: 0.5)
         #expect(waiters == 1)
         #expect(actions.events.map(\.kind) == [.credentialsRefreshed])
         #expect(actions.waiters.map(\.id) == [1])
@@ -322,7 +324,7 @@ struct RefreshStateMachineTests {
         #expect(actions.events.map(\.kind) == [.refreshFailed(.terminal)])
     }
 
-    @Test func staleFlightIsDiscardedAfterDeactivateAndReactivate() {
+    @Test func staleFlightIsDiscardedAfterDeactivateAndReactivate() throws {
         var machine = Self.machine(expiresIn: 30)
         guard case .wait(let job?) = Self.ask(&machine, .demand, now: Self.start) else {
             Issue.record("expected a refresh")
@@ -337,8 +339,9 @@ struct RefreshStateMachineTests {
         let (targets, _) = machine.refreshReturned(flightID: job.flightID, newCredentials: new)
         #expect(targets.session == nil)
         #expect(targets.orphan?.identifier == "user")
-        let (waiters, actions) = machine.commitFinished(
-            flightID: job.flightID, newCredentials: new, persistError: nil, now: Self.start, jitter: 0)
+        let (waiters, actions) = machine.commitWritten(
+            flightID: job.flightID, newCredentials: new, target: try #require(targets.orphan),
+            ticket: try #require(targets.ticket), persistError: nil, now: Self.start, jitter: 0)
         #expect(waiters == nil)
         #expect(actions.events.isEmpty)
         #expect(machine.credentials == nil)
@@ -523,11 +526,15 @@ struct RefreshStateMachineTests {
             return
         }
         let new = Self.refreshed(1, expiresAt: Self.start + 3600)
-        #expect(machine.refreshReturned(flightID: job.flightID, newCredentials: new).0.session != nil)
+        let targets = machine.refreshReturned(flightID: job.flightID, newCredentials: new).0
+        guard let target = targets.session, let ticket = targets.ticket else {
+            Issue.record("expected the commit to hold the slot and write the session's record")
+            return
+        }
         _ = machine.deactivated()
-        let (waiters, actions) = machine.commitFinished(
-            flightID: job.flightID, newCredentials: new, persistError: UserSessionError(.storeFailure, "down"),
-            now: Self.start, jitter: 0)
+        let (waiters, actions) = machine.commitWritten(
+            flightID: job.flightID, newCredentials: new, target: target, ticket: ticket,
+            persistError: UserSessionError(.storeFailure, "down"), now: Self.start, jitter: 0)
         #expect(waiters == nil)
         #expect(actions.events.isEmpty)
         #expect(machine.finalFlushBegan().0?.stored.credentials?.refreshToken == "rt-1")

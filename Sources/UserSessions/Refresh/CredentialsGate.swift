@@ -691,75 +691,66 @@ extension CredentialsGate {
     /// (deactivated, replaced, superseded) publishes nothing; if its session ended keeping its record, its
     /// credentials are still written there (an orphan), silently. Returns how many waiters got the credentials, or
     /// `nil` when the flight was stale.
+    ///
+    /// When the persistence slot is free, the commit takes two critical sections of the gate: one when the refresher
+    /// returned (the slot is taken and the target chosen, ``RefreshStateMachine/refreshReturned(flightID:newCredentials:holding:)``)
+    /// and one when the write finished (the write accounted for, the credentials published, the slot handed on,
+    /// ``RefreshStateMachine/commitWritten(flightID:newCredentials:target:ticket:persistError:now:jitter:)``).
     private func commit(_ job: RefreshStateMachine.RefreshJob, _ credentials: Credentials) async -> Int? {
-        // Cheap early exit, so a flight whose result goes nowhere does not even queue for the slot.
-        let wanted = inspect { $0.isCurrent(flightID: job.flightID) || $0.orphans[job.flightID] != nil }
-        guard wanted else { return nil }
-        let step = await withPersistSlot { ticket in await commitHoldingSlot(job, credentials, ticket: ticket) }
-        switch step {
-        case .stale:
-            return nil
-        case .superseded(.none):
-            // Only a store whose revisions went backwards gets here: the flight's waiters must not hang.
-            return await fail(
-                job,
-                UserSessionError(
-                    .revisionConflict, "the token store's record changed during the refresh", failureClass: .transient))
-        case .superseded(let adoption):
-            await finishAdoption(adoption, generation: job.generation)
-            return nil
-        case .committed(let waiters):
-            return waiters
-        }
-    }
-
-    /// How a commit ended in the persistence slot.
-    private enum CommitStep {
-        /// The flight went stale: nothing is published (an orphan's credentials were written to its record).
-        case stale
-        /// A coordinated store held a newer record (or none): it stands; this is what was adopted instead.
-        case superseded(Adoption)
-        /// Written (or not, reported), published, announced, and this many waiters resumed.
-        case committed(waiters: Int)
-    }
-
-    /// The part of `commit` that holds the persistence slot. The events are emitted before the slot is released,
-    /// so `deactivate()` (which waits for the slot) returns only after them.
-    private func commitHoldingSlot(_ job: RefreshStateMachine.RefreshJob, _ credentials: Credentials, ticket: UInt64)
-        async -> CommitStep
-    {
-        // Checked again while holding the slot: `deactivate()` may have run while this task waited.
-        let targets = modifyStateAndRunActions {
+        var start = modifyStateAndRunActions {
             $0.refreshReturned(flightID: job.flightID, newCredentials: credentials)
         }
-        guard let target = targets.session else {
-            if let orphan = targets.orphan {
+        if case .waitForSlot(let ticket) = start {
+            await waitForPersistSlot(ticket)
+            // Checked again holding the slot: `deactivate()` may have run while this task waited.
+            start = modifyStateAndRunActions {
+                $0.refreshReturned(flightID: job.flightID, newCredentials: credentials, holding: ticket)
+            }
+        }
+        guard case .holding(let ticket, let session, _) = start, let target = session else {
+            // Stale: an orphan's rotation goes to its own record; one nobody here writes is the ledger's to write,
+            // on its schedule, unless the store has it.
+            if let orphan = start.orphan, let ticket = start.ticket {
                 _ = await write(orphan, ticket: ticket)
             } else {
-                // Nobody here writes this rotation: the ledger does, on its schedule, unless the store has it.
                 ledger.ensureWritten(job.identifier, schedule: ledgerSchedule)
             }
-            return .stale
+            if let ticket = start.ticket { releasePersistSlot(ticket) }
+            return nil
         }
-        let written = await writeOutcome(target, ticket: ticket)
+        let (written, landing) = await performWrite(target)
         if case .superseded(let record) = written {
-            return .superseded(adoptHoldingSlot(record, generation: job.generation))
+            // A coordinated store held a newer record (or none): it stands, and is adopted instead.
+            writeReturned(target, ticket: ticket, landing: landing)
+            let adoption = adoptHoldingSlot(record, generation: job.generation)
+            releasePersistSlot(ticket)
+            if case .none = adoption {
+                // Only a store whose revisions went backwards gets here: the flight's waiters must not hang.
+                return await fail(
+                    job,
+                    UserSessionError(
+                        .revisionConflict, "the token store's record changed during the refresh",
+                        failureClass: .transient))
+            }
+            await finishAdoption(adoption, generation: job.generation)
+            return nil
         }
         let now = clock.nowSeconds()
         let jitter = Double.random(in: 0...1)
-        let waiters = modifyStateAndRunActions {
-            $0.commitFinished(
-                flightID: job.flightID, newCredentials: credentials, persistError: written.error, now: now,
-                jitter: jitter)
+        return modifyStateAndRunActions { machine in
+            var (waiters, actions) = machine.commitWritten(
+                flightID: job.flightID, newCredentials: credentials, target: target, ticket: ticket,
+                persistError: written.error, now: now, jitter: jitter)
+            // Landed after a sign-out of its identifier (a store that overran the close's deadline): undone.
+            if landing == .removeAgain { actions.removeAgain = target.identifier }
+            return (waiters, actions)
         }
-        return waiters.map { .committed(waiters: $0) } ?? .stale
     }
 }
 
 extension CredentialsGate {
     /// Performs `actions` (never under the state lock).
     func run(_ actions: RefreshStateMachine.Actions) {
-        if case .resume(let continuation) = actions.slot { continuation.resumeVisibly() }
         if let (generation, detail) = actions.loopTripped {
             emitWhileActive(.refreshLoopTripped, generation: generation, detail: detail)
         }
@@ -775,6 +766,9 @@ extension CredentialsGate {
         if let job = actions.retry { startPersistRetry(job) }
         if actions.armRetryTimer { armRetryTimer() }
         if let identifier = actions.removeAgain { runInBackground { await self.removeAgain(identifier) } }
+        // Last: a commit hands the slot on in the same transition as its events, and `deactivate()`, which waits
+        // for the slot, must return only after them.
+        if case .resume(let continuation) = actions.slot { continuation.resumeVisibly() }
     }
 
     func emit(_ events: [RefreshStateMachine.Actions.Event]) {
@@ -807,12 +801,16 @@ extension CredentialsGate {
 
     private func acquirePersistSlot() async -> UInt64 {
         let (ticket, granted) = modifyStateAndRunActions { $0.slotAsked() }
-        if granted { return ticket }
+        if !granted { await waitForPersistSlot(ticket) }
+        return ticket
+    }
+
+    /// Waits until the slot is handed to `ticket`, which asked for it and did not get it at once.
+    private func waitForPersistSlot(_ ticket: UInt64) async {
         await withVisibleUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
             // Stored in the queue exactly once or resumed here; the releaser removes it before resuming it.
             modifyStateAndRunActions { $0.slotAwaited(ticket: ticket, continuation: continuation) }
         }
-        return ticket
     }
 
     private func releasePersistSlot(_ ticket: UInt64) {
@@ -837,11 +835,20 @@ extension CredentialsGate {
     func writeOutcome(_ target: RefreshStateMachine.PersistTarget, ticket: UInt64, overwrite: Bool = false) async
         -> WriteOutcome
     {
-        // The ledger refuses a write taken before a sign-out of its identifier, from wherever it came.
+        let (outcome, landing) = await performWrite(target, overwrite: overwrite)
+        writeReturned(target, ticket: ticket, landing: landing)
+        return outcome
+    }
+
+    /// The store call of a write the caller makes holding the slot, with the ledger's two checks around it: the
+    /// ledger refuses a write taken before a sign-out of its identifier, and says what a write that landed must do
+    /// next. The caller reports the write's return to the machine (``writeReturned(_:ticket:landing:)``, or in a
+    /// commit's last critical section).
+    private func performWrite(_ target: RefreshStateMachine.PersistTarget, overwrite: Bool = false) async
+        -> (WriteOutcome, CredentialsLedger.Landing)
+    {
         guard ledger.writeBegins(target.identifier, fence: target.ledgerFence) else {
-            let now = clock.nowSeconds()
-            modifyStateAndRunActions { $0.writeReturned(target, ticket: ticket, now: now) }
-            return .failed(UserSessionError(.sessionNotOpen, "the user signed out; the write was dropped"))
+            return (.failed(UserSessionError(.sessionNotOpen, "the user signed out; the write was dropped")), .done)
         }
         var outcome: WriteOutcome
         do {
@@ -865,6 +872,13 @@ extension CredentialsGate {
         if case .superseded(.none) = outcome { ledger.signedOut(identifier: target.identifier) }
         let landing = ledger.writeFinished(
             target.identifier, fence: target.ledgerFence, wrote: wrote, schedule: ledgerSchedule)
+        return (outcome, landing)
+    }
+
+    /// Tells the machine that a write of `target` in the slot of `ticket` returned, with what the ledger said of it.
+    private func writeReturned(
+        _ target: RefreshStateMachine.PersistTarget, ticket: UInt64, landing: CredentialsLedger.Landing
+    ) {
         let now = clock.nowSeconds()
         modifyStateAndRunActions { machine -> RefreshStateMachine.Actions in
             var actions = machine.writeReturned(target, ticket: ticket, now: now)
@@ -872,7 +886,6 @@ extension CredentialsGate {
             if landing == .removeAgain { actions.removeAgain = target.identifier }
             return actions
         }
-        return outcome
     }
 
     /// Removes `identifier`'s record once more, after a write left behind by a close landed after the clear.

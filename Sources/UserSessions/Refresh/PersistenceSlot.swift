@@ -21,7 +21,7 @@ struct PersistenceSlot {
     var isHeld: Bool { lanes.isBusy }
 
     /// A new place in line. The writer then asks for the slot with ``tryAcquire(ticket:)`` and, when it does not get
-    /// it, waits with ``enqueue(ticket:continuation:)``.
+    /// it, must wait with ``enqueue(ticket:continuation:)``: the slot is kept for it when its turn comes.
     mutating func makeTicket() -> UInt64 {
         lanes.enter().ticket.number
     }

@@ -631,34 +631,99 @@ extension RefreshStateMachine {
         active && flights.isCurrent(flightID)
     }
 
-    /// The refresh of `flightID` returned `newCredentials`, and the gate now holds the persistence slot to write
-    /// them: where they go. The active session's record (`session`) while the flight is current: from here on the
-    /// write belongs to the session even if it deactivates before the write returns, since the server has already
-    /// rotated the refresh token. Else an orphan's own record (`orphan`, forgotten), or nowhere (both `nil`).
-    mutating func refreshReturned(flightID: UInt64, newCredentials: Credentials)
-        -> ((session: PersistTarget?, orphan: PersistTarget?), Actions)
+    /// How a refresh's commit goes on after ``refreshReturned(flightID:newCredentials:holding:)``.
+    enum CommitStart {
+        /// Nobody here writes the credentials (the flight went stale and no orphan wants them): the ledger does.
+        case nowhere
+        /// The persistence slot is busy: wait for it with `ticket` (``slotAwaited(ticket:continuation:)``), then
+        /// report again holding it.
+        case waitForSlot(ticket: UInt64)
+        /// The commit holds the slot of `ticket` and writes to the active session's record (`session`), to an
+        /// orphan's own record (`orphan`, forgotten), or nowhere (both `nil`: release the slot).
+        case holding(ticket: UInt64, session: PersistTarget?, orphan: PersistTarget?)
+
+        /// The slot's ticket, once the commit holds it.
+        var ticket: UInt64? {
+            if case .holding(let ticket, _, _) = self { return ticket }
+            return nil
+        }
+
+        /// Where the active session's credentials go, once the commit holds the slot.
+        var session: PersistTarget? {
+            if case .holding(_, let session, _) = self { return session }
+            return nil
+        }
+
+        /// The orphan's record the credentials go to, once the commit holds the slot.
+        var orphan: PersistTarget? {
+            if case .holding(_, _, let orphan) = self { return orphan }
+            return nil
+        }
+    }
+
+    /// The refresh of `flightID` returned `newCredentials`. Its commit takes the persistence slot in the same
+    /// critical section when the slot is free (or `ticket` holds it already), and learns where the credentials go:
+    /// the active session's record while the flight is current (from here on the write belongs to the session even
+    /// if it deactivates before the write returns, since the server has already rotated the refresh token), else an
+    /// orphan's own record. A stale flight nobody wants takes no slot.
+    mutating func refreshReturned(flightID: UInt64, newCredentials: Credentials, holding ticket: UInt64? = nil)
+        -> (CommitStart, Actions)
     {
-        if isCurrent(flightID: flightID) {
+        let current = isCurrent(flightID: flightID)
+        guard current || orphans[flightID] != nil else {
+            if let ticket { return (.holding(ticket: ticket, session: nil, orphan: nil), .none) }
+            return (.nowhere, .none)
+        }
+        let holder: UInt64
+        if let ticket {
+            holder = ticket
+        } else {
+            holder = slot.makeTicket()
+            guard slot.tryAcquire(ticket: holder) else { return (.waitForSlot(ticket: holder), .none) }
+        }
+        if current {
             persistence.commitStarted(flightID: flightID)
-            return ((target(newCredentials, version: persistence.version + 1), nil), .none)
+            let session = target(newCredentials, version: persistence.version + 1)
+            return (.holding(ticket: holder, session: session, orphan: nil), .none)
         }
         // Fenced per identifier by the ledger (``CredentialsLedger/writeBegins(_:fence:)``), not by this machine's
         // epoch: a clear of another identifier in this controller must not drop this user's rotation.
-        guard let orphan = orphans.removeValue(forKey: flightID) else { return ((nil, nil), .none) }
+        guard let orphan = orphans.removeValue(forKey: flightID) else {
+            return (.holding(ticket: holder, session: nil, orphan: nil), .none)
+        }
         let target = PersistTarget(
             identifier: orphan.identifier,
             stored: StoredSession(userInfo: orphan.userInfo, credentials: newCredentials), version: 0,
             generation: 0, epoch: persistence.epoch, baseRevision: orphan.baseRevision,
             baseRefreshToken: orphan.baseRefreshToken, ledgerFence: orphan.ledgerFence)
-        return ((nil, target), .none)
+        return (.holding(ticket: holder, session: nil, orphan: target), .none)
     }
 
-    /// The write of a refresh's credentials (taken by ``refreshReturned(flightID:newCredentials:)``) finished,
+    /// The write of a refresh's credentials to `target`, made holding the slot of `ticket`, returned (failing with
+    /// `persistError` or not): in one critical section the write is accounted for (``writeReturned(_:ticket:now:)``),
+    /// the refresh is committed (``commitFinished(flightID:newCredentials:persistError:now:jitter:)``) and the slot
+    /// goes to the next writer. The slot is handed over after the commit's events and waiters
+    /// (``CredentialsGate/run(_:)`` resumes the slot's next holder last), so `deactivate()`, which waits for the slot,
+    /// returns only after them.
+    mutating func commitWritten(
+        flightID: UInt64, newCredentials: Credentials, target: PersistTarget, ticket: UInt64,
+        persistError: (any Error)?, now: Double, jitter: Double
+    ) -> (Int?, Actions) {
+        let returned = writeReturned(target, ticket: ticket, now: now)
+        var (waiters, actions) = commitFinished(
+            flightID: flightID, newCredentials: newCredentials, persistError: persistError, now: now, jitter: jitter)
+        if actions.retry == nil { actions.retry = returned.retry }
+        actions.slot = slot.release(ticket: ticket)
+        return (waiters, actions)
+    }
+
+    /// The commit part of ``commitWritten(flightID:newCredentials:target:ticket:persistError:now:jitter:)``: the write
+    /// of a refresh's credentials (taken by ``refreshReturned(flightID:newCredentials:holding:)``) finished,
     /// failing with `persistError` or not: the credentials are published, `.persistenceFailed` is emitted (and the
     /// retry timer armed) when the write failed, then `.credentialsRefreshed`, and the waiters get them. Returns
     /// how many waiters there were, or `nil` when the flight became stale during the write (its waiters were
     /// already failed; a closed session whose write failed keeps the credentials for its final flush).
-    mutating func commitFinished(
+    private mutating func commitFinished(
         flightID: UInt64, newCredentials: Credentials, persistError: (any Error)?, now: Double, jitter: Double
     ) -> (Int?, Actions) {
         let persisted = persistError == nil
