@@ -32,7 +32,7 @@ final class CountingTokenStore: TokenStore {
 
 extension UserSessionRegistry {
     /// How many `session(for:)` calls wait for a get-or-restore in progress.
-    var sessionWaiterCount: Int { state.withLock { $0.flights.values.reduce(0) { $0 + $1.waiters.count } } }
+    var sessionWaiterCount: Int { state.withLock { $0.flights.waiterCount } }
 }
 
 /// Issue 9, registry item 2: race-free get-or-restore, and one behaviour for `restore(identifier:)`.

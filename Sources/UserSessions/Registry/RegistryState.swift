@@ -15,11 +15,6 @@ struct RegistryState {
         var lookupStamp: UInt64
     }
 
-    /// A get-or-restore in progress and the callers waiting for its outcome.
-    struct Flight {
-        var waiters: [UInt64: UnsafeContinuation<UserSessionController, any Error>] = [:]
-    }
-
     /// Which lane of ``lanes``.
     ///
     /// Every registry operation for one identifier takes a ticket in that identifier's lane synchronously when it is
@@ -51,7 +46,8 @@ struct RegistryState {
     /// Per lane, the get-or-restore flight that is the last operation in it, which later get-or-restore calls join
     /// instead of queueing behind it (their outcome would be the same).
     private var joinableFlights: [LaneKey: UInt64] = [:]
-    var flights: [UInt64: Flight] = [:]
+    /// The get-or-restore flights in progress (keyed by flight id) and the callers waiting for their outcome.
+    var flights = SingleFlight<UInt64, UnsafeContinuation<UserSessionController, any Error>>()
     var currentIdentifier: String?
     var isShutDown = false
     private var nextEntryID: UInt64 = 0
@@ -126,16 +122,14 @@ struct RegistryState {
         -> UInt64
     {
         nextFlightID += 1
-        flights[nextFlightID] = Flight(waiters: [waiterID: waiter])
+        _ = flights.lead(nextFlightID)
+        _ = flights.join(nextFlightID, id: waiterID, waiter)
         return nextFlightID
     }
 
     /// Removes the waiter `waiterID` from whichever flight it waits for, and returns it.
     mutating func removeFlightWaiter(_ waiterID: UInt64) -> UnsafeContinuation<UserSessionController, any Error>? {
-        for (flightID, flight) in flights where flight.waiters[waiterID] != nil {
-            return flights[flightID]?.waiters.removeValue(forKey: waiterID)
-        }
-        return nil
+        flights.leave(id: waiterID)
     }
 
     /// Chooses the controllers to evict now and claims their lanes, so no operation for them starts before the

@@ -255,8 +255,9 @@ extension UserSessionRegistry {
                     if state.isShutDown { return .answer(.failure(Self.shutdownError)) }
                     if Task.isCancelled { return .answer(.failure(CancellationError())) }
                     if let controller = state.openIdleController(key, now: now) { return .answer(.success(controller)) }
-                    if let flight = state.joinableFlight(.user(key)) {
-                        state.flights[flight]?.waiters[waiterID] = continuation
+                    if let flight = state.joinableFlight(.user(key)),
+                        state.flights.join(flight, id: waiterID, continuation)
+                    {
                         return .wait
                     }
                     let flight = state.startFlight(waiterID: waiterID, continuation)
@@ -436,15 +437,16 @@ extension UserSessionRegistry {
         let (next, taken) = state.withLock { state in
             state.closeFlight(flight, in: .user(key))
             let next = state.leaveLane(ticket)
-            return (next, enforcesBound ? nil : state.flights.removeValue(forKey: flight)?.waiters)
+            return (next, enforcesBound ? nil : state.flights.land(flight))
         }
         next?.resumeVisibly()
-        var waiters = taken ?? [:]
+        var waiters = taken ?? []
         if enforcesBound {
             await enforceMaximumOpenSessions(sparing: key)
-            waiters = state.withLock { $0.flights.removeValue(forKey: flight)?.waiters } ?? [:]
+            waiters = state.withLock { $0.flights.land(flight) }
         }
-        for waiter in waiters.values { waiter.resumeVisibly(with: result) }
+        // In the order they came.
+        for waiter in waiters { waiter.resumeVisibly(with: result) }
     }
 }
 
