@@ -23,7 +23,9 @@ final class CredentialsGate: Sendable {
     private let waiterIDs = Atomic<UInt64>(0)
     /// When a token was last asked for, as the bit pattern of seconds since the reference date; see `noteDemand`.
     let lastDemandBits = Atomic<UInt64>(0)
-    private let terminalFailureHandler = Locked<(@Sendable (UInt64) async -> Void)?>(nil)
+    /// The controller's two hooks (see ``Handlers``).
+    private let handlers = Locked(Handlers())
+    /// The background tasks, the final flushes and the probe tests may install (see ``BackgroundWork``).
     let backgroundWork = Locked(BackgroundWork())
     /// Orders the events of refreshes (started, failed, loop tripped) and of late writes against `deactivate()`:
     /// one is emitted only while its session is active, checked and emitted under this lock, which `deactivate()`
@@ -41,9 +43,6 @@ final class CredentialsGate: Sendable {
     var coordinatedStore: (any CoordinatedTokenStore)? { settings.ledger.coordinatedStore }
     /// The task consuming the coordinated store's changes for the active session.
     let changeSubscription = TaskSlot()
-    /// What the gate calls when the active session's record was removed elsewhere; the controller then closes that
-    /// session (`.closed(.clearedElsewhere)`).
-    let storeRemovedHandler = Locked<(@Sendable (UInt64) async -> Void)?>(nil)
     let events: EventHub
     /// The owner of every identifier's credentials shared by the controllers of this process that use `store`.
     var ledger: CredentialsLedger { settings.ledger }
@@ -52,11 +51,15 @@ final class CredentialsGate: Sendable {
     let ledgerHold = Locked<String?>(nil)
     var policy: Policy { settings.policy }
     var clock: SessionClock { settings.policy.clock }
-    /// What observes the background work, if anything (see ``BackgroundWorkProbe``; production code installs none).
-    let probe = Locked<(any BackgroundWorkProbe)?>(nil)
-    /// The final flushes started by ``deactivate()``, and the newest one it stopped waiting for: an abandoned flush
-    /// reports nothing.
-    let flushes = Locked<(started: UInt64, abandoned: UInt64)>((0, 0))
+
+    /// The calls up to the controller, set once it exists.
+    struct Handlers {
+        /// A terminal refresh failure invalidates the session of the generation given.
+        var terminalFailure: (@Sendable (UInt64) async -> Void)?
+        /// The active session's record was removed elsewhere; the controller then closes that session
+        /// (`.closed(.clearedElsewhere)`).
+        var storeRemoved: (@Sendable (UInt64) async -> Void)?
+    }
 
     /// Everything the gate takes from the controller's configuration, as plain values.
     struct Policy: Sendable {
@@ -89,16 +92,16 @@ final class CredentialsGate: Sendable {
     }
 
     func setTerminalFailureHandler(_ handler: @escaping @Sendable (UInt64) async -> Void) {
-        terminalFailureHandler.withLock { $0 = handler }
+        handlers.withLock { $0.terminalFailure = handler }
     }
 
     func currentTerminalFailureHandler() -> (@Sendable (UInt64) async -> Void)? {
-        terminalFailureHandler.withLock { $0 }
+        handlers.withLock { $0.terminalFailure }
     }
 
     /// Sets what the gate calls when a coordinated store says the active session's record was removed elsewhere.
     func setStoreRemovedHandler(_ handler: @escaping @Sendable (UInt64) async -> Void) {
-        storeRemovedHandler.withLock { $0 = handler }
+        handlers.withLock { $0.storeRemoved = handler }
     }
 
     /// Starts serving `credentials` for a newly opened session of `generation`. A refresh still running for an
@@ -151,9 +154,9 @@ final class CredentialsGate: Sendable {
         disarmRetryTimer()
         defer { releaseLedgerHold() }
         let (timeout, deadlineClock) = (policy.storeTimeout, policy.deadlineClock)
-        let number = flushes.withLock { flushes in
-            flushes.started += 1
-            return flushes.started
+        let number = backgroundWork.withLock { work in
+            work.flushesStarted += 1
+            return work.flushesStarted
         }
         let flush = Task { await self.finalFlush(number) }
         if await Deadline.wait(for: flush, timeout: timeout, clock: deadlineClock) { return }
@@ -161,7 +164,7 @@ final class CredentialsGate: Sendable {
         if await Deadline.wait(for: flush, timeout: timeout, clock: deadlineClock) { return }
         // Marked abandoned under the event lock, so the flush, which checks the mark under it, reports nothing
         // later; cancelled after the lock is released, since cancelling runs the store's cancellation handlers.
-        eventOrder.withLock { _ in flushes.withLock { $0.abandoned = number } }
+        eventOrder.withLock { _ in backgroundWork.withLock { $0.flushAbandoned = number } }
         flush.cancel()
         modifyStateAndRunActions { $0.slotAbandoned() }
         events.emit(
@@ -193,7 +196,7 @@ final class CredentialsGate: Sendable {
                 let error = await write(flush, ticket: ticket)
             else { return }
             let observed = eventOrder.withLock { _ -> EventHub.Observed? in
-                guard !Task.isCancelled, flushes.withLock({ $0.abandoned < number }) else { return nil }
+                guard !Task.isCancelled, backgroundWork.withLock({ $0.flushAbandoned < number }) else { return nil }
                 return events.record(
                     .persistenceFailed, session: nil, detail: RefreshStateMachine.describePersistFailure(error))
             }
@@ -1128,7 +1131,7 @@ extension CredentialsGate {
     /// After the persistence slot is released: a session whose record was removed elsewhere is closed by its
     /// controller.
     func finishAdoption(_ adoption: Adoption, generation: UInt64) async {
-        guard case .removed = adoption, let handler = storeRemovedHandler.withLock({ $0 }) else { return }
+        guard case .removed = adoption, let handler = handlers.withLock({ $0.storeRemoved }) else { return }
         await handler(generation)
     }
 
@@ -1210,6 +1213,13 @@ extension CredentialsGate {
         var running: [UInt64: Task<Void, Never>] = [:]
         /// Tasks that finished before they were recorded (a task may finish before `Task {}` returns).
         var finishedEarly: Set<UInt64> = []
+        /// The final flushes started by ``deactivate()``, and the newest one it stopped waiting for: an abandoned
+        /// flush reports nothing.
+        var flushesStarted: UInt64 = 0
+        var flushAbandoned: UInt64 = 0
+        /// What observes the background work, if anything (see ``BackgroundWorkProbe``; production code installs
+        /// none).
+        var probe: (any BackgroundWorkProbe)?
     }
 
     /// Runs `body` in an unstructured task that no caller's cancellation reaches, recorded until it finishes.
@@ -1225,10 +1235,11 @@ extension CredentialsGate {
                 if work.running.removeValue(forKey: id) == nil { work.finishedEarly.insert(id) }
             }
         }
-        backgroundWork.withLock { work in
+        let probe = backgroundWork.withLock { work in
             if work.finishedEarly.remove(id) == nil { work.running[id] = task }
+            return work.probe
         }
-        probe.withLock { $0 }?.backgroundTaskStarted(task)
+        probe?.backgroundTaskStarted(task)
         return task
     }
 
@@ -1265,7 +1276,7 @@ extension CredentialsGate {
 
 /// A small internal probe of a gate's background work: the refreshes and write retries it runs in unstructured tasks
 /// of their own. Tests install one to wait for that work; the gate keeps nothing for them.
-protocol BackgroundWorkProbe: Sendable {
+protocol BackgroundWorkProbe: AnyObject, Sendable {
     /// `task` was started. Called with no lock of the gate held.
     func backgroundTaskStarted(_ task: Task<Void, Never>)
 }

@@ -27,15 +27,25 @@ struct FlightMachine {
     }
 
     /// What failed refreshes left behind: nothing starts on its own before `retryAt`.
-    struct Backoff {
+    ///
+    /// A class, made once per failure and never changed: the machine of a session that never failed carries no
+    /// room for it, only a reference while it backs off.
+    final class Backoff: Sendable {
         /// Consecutive failed refreshes, for the next delay.
-        var failures: Int
+        let failures: Int
         /// While the token is still valid, no automatic refresh starts before this time.
-        var retryAt: Double
+        let retryAt: Double
         /// Served to token requests for an expired token until `retryAt`.
-        var lastFailure: UserSessionError
+        let lastFailure: UserSessionError
         /// After a misconfiguration failure, nothing refreshes automatically until credentials change.
-        var blocksAutomaticRefresh: Bool
+        let blocksAutomaticRefresh: Bool
+
+        init(failures: Int, retryAt: Double, lastFailure: UserSessionError, blocksAutomaticRefresh: Bool) {
+            self.failures = failures
+            self.retryAt = retryAt
+            self.lastFailure = lastFailure
+            self.blocksAutomaticRefresh = blocksAutomaticRefresh
+        }
     }
 
     private enum State {
@@ -49,7 +59,7 @@ struct FlightMachine {
         case failed(Backoff)
         /// A terminal failure (revoked credentials, the record cleared elsewhere): every request fails with
         /// `error` until the credentials change.
-        case terminated(UserSessionError)
+        indirect case terminated(UserSessionError)
     }
 
     private var state = State.idle

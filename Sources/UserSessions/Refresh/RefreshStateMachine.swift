@@ -467,9 +467,9 @@ extension RefreshStateMachine {
         /// No session was activated yet.
         case none
         /// Tokens are served to this session.
-        indirect case active(Identity)
+        case active(Identity)
         /// This session ended: nothing is served; its credentials stay until the final flush has written them.
-        indirect case ended(Identity)
+        case ended(Identity)
 
         var identity: Identity? {
             switch self {

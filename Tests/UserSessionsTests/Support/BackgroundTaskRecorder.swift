@@ -16,10 +16,10 @@ extension CredentialsGate {
     /// The gate's recorder of background tasks, installed at the first use: use it before the work to be awaited
     /// starts.
     var backgroundTasks: BackgroundTaskRecorder {
-        probe.withLock { probe in
-            if let recorder = probe as? BackgroundTaskRecorder { return recorder }
+        backgroundWork.withLock { work in
+            if let recorder = work.probe as? BackgroundTaskRecorder { return recorder }
             let recorder = BackgroundTaskRecorder()
-            probe = recorder
+            work.probe = recorder
             return recorder
         }
     }
