@@ -33,8 +33,9 @@ public actor UserSessionController {
     /// Why ``configuration`` cannot work, if it cannot; opens and restores throw it.
     nonisolated var configurationError: UserSessionError? { settings.configurationError }
 
+    /// The opened session's generation and started services. The session itself is the hub's current one
+    /// (``session``): `.opened` made it so, and nothing changes it until the session ends.
     struct RunningSession {
-        var session: UserSession
         var generation: UInt64
         var services: [any UserSessionService]
     }
@@ -187,7 +188,7 @@ public actor UserSessionController {
         if lifecycle.isShutDown { throw Self.shutdownError }
         guard let ticket = try await enterTurn(.close) else { return }
         defer { leaveTurn(ticket) }
-        let knownIdentifier = running?.session.identifier ?? hub.session.identifier
+        let knownIdentifier = hub.session.identifier
         let wasOpen = running != nil
         await endRunningSession(state: .closed, event: .closed(.cleared))
         do {
@@ -282,11 +283,12 @@ public actor UserSessionController {
     func endRunningSession(state: UserSession.State, event: UserSessionEvent.Kind) async {
         guard let running else { return }
         lifecycle.beginEnding()
+        let session = hub.session
         await gate.deactivate()
-        await stopServices(running.services, session: running.session)
+        await stopServices(running.services, session: session)
         self.running = nil
         lifecycle.endActivity()
-        var ended = running.session
+        var ended = session
         ended.state = state
         hub.emit(event, session: ended)
     }
@@ -511,7 +513,7 @@ extension UserSessionController {
                 throw UserSessionError(
                     .serviceStartFailed, "service \"\(name)\" \(verb)", serviceName: name, underlying: error)
             }
-            running = RunningSession(session: session, generation: generation, services: started)
+            running = RunningSession(generation: generation, services: started)
             lifecycle.opened(generation: generation)
             hub.emit(.opened, session: session)
             return session
