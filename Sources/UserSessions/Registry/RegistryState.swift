@@ -87,11 +87,14 @@ struct RegistryState {
 
     /// The controller held for `key`, marked as used at `now`.
     mutating func lookUp(_ key: ExactIdentifier, now: Double) -> UserSessionController? {
-        guard entries[key] != nil else { return nil }
+        // Read, changed and written back whole: an optional-chained assignment through the dictionary's `_modify`
+        // allocates a coroutine frame per access.
+        guard var entry = entries[key] else { return nil }
         nextStamp += 1
-        entries[key]?.lastLookup = now
-        entries[key]?.lookupStamp = nextStamp
-        return entries[key]?.controller
+        entry.lastLookup = now
+        entry.lookupStamp = nextStamp
+        entries[key] = entry
+        return entry.controller
     }
 
     /// The controller held for `key` if its session is open and no operation for it is in progress or waiting:
