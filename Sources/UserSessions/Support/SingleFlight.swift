@@ -81,8 +81,11 @@ struct SingleFlight<Key: Hashable, Continuation> {
 
     /// The caller `id` waits for `key`'s flight; `false` when none runs (it landed meanwhile).
     mutating func join(_ key: Key, id: UInt64, _ continuation: Continuation) -> Bool {
-        guard flights[key] != nil else { return false }
-        flights[key]?.add(FlightWaiters.Waiter(id: id, continuation: continuation))
+        // Taken out and put back rather than changed through the dictionary's `_modify`, whose coroutine frame
+        // allocates per access; taken out, the waiters' array stays uniquely referenced and grows in place.
+        guard var waiters = flights.removeValue(forKey: key) else { return false }
+        waiters.add(FlightWaiters.Waiter(id: id, continuation: continuation))
+        flights[key] = waiters
         return true
     }
 
