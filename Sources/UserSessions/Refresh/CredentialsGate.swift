@@ -50,7 +50,9 @@ final class CredentialsGate: Sendable {
     /// until ``deactivate()`` has written what it could.
     let ledgerHold = Locked<String?>(nil)
     var policy: Policy { settings.policy }
-    var clock: SessionClock { settings.policy.clock }
+    /// The session clock, kept inline: the hot path reads it at every call, and reaching it through the shared
+    /// settings would retain and release that object, one cache line every task of the process shares.
+    let clock: SessionClock
 
     /// The calls up to the controller, set once it exists.
     struct Handlers {
@@ -74,6 +76,7 @@ final class CredentialsGate: Sendable {
 
     init(settings: ControllerSettings, events: EventHub) {
         self.settings = settings
+        self.clock = settings.policy.clock
         self.events = events
         self.state = Locked(
             RefreshStateMachine(policy: settings.policy.refresh, hasRefresher: settings.refresher != nil))

@@ -99,7 +99,12 @@ struct RefreshStateMachine {
     // MARK: Session
 
     /// Which session the machine serves, if any (see ``Phase``).
-    private(set) var phase = Phase.none
+    private(set) var phase = Phase.none {
+        didSet { generation = phase.identity?.generation ?? 0 }
+    }
+    /// The generation of ``phase``'s session (0 before the first), kept beside it: the hot path reads it at every
+    /// call, and reading it out of the phase would copy the session's identity (its strings) each time.
+    private(set) var generation: UInt64 = 0
     /// The session's credentials with what derives from them: the hot path's token, the expiry, the lead time and
     /// windows scaled to their lifetime (see ``Held``). Replaced as a whole when the credentials change.
     private(set) var held: Held
@@ -560,7 +565,6 @@ extension RefreshStateMachine {
         if case .active = phase { return true }
         return false
     }
-    var generation: UInt64 { phase.identity?.generation ?? 0 }
     var identifier: String { phase.identity?.identifier ?? "" }
     var userInfo: UserInfo { phase.identity?.userInfo ?? UserInfo(id: "") }
     var credentials: Credentials? { held.credentials }
