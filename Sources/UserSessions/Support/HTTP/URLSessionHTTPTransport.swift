@@ -71,10 +71,15 @@ extension URLSessionHTTPTransport {
                         // The deadline covers the whole exchange; URLSession's own timeout is only an idle timeout.
                         let timer = Deadline.timer(after: request.timeout) { delegate.end(task, because: .timedOut) }
                         delegate.attach(timer, to: task)
-                        task.resume()
+                        // A cancellation that arrived before the registration found nothing to end.
+                        if Task.isCancelled {
+                            delegate.end(task, because: .cancelled)
+                        } else {
+                            task.resume()
+                        }
                     }
                 } onCancel: {
-                    task.cancel()
+                    delegate.end(task, because: .cancelled)
                 }
             } catch {
                 if Task.isCancelled { throw CancellationError() }
@@ -86,15 +91,23 @@ extension URLSessionHTTPTransport {
         }
     }
 
-    /// Collects each task's response and body (up to its limit), refuses redirects, ends overdue tasks, and resumes
-    /// the waiting `send` when the task completes.
+    /// Every exchange ends exactly once, whichever comes first: URLSession reports the task complete, or the
+    /// deadline, the response limit or the caller's cancellation ends it. The last three resume the caller at once
+    /// and then cancel the task, without waiting for URLSession to report it: a task cancelled while it was being
+    /// started may never be reported complete, and the caller must not wait for that.
     final class Delegate: NSObject, URLSessionDataDelegate, Sendable {
         private struct Pending {
             var continuation: CheckedContinuation<HTTPTransportResponse, any Error>
             var limit: Int
             var body = Data()
-            var ending: HTTPTransportError.Code?
             var timer: Task<Void, Never>?
+        }
+
+        /// Why an exchange ended before URLSession reported it complete.
+        enum Ending {
+            case timedOut
+            case responseTooLarge
+            case cancelled
         }
 
         private let pending = Locked<[Int: Pending]>([:])
@@ -107,29 +120,36 @@ extension URLSessionHTTPTransport {
 
         func attach(_ timer: Task<Void, Never>, to task: URLSessionTask) {
             let finished = pending.withLock { pending -> Bool in
-                guard pending[task.taskIdentifier] != nil else { return true }
-                pending[task.taskIdentifier]?.timer = timer
+                guard var entry = pending[task.taskIdentifier] else { return true }
+                entry.timer = timer
+                pending[task.taskIdentifier] = entry
                 return false
             }
             if finished { timer.cancel() }
         }
 
-        /// Ends `task` early for `reason`; the first reason wins.
-        func end(_ task: URLSessionTask, because reason: HTTPTransportError.Code) {
-            let ended = pending.withLock { pending -> Bool in
-                guard pending[task.taskIdentifier] != nil, pending[task.taskIdentifier]?.ending == nil else {
-                    return false
-                }
-                pending[task.taskIdentifier]?.ending = reason
-                pending[task.taskIdentifier]?.body = Data()
-                return true
+        /// Ends the exchange of `task` for `reason` if it has not ended yet: its caller gets the matching error now,
+        /// its timer stops, and the task is cancelled (what URLSession reports for it later is ignored).
+        func end(_ task: URLSessionTask, because reason: Ending) {
+            guard let entry = pending.withLock({ $0.removeValue(forKey: task.taskIdentifier) }) else { return }
+            entry.timer?.cancel()
+            switch reason {
+            case .timedOut:
+                entry.continuation.resumeVisibly(throwing: HTTPTransportError(.timedOut, "the request timed out"))
+            case .responseTooLarge:
+                entry.continuation.resumeVisibly(
+                    throwing: HTTPTransportError(
+                        .responseTooLarge,
+                        "the response body is larger than \(entry.limit) bytes (the rest was not read)"))
+            case .cancelled:
+                entry.continuation.resumeVisibly(throwing: CancellationError())
             }
-            if ended { task.cancel() }
+            task.cancel()
         }
 
         func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
             let overflowed = pending.withLock { pending -> Bool in
-                guard var entry = pending[dataTask.taskIdentifier], entry.ending == nil else { return false }
+                guard var entry = pending[dataTask.taskIdentifier] else { return false }
                 if entry.body.count + data.count > entry.limit { return true }
                 entry.body.append(data)
                 pending[dataTask.taskIdentifier] = entry
@@ -141,13 +161,7 @@ extension URLSessionHTTPTransport {
         func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
             guard let entry = pending.withLock({ $0.removeValue(forKey: task.taskIdentifier) }) else { return }
             entry.timer?.cancel()
-            if let ending = entry.ending {
-                let message =
-                    ending == .responseTooLarge
-                    ? "the response body is larger than \(entry.limit) bytes (the rest was not read)"
-                    : "the request timed out"
-                entry.continuation.resumeVisibly(throwing: HTTPTransportError(ending, message))
-            } else if let error {
+            if let error {
                 entry.continuation.resumeVisibly(throwing: error)
             } else if let response = task.response as? HTTPURLResponse {
                 var headers = HTTPTransportHeaders()
