@@ -60,15 +60,19 @@ struct ProxyTests {
     }
 
     /// Runs the upstream, then the application with a proxy to `<upstream>/api`.
+    ///
+    /// `timeout` is the proxy's deadline for the upstream. Tests that do not wait for it to pass keep it long: the
+    /// whole suite runs in parallel on a small machine, where a short deadline could pass before a healthy upstream
+    /// answers.
     func withProxy(
-        refresher: ScriptedRefresher = ScriptedRefresher([.token("token-2")]),
+        refresher: ScriptedRefresher = ScriptedRefresher([.token("token-2")]), timeout: Duration = .seconds(30),
         _ body: (Client, WebHarness, Upstream) async throws -> Void
     ) async throws {
         let upstream = Upstream()
         try await withLiveServer(upstream.router) { upstreamBase in
             let proxy = try TokenForwardingProxy(
                 upstream: upstreamBase.appending(path: "api"),
-                configuration: .init(maximumRequestBytes: 1024, maximumResponseBytes: 64 * 1024, timeout: .seconds(1)))
+                configuration: .init(maximumRequestBytes: 1024, maximumResponseBytes: 64 * 1024, timeout: timeout))
             let harness = try WebHarness(refresher: refresher)
             try await harness.run(upstream: proxy) { client in
                 var browser = client
@@ -134,7 +138,8 @@ struct ProxyTests {
     }
 
     @Test func theProxyCapsBodiesAndTimeAndStaysUnderItsUpstream() async throws {
-        try await withProxy { browser, _, _ in
+        // The one test that waits for the deadline to pass (`/upstream/hang`).
+        try await withProxy(timeout: .seconds(5)) { browser, _, _ in
             let csrf = [("X-CSRF", "1"), ("Origin", browser.origin)]
             let large = try await browser.send("POST", "/upstream/echo", headers: csrf, body: Data(count: 2048))
             #expect(large.status == 413)
