@@ -45,6 +45,18 @@ package enum TokenStoreConformance {
         try await store.save(sample("alice", token: "second"), identifier: "alice")
         try require(
             try await store.load(identifier: "alice")?.credentials?.accessToken == "second", "a save replaces")
+        try require(
+            try await store.load(identifier: "alice")?.refreshTokenRefused == false, "a record reads as not refused")
+
+        // The refusal of a refresh token is part of the record: every instance sharing the store must learn it.
+        var refused = sample("alice", token: "refused")
+        refused.refreshTokenRefused = true
+        try await store.save(refused, identifier: "alice")
+        try require(try await store.load(identifier: "alice") == refused, "a refused refresh token reads back refused")
+        try await store.save(sample("alice", token: "second"), identifier: "alice")
+        try require(
+            try await store.load(identifier: "alice")?.refreshTokenRefused == false,
+            "a later save without the refusal replaces it")
 
         try await store.save(sample("bob"), identifier: "bob")
         if lists {

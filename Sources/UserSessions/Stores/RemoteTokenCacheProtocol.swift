@@ -84,15 +84,43 @@ enum RemoteTokenCacheProtocol {
 
     /// The members of a session's `token_info`: ``StoredSession``'s `Codable` form plus `identifier`, the full
     /// session identifier (so that a hashed `unique_id` shared by two identifiers is detected).
+    ///
+    /// `refresh_token_refused` is written only when it is `true`, as ``StoredSession`` writes it, so the records of
+    /// sessions that were never refused keep the format existing backends know.
     private struct SessionTokenInfo: Codable {
         var identifier: String?
         var userInfo: UserInfo
         var credentials: Credentials?
+        var refreshTokenRefused: Bool
 
         enum CodingKeys: String, CodingKey {
             case identifier
             case userInfo = "user_info"
             case credentials
+            case refreshTokenRefused = "refresh_token_refused"
+        }
+
+        init(identifier: String?, session: StoredSession) {
+            self.identifier = identifier
+            self.userInfo = session.userInfo
+            self.credentials = session.credentials
+            self.refreshTokenRefused = session.refreshTokenRefused
+        }
+
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            identifier = try container.decodeIfPresent(String.self, forKey: .identifier)
+            userInfo = try container.decode(UserInfo.self, forKey: .userInfo)
+            credentials = try container.decodeIfPresent(Credentials.self, forKey: .credentials)
+            refreshTokenRefused = try container.decodeIfPresent(Bool.self, forKey: .refreshTokenRefused) ?? false
+        }
+
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encodeIfPresent(identifier, forKey: .identifier)
+            try container.encode(userInfo, forKey: .userInfo)
+            try container.encodeIfPresent(credentials, forKey: .credentials)
+            if refreshTokenRefused { try container.encode(true, forKey: .refreshTokenRefused) }
         }
     }
 
@@ -106,8 +134,7 @@ enum RemoteTokenCacheProtocol {
     }
 
     static func encodeSession(_ session: StoredSession, identifier: String) throws -> String {
-        try encode(
-            SessionTokenInfo(identifier: identifier, userInfo: session.userInfo, credentials: session.credentials))
+        try encode(SessionTokenInfo(identifier: identifier, session: session))
     }
 
     /// Decodes a session's `token_info` and the identifier recorded in it, if any.
@@ -116,7 +143,10 @@ enum RemoteTokenCacheProtocol {
     ///   ``UserSessionError/Code/unsupportedFormatVersion`` for credentials of a newer version.
     static func decodeSession(_ tokenInfo: String) throws -> (session: StoredSession, identifier: String?) {
         let decoded = try decode(SessionTokenInfo.self, from: tokenInfo)
-        return (StoredSession(userInfo: decoded.userInfo, credentials: decoded.credentials), decoded.identifier)
+        let session = StoredSession(
+            userInfo: decoded.userInfo, credentials: decoded.credentials,
+            refreshTokenRefused: decoded.refreshTokenRefused)
+        return (session, decoded.identifier)
     }
 
     static func encodeCurrentIdentifier(_ identifier: String) throws -> String {

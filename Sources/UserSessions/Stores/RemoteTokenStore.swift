@@ -13,7 +13,8 @@ import Foundation
 /// `0`–`9` and `-` written as `_XX` (so `ee977806d72865` becomes `u-ee977806d72865`), or `h-` and a 128-bit hash for
 /// identifiers whose encoding would exceed 200 bytes. The same encoding names ``FileTokenStore``'s files.
 ///
-/// `token_info` is a JSON string holding ``StoredSession``'s `Codable` form (`user_info`, `credentials`) plus
+/// `token_info` is a JSON string holding ``StoredSession``'s `Codable` form (`user_info`, `credentials`, and
+/// `refresh_token_refused: true` once the authorization server refused the refresh token for good) plus
 /// `identifier`, the full session identifier, so a hashed `unique_id` shared by two identifiers is detected.
 /// Dates are strings formatted `yyyy-MM-dd'T'HH:mm:ss.SSSZZZ` (`en_US_POSIX`, UTC), so they keep millisecond
 /// precision. The current identifier is stored under the reserved `unique_id`
