@@ -537,7 +537,8 @@ extension CredentialsGate {
         // process wrote (superseding this flight) while the record was read here; the refresh token this flight
         // holds is then spent, and presenting it again would be a reuse that revokes the whole token family.
         guard stillCurrent(job) else { return }
-        await finish(job, outcome: await callRefresher(job.credentials, for: job), startedAt: startedAt)
+        let (outcome, permit) = await callRefresher(job.credentials, for: job)
+        await finish(job, outcome: outcome, startedAt: startedAt, permit: permit)
     }
 
     /// Whether `job` is still the session's flight; a superseded or ended one is forgotten (it has sent nothing).
@@ -565,7 +566,7 @@ extension CredentialsGate {
             await runLeasedFlight(job, store: coordinatedStore, startedAt: startedAt)
             return
         }
-        var outcome = await callRefresher(job.credentials, for: job)
+        var (outcome, permit) = await callRefresher(job.credentials, for: job)
         if case .failure(let error) = outcome, error.failureClass == .terminal,
             let stored = await storedReplacement(for: job)
         {
@@ -583,16 +584,17 @@ extension CredentialsGate {
                 }
                 return
             }
-            outcome = await callRefresher(stored.credentials, for: job)
+            (outcome, permit) = await callRefresher(stored.credentials, for: job)
         }
-        await finish(job, outcome: outcome, startedAt: startedAt)
+        await finish(job, outcome: outcome, startedAt: startedAt, permit: permit)
     }
 
     /// Refreshes `credentials` for `job`'s identifier through the ledger: once per refresh token in the process (a
     /// refresh of another controller presenting the same token is joined, a token already rotated gets the
-    /// rotation, a refused one fails at once).
+    /// rotation, a refused one fails at once). When this call ran the refresher and the ledger recorded the
+    /// rotation, the write of it is reserved for this flight's commit (the permit).
     func callRefresher(_ credentials: Credentials, for job: RefreshStateMachine.RefreshJob) async
-        -> Result<Credentials, UserSessionError>
+        -> (result: Result<Credentials, UserSessionError>, permit: CredentialsLedger.WritePermit?)
     {
         await ledger.refresh(
             identifier: job.identifier, userInfo: job.userInfo, credentials: credentials, fence: job.ledgerFence
@@ -615,14 +617,20 @@ extension CredentialsGate {
     }
 
     /// Commits or fails the flight with what the refresher returned, and reports it.
+    ///
+    /// `permit` is the ledger's reservation of the write of `outcome`'s credentials; it is spent here.
     func finish(
         _ job: RefreshStateMachine.RefreshJob, outcome: Result<Credentials, UserSessionError>,
-        startedAt: ContinuousClock.Instant
+        startedAt: ContinuousClock.Instant, permit: CredentialsLedger.WritePermit? = nil
     ) async {
         let waiters: Int?
         switch outcome {
-        case .success(let credentials): waiters = await commit(job, credentials)
-        case .failure(let error): waiters = await fail(job, error)
+        case .success(let credentials):
+            waiters = await commit(job, credentials, permit: permit)
+        case .failure(let error):
+            // A failure records no rotation, so it carries no permit.
+            if let permit { ledger.forfeit(permit) }
+            waiters = await fail(job, error)
         }
         reportFlight(job, outcome: outcome, waiters: waiters, duration: ContinuousClock.now - startedAt)
     }
@@ -702,7 +710,12 @@ extension CredentialsGate {
     /// returned (the slot is taken and the target chosen, ``RefreshStateMachine/refreshReturned(flightID:newCredentials:holding:)``)
     /// and one when the write finished (the write accounted for, the credentials published, the slot handed on,
     /// ``RefreshStateMachine/commitWritten(flightID:newCredentials:target:ticket:persistError:now:jitter:)``).
-    private func commit(_ job: RefreshStateMachine.RefreshJob, _ credentials: Credentials) async -> Int? {
+    ///
+    /// On the ledger's side the same commit takes two critical sections: the refresher's return recorded the
+    /// rotation and reserved its write (`permit`), and the write's end accounts for it.
+    private func commit(
+        _ job: RefreshStateMachine.RefreshJob, _ credentials: Credentials, permit: CredentialsLedger.WritePermit?
+    ) async -> Int? {
         var start = modifyStateAndRunActions {
             $0.refreshReturned(flightID: job.flightID, newCredentials: credentials)
         }
@@ -715,7 +728,8 @@ extension CredentialsGate {
         }
         guard case .holding(let ticket, let session, _) = start, let target = session else {
             // Stale: an orphan's rotation goes to its own record; one nobody here writes is the ledger's to write,
-            // on its schedule, unless the store has it.
+            // on its schedule, unless the store has it. Either way not under the reservation.
+            if let permit { ledger.forfeit(permit) }
             if let orphan = start.orphan, let ticket = start.ticket {
                 _ = await write(orphan, ticket: ticket)
             } else {
@@ -724,7 +738,7 @@ extension CredentialsGate {
             if let ticket = start.ticket { releasePersistSlot(ticket) }
             return nil
         }
-        let (written, landing) = await performWrite(target)
+        let (written, landing) = await performWrite(target, permit: permit)
         if case .superseded(let record) = written {
             // A coordinated store held a newer record (or none): it stands, and is adopted instead.
             writeReturned(target, ticket: ticket, landing: landing)
@@ -850,10 +864,23 @@ extension CredentialsGate {
     /// ledger refuses a write taken before a sign-out of its identifier, and says what a write that landed must do
     /// next. The caller reports the write's return to the machine (``writeReturned(_:ticket:landing:)``, or in a
     /// commit's last critical section).
-    private func performWrite(_ target: RefreshStateMachine.PersistTarget, overwrite: Bool = false) async
-        -> (WriteOutcome, CredentialsLedger.Landing)
-    {
-        guard ledger.writeBegins(target.identifier, fence: target.ledgerFence) else {
+    ///
+    /// With `permit` (a refresh commit's reserved write, spent here) the first check reads the fence without the
+    /// ledger's lock; a permit for another identifier or fence is given up and the write checked as any other.
+    private func performWrite(
+        _ target: RefreshStateMachine.PersistTarget, overwrite: Bool = false,
+        permit: CredentialsLedger.WritePermit? = nil
+    ) async -> (WriteOutcome, CredentialsLedger.Landing) {
+        let mayBegin: Bool
+        if let permit, permit.fence == target.ledgerFence,
+            ExactIdentifier.areEqual(permit.identifier, target.identifier)
+        {
+            mayBegin = ledger.begins(permit)
+        } else {
+            if let permit { ledger.forfeit(permit) }
+            mayBegin = ledger.writeBegins(target.identifier, fence: target.ledgerFence)
+        }
+        guard mayBegin else {
             return (.failed(UserSessionError(.sessionNotOpen, "the user signed out; the write was dropped")), .done)
         }
         var outcome: WriteOutcome

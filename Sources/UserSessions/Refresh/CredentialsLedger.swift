@@ -69,8 +69,11 @@ final class CredentialsLedger: Sendable {
     /// dictionary: its fence, its holder count and no ``Detail``. The rest is made at the first refresh, write or
     /// sign-out and lives in a ``Detail`` until the entry is dropped.
     struct Entry {
-        /// Changes at every sign-out: a write taken under an older fence must not land.
-        var fence: UInt64
+        /// Changes at every sign-out: a write taken under an older fence must not land. Mirrored in the detail's
+        /// ``FenceCell``, which a reserved write reads without the lock.
+        var fence: UInt64 {
+            didSet { detail?.fenceCell.fence.store(fence, ordering: .releasing) }
+        }
         /// Controllers (and restores in progress) holding the identifier.
         var holders = 0
         /// Everything beyond the fence and the holders, made when first needed.
@@ -81,7 +84,7 @@ final class CredentialsLedger: Sendable {
         /// The detail, made now if there is none (mutating: only in the ledger's critical sections).
         private mutating func made() -> Detail {
             if let detail { return detail }
-            let made = Detail()
+            let made = Detail(fence: fence)
             detail = made
             return made
         }
@@ -136,6 +139,9 @@ final class CredentialsLedger: Sendable {
 
         var isIdle: Bool { holders == 0 && (detail?.isIdle ?? true) }
 
+        /// The cell that mirrors ``fence`` outside the lock (the detail is made now if there is none).
+        mutating func madeFenceCell() -> FenceCell { made().fenceCell }
+
         mutating func spend(_ token: String, for result: Credentials) {
             if isSpent(token) { return }
             let detail = made()
@@ -164,6 +170,8 @@ final class CredentialsLedger: Sendable {
     /// The part of an ``Entry`` beyond its fence and holders. A class, so that an entry stays small in the
     /// dictionary; it is read and changed only inside the ledger's critical sections, like the entry that holds it.
     final class Detail {
+        /// The entry's fence, readable outside the lock by the holder of a ``WritePermit``.
+        let fenceCell: FenceCell
         var flights = SingleFlight<String, Joiner>()
         var current: StoredSession?
         var unwritten = false
@@ -175,7 +183,30 @@ final class CredentialsLedger: Sendable {
         var revision: UInt64?
         var signedOut = false
 
+        init(fence: UInt64) { fenceCell = FenceCell(fence: fence) }
+
         var isIdle: Bool { flights.isEmpty && !unwritten && writes == 0 && !retrying }
+    }
+
+    /// An entry's fence as an atomic, so that a ``WritePermit`` can be checked right before its write without
+    /// taking the ledger's lock. Written only inside the ledger's critical sections, with the entry's fence.
+    final class FenceCell: Sendable {
+        let fence: Atomic<UInt64>
+
+        init(fence: UInt64) { self.fence = Atomic(fence) }
+    }
+
+    /// The write of a rotation, reserved for the refresh that produced it in the same critical section that
+    /// recorded the rotation: so a refresh commit takes two of the ledger's critical sections, one when the
+    /// refresher returns and one when the write finishes (``writeFinished(_:fence:wrote:revision:schedule:)``).
+    ///
+    /// Its holder must spend it exactly once: by writing with it (``begins(_:)``, then `writeFinished`) or by
+    /// giving it up (``forfeit(_:)``). Until then the entry counts the write as in progress and is not dropped.
+    struct WritePermit: Sendable {
+        let identifier: String
+        /// The fence the rotation was recorded under.
+        let fence: UInt64
+        fileprivate let cell: FenceCell
     }
 
     /// A caller that joined the refresh in flight for the token it presents.
@@ -284,11 +315,14 @@ final class CredentialsLedger: Sendable {
     ///
     /// `fence` is the fence of the session asking: a session of a user who signed out since (from elsewhere) may
     /// still refresh what it serves, but its result is neither recorded here nor written.
+    ///
+    /// The caller that ran `call` gets a ``WritePermit`` with a rotation the ledger recorded: the write of that
+    /// rotation is reserved for it.
     func refresh(
         identifier: String, userInfo: UserInfo, credentials: Credentials, fence: UInt64,
         call: () async -> Result<Credentials, UserSessionError>
-    ) async -> Result<Credentials, UserSessionError> {
-        guard let sent = credentials.refreshToken else { return await call() }
+    ) async -> (result: Result<Credentials, UserSessionError>, permit: WritePermit?) {
+        guard let sent = credentials.refreshToken else { return (await call(), nil) }
         let key = ExactIdentifier(identifier)
         enum Step {
             case answered(Result<Credentials, UserSessionError>)
@@ -303,9 +337,9 @@ final class CredentialsLedger: Sendable {
         }
         switch step {
         case .answered(let result):
-            return result
+            return (result, nil)
         case .join:
-            return await withVisibleUnsafeContinuation { continuation in
+            let result = await withVisibleUnsafeContinuation { continuation in
                 let joined = modify(key) { entry -> Bool in
                     entry.flights.join(sent, id: Self.nextFence(), continuation)
                 }
@@ -317,14 +351,16 @@ final class CredentialsLedger: Sendable {
                     }
                 }
             }
+            return (result, nil)
         case .run(let flight):
             let result = await call()
-            let (waiters, recordRefusal) = modify(key) { entry in
+            let (waiters, recordRefusal, reserved) = modify(key) { entry in
                 flightReturned(&entry, flight: flight, userInfo: userInfo, result: result)
             }
             for waiter in waiters { waiter.resumeVisibly(returning: result) }
             if recordRefusal { await recordRefusalInStore(identifier: identifier, refused: sent) }
-            return result
+            let permit = reserved.map { WritePermit(identifier: identifier, fence: flight.fence, cell: $0) }
+            return (result, permit)
         }
     }
 
@@ -344,29 +380,30 @@ final class CredentialsLedger: Sendable {
                     .refreshFailed, "the shared refresh ended without a result", failureClass: .transient))
     }
 
-    /// The refresh `flight` returned `result`: records the rotation (unless the identifier signed out since) or
-    /// the refusal, and returns the joined waiters and whether the refusal must be recorded in the store.
+    /// The refresh `flight` returned `result`: records the rotation (unless the identifier signed out since) and
+    /// reserves its write for the flight's leader, or records the refusal. Returns the joined waiters, whether the
+    /// refusal must be recorded in the store, and the fence cell of a reserved write.
     private func flightReturned(
         _ entry: inout Entry, flight: Flight, userInfo: UserInfo, result: Result<Credentials, UserSessionError>
-    ) -> ([Joiner], Bool) {
+    ) -> ([Joiner], Bool, FenceCell?) {
         let waiters = entry.flights.land(flight.sent)
         let fenced = entry.fence != flight.fence
         switch result {
         case .success(let credentials):
             if credentials.refreshToken != flight.sent { entry.spend(flight.sent, for: credentials) }
-            if !fenced {
-                entry.current = StoredSession(userInfo: userInfo, credentials: credentials)
-                entry.unwritten = true
-                entry.refused = nil
-            }
-            return (waiters, false)
+            guard !fenced else { return (waiters, false, nil) }
+            entry.current = StoredSession(userInfo: userInfo, credentials: credentials)
+            entry.unwritten = true
+            entry.refused = nil
+            entry.writes += 1
+            return (waiters, false, entry.madeFenceCell())
         case .failure(let error):
             guard error.failureClass == .terminal, error.code != .refreshTokenRefused, !fenced else {
-                return (waiters, false)
+                return (waiters, false, nil)
             }
             entry.refused = flight.sent
             entry.writes += 1
-            return (waiters, true)
+            return (waiters, true, nil)
         }
     }
 
@@ -405,6 +442,21 @@ final class CredentialsLedger: Sendable {
             entry.writes += 1
             return true
         }
+    }
+
+    /// Whether the write `permit` reserved may start now: `true` unless the identifier signed out since the
+    /// rotation was recorded. Reads the fence without the lock; a permit that may not start is given up here.
+    func begins(_ permit: WritePermit) -> Bool {
+        guard permit.cell.fence.load(ordering: .acquiring) == permit.fence else {
+            forfeit(permit)
+            return false
+        }
+        return true
+    }
+
+    /// Gives up the write `permit` reserved (its holder will not write with it).
+    func forfeit(_ permit: WritePermit) {
+        writeFinished(permit.identifier, fence: permit.fence, wrote: nil)
     }
 
     /// What a write that landed must do next.
