@@ -379,8 +379,7 @@ extension UserSessionController {
             throw await unwindOpening(session, failure: error)
         }
         let (store, configuration) = (self.store, self.configuration)
-        // A registry's controllers persist no current identifier; without data directories there is nothing to do.
-        if configuration.persistsCurrentIdentifier || configuration.dataDirectories != nil {
+        if Self.persistsOnOpening(configuration) {
             do {
                 try await runOpeningStep {
                     try await Self.persistCurrentIdentifierAndCreateDirectories(
@@ -427,8 +426,15 @@ extension UserSessionController {
         }
     }
 
+    /// Whether an opening session has last steps to persist (``persistCurrentIdentifierAndCreateDirectories``):
+    /// a registry's controllers persist no current identifier, and without data directories there is nothing to do.
+    static func persistsOnOpening(_ configuration: Configuration) -> Bool {
+        configuration.persistsCurrentIdentifier || configuration.dataDirectories != nil
+    }
+
     /// The last steps of persisting an opening session: its identifier for ``restore()`` (unless
-    /// ``Configuration/persistsCurrentIdentifier`` is off) and its data directories (if configured).
+    /// ``Configuration/persistsCurrentIdentifier`` is off) and its data directories (if configured). Nothing to do
+    /// unless ``persistsOnOpening(_:)``.
     static func persistCurrentIdentifierAndCreateDirectories(
         _ identifier: String, store: any TokenStore, configuration: Configuration
     ) async throws {
