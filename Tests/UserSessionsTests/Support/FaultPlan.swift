@@ -274,12 +274,13 @@ struct HangGuardTripped: Error, CustomStringConvertible {
 /// Runs `body` and returns its result, or records an issue and throws ``HangGuardTripped`` when it does not finish
 /// within `seconds` of real time.
 ///
-/// Not a timing assertion: the bound is generous (10 s for work that takes microseconds) and exists so that a hang
+/// Not a timing assertion: the bound is generous (30 s for work that takes microseconds, so that a machine busy
+/// with other builds, whose cooperative pool can be starved for seconds, never trips it) and exists so that a hang
 /// fails the test instead of hanging the suite. `body` runs in an unstructured task, because a task group would
 /// wait for a child that ignores cancellation; a hung body is abandoned (cancelled, and left behind). The wait is
 /// the package's own `Deadline.wait(for:timeout:clock:)`, in real time.
 func withHangGuard<T: Sendable>(
-    _ what: String, seconds: Int = 10, sourceLocation: SourceLocation = #_sourceLocation,
+    _ what: String, seconds: Int = 30, sourceLocation: SourceLocation = #_sourceLocation,
     _ body: @escaping @Sendable () async throws -> T
 ) async throws -> T {
     let work = Task { try await body() }
