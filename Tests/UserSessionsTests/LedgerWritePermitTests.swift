@@ -40,23 +40,26 @@ struct LedgerWritePermitTests {
         #expect(ledger.entryCount == 0)
     }
 
-    @Test func aSignOutAfterTheRefresherReturnedStopsTheReservedWriteAndReleasesIt() async throws {
-        let ledger = CredentialsLedger(store: InMemoryTokenStore())
-        let fence = ledger.hold("alice")
-        let permit = try #require(await refresh(ledger, fence: fence))
-        ledger.signedOut(identifier: "alice")
-        #expect(!ledger.begins(permit))
-        #expect(!ledger.hasPendingWork("alice"))
-        ledger.release("alice")
-        #expect(ledger.entryCount == 0)
+    /// What changes the fence after the refresher returned: a sign-out (from anywhere) or a new sign-in.
+    enum FenceChange: CaseIterable, Sendable {
+        case signedOut, signedIn
+
+        func apply(to ledger: CredentialsLedger) {
+            switch self {
+            case .signedOut: ledger.signedOut(identifier: "alice")
+            case .signedIn: ledger.signedIn("alice")
+            }
+        }
     }
 
-    @Test func aSignInAfterTheRefresherReturnedStopsTheReservedWriteToo() async throws {
+    @Test(arguments: FenceChange.allCases)
+    func aFenceChangeAfterTheRefresherReturnedStopsTheReservedWriteAndReleasesIt(_ change: FenceChange) async throws {
         let ledger = CredentialsLedger(store: InMemoryTokenStore())
         let fence = ledger.hold("alice")
         let permit = try #require(await refresh(ledger, fence: fence))
-        ledger.signedIn("alice")
+        change.apply(to: ledger)
         #expect(!ledger.begins(permit))
+        #expect(!ledger.hasPendingWork("alice"))
         ledger.release("alice")
         #expect(ledger.entryCount == 0)
     }
