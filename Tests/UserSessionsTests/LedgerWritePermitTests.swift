@@ -4,8 +4,8 @@ import Testing
 @testable import UserSessions
 
 /// The write a refresh's leader gets reserved with its rotation (``CredentialsLedger/WritePermit``): the ledger's
-/// side of a refresh commit is two critical sections, the refresher's return and the write's end, and a reservation
-/// is spent exactly once whatever happens in between.
+/// side of a refresh commit is the refresher's return, the way into the identifier's write turn and the write's
+/// end, and a reservation is spent exactly once whatever happens in between.
 struct LedgerWritePermitTests {
     static let user = UserInfo(id: "alice")
     static let sent = Credentials(accessToken: "at-0", refreshToken: "rt-0", expiresAt: nil)
@@ -33,8 +33,8 @@ struct LedgerWritePermitTests {
         #expect(permit.fence == fence)
         // Reserved: the write counts as in progress until it ends.
         #expect(ledger.hasPendingWork("alice"))
-        #expect(ledger.begins(permit))
-        #expect(ledger.writeFinished("alice", fence: fence, wrote: Self.rotated) == .done)
+        let turn = try #require(await ledger.enterWriteTurn("alice", fence: permit.fence, reserved: true))
+        #expect(ledger.writeFinished("alice", fence: fence, wrote: Self.rotated, turn: turn) == .done)
         #expect(!ledger.hasPendingWork("alice"))
         ledger.release("alice")
         #expect(ledger.entryCount == 0)
@@ -58,7 +58,7 @@ struct LedgerWritePermitTests {
         let fence = ledger.hold("alice")
         let permit = try #require(await refresh(ledger, fence: fence))
         change.apply(to: ledger)
-        #expect(!ledger.begins(permit))
+        #expect(await ledger.enterWriteTurn("alice", fence: permit.fence, reserved: true) == nil)
         #expect(!ledger.hasPendingWork("alice"))
         ledger.release("alice")
         #expect(ledger.entryCount == 0)
@@ -76,8 +76,8 @@ struct LedgerWritePermitTests {
         #expect(adopted)
         #expect(read.credentials == Self.rotated)
         // Another writer may take the write over.
-        #expect(ledger.writeBegins("alice", fence: fence))
-        #expect(ledger.writeFinished("alice", fence: fence, wrote: Self.rotated) == .done)
+        let turn = try #require(await ledger.enterWriteTurn("alice", fence: fence))
+        #expect(ledger.writeFinished("alice", fence: fence, wrote: Self.rotated, turn: turn) == .done)
         ledger.release("alice")
         #expect(ledger.entryCount == 0)
     }

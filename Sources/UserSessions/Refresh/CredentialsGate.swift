@@ -170,6 +170,11 @@ final class CredentialsGate: Sendable {
         eventOrder.withLock { _ in backgroundWork.withLock { $0.flushAbandoned = number } }
         flush.cancel()
         modifyStateAndRunActions { $0.slotAbandoned() }
+        let turn = backgroundWork.withLock { work in
+            defer { work.writeTurn = nil }
+            return work.writeTurn
+        }
+        if let turn { ledger.leaveWriteTurn(turn.identifier, token: turn.token) }
         events.emit(
             .persistenceFailed, session: nil,
             detail: "the token store did not finish a write within \(timeout); closing without waiting for it")
@@ -860,29 +865,30 @@ extension CredentialsGate {
         return outcome
     }
 
-    /// The store call of a write the caller makes holding the slot, with the ledger's two checks around it: the
-    /// ledger refuses a write taken before a sign-out of its identifier, and says what a write that landed must do
-    /// next. The caller reports the write's return to the machine (``writeReturned(_:ticket:landing:)``, or in a
-    /// commit's last critical section).
+    /// The store call of a write the caller makes holding the slot, in the ledger's write turn for its identifier:
+    /// the ledger refuses a write taken before a sign-out or a sign-in of its identifier, orders it with every other
+    /// write of the identifier in this process, and says what a write that landed must do next. The caller reports
+    /// the write's return to the machine (``writeReturned(_:ticket:landing:)``, or in a commit's last critical
+    /// section).
     ///
-    /// With `permit` (a refresh commit's reserved write, spent here) the first check reads the fence without the
-    /// ledger's lock; a permit for another identifier or fence is given up and the write checked as any other.
+    /// With `permit` (a refresh commit's reserved write, spent here) the reservation is spent on the way into the
+    /// turn; a permit for another identifier or fence is given up and the write checked as any other.
     private func performWrite(
         _ target: RefreshStateMachine.PersistTarget, overwrite: Bool = false,
         permit: CredentialsLedger.WritePermit? = nil
     ) async -> (WriteOutcome, CredentialsLedger.Landing) {
-        let mayBegin: Bool
-        if let permit, permit.fence == target.ledgerFence,
-            ExactIdentifier.areEqual(permit.identifier, target.identifier)
-        {
-            mayBegin = ledger.begins(permit)
-        } else {
-            if let permit { ledger.forfeit(permit) }
-            mayBegin = ledger.writeBegins(target.identifier, fence: target.ledgerFence)
+        var reserved = false
+        if let permit {
+            reserved =
+                permit.fence == target.ledgerFence && ExactIdentifier.areEqual(permit.identifier, target.identifier)
+            if !reserved { ledger.forfeit(permit) }
         }
-        guard mayBegin else {
+        guard
+            let turn = await ledger.enterWriteTurn(target.identifier, fence: target.ledgerFence, reserved: reserved)
+        else {
             return (.failed(UserSessionError(.sessionNotOpen, "the user signed out; the write was dropped")), .done)
         }
+        backgroundWork.withLock { $0.writeTurn = (target.identifier, turn) }
         var outcome: WriteOutcome
         do {
             if let coordinated = coordinatedStore, overwrite || target.baseRevision != nil {
@@ -903,8 +909,11 @@ extension CredentialsGate {
             }
         // No record where one was expected: the user signed out elsewhere, for every controller of this process too.
         if case .superseded(.none) = outcome { ledger.signedOut(identifier: target.identifier) }
+        backgroundWork.withLock { work in
+            if work.writeTurn?.token == turn { work.writeTurn = nil }
+        }
         let landing = ledger.writeFinished(
-            target.identifier, fence: target.ledgerFence, wrote: wrote, schedule: ledgerSchedule)
+            target.identifier, fence: target.ledgerFence, wrote: wrote, schedule: ledgerSchedule, turn: turn)
         return (outcome, landing)
     }
 
@@ -935,29 +944,33 @@ extension CredentialsGate {
     /// it takes before the session's credentials become readable: nothing of the new session (a refresh commit)
     /// can then be written before it.
     func writeOpening(_ stored: StoredSession, identifier: String) async throws {
-        var revision: UInt64?
-        if let coordinatedStore {
-            revision = try await Self.overwrite(stored, identifier: identifier, store: coordinatedStore)
-        } else {
+        // A sign-in, in the ledger's write turn, once the store has it: it replaces whatever the ledger held for the
+        // identifier (a failed sign-in replaces nothing), no write taken before it lands after it, and this
+        // session's writes are taken under the new fence.
+        let (revision, fence) = try await ledger.signIn(identifier) { () async throws -> UInt64? in
+            if let coordinatedStore {
+                return try await Self.overwrite(stored, identifier: identifier, store: coordinatedStore)
+            }
             try await store.save(stored, identifier: identifier)
+            return nil
         }
-        // A sign-in, once the store has it: it replaces whatever the ledger held for the identifier (a failed
-        // sign-in replaces nothing), and this session's writes are taken under the new fence.
-        let fence = ledger.signedIn(identifier)
         modifyStateAndRunActions { $0.signedIn(identifier: identifier, revision: revision, ledgerFence: fence) }
     }
 
     /// `closeAndClear()`'s removal of `identifier`'s record (its session is already deactivated), fenced against
     /// every write: no write taken before it can land after it.
     ///
-    /// The fence has three parts. The clear epoch is bumped first, so a refresh of the ended session that is
-    /// still running (an orphan) writes nothing. The removal then waits for the persistence slot, so a write in
-    /// progress lands before it. And a write that overran the close's deadline (its slot was taken away) and
-    /// lands after the removal finds the epoch changed and removes the record again (``write(_:ticket:)``).
+    /// The removal waits for the persistence slot and then for the ledger's write turn, so every write in progress
+    /// or queued before it lands first; once the store removed the record, the ledger's fence changes (every write
+    /// taken before is refused) and the clear epoch is bumped, so a refresh of the ended session that is still
+    /// running (an orphan) writes nothing. A write that overran the close's deadline (it lost its slot and its turn)
+    /// and lands after the removal is removed again (``write(_:ticket:)``). A removal the store refused changes
+    /// nothing: the user is still signed in, and the ledger still writes her newest credentials.
     func clear(identifier: String) async throws {
-        ledger.signedOut(identifier: identifier)
+        try await withPersistSlot { _ in
+            try await ledger.signOut(identifier) { try await store.remove(identifier: identifier) }
+        }
         modifyStateAndRunActions { $0.signedOut(identifier: identifier) }
-        try await withPersistSlot { _ in try await store.remove(identifier: identifier) }
     }
 
     /// Publishes credentials obtained elsewhere: written first, then published, then the event, then the waiters
@@ -1247,6 +1260,9 @@ extension CredentialsGate {
         /// flush reports nothing.
         var flushesStarted: UInt64 = 0
         var flushAbandoned: UInt64 = 0
+        /// The ledger's write turn the write in the persistence slot holds: a write that overran both of
+        /// `deactivate()`'s deadlines loses it with the slot.
+        var writeTurn: (identifier: String, token: UInt64)?
         /// What observes the background work, if anything (see ``BackgroundWorkProbe``; production code installs
         /// none).
         var probe: (any BackgroundWorkProbe)?

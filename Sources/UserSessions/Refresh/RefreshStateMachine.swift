@@ -690,7 +690,7 @@ extension RefreshStateMachine {
             let session = target(newCredentials, version: persistence.version + 1)
             return (.holding(ticket: holder, session: session, orphan: nil), .none)
         }
-        // Fenced per identifier by the ledger (``CredentialsLedger/writeBegins(_:fence:)``), not by this machine's
+        // Fenced per identifier by the ledger (``CredentialsLedger/enterWriteTurn(_:fence:reserved:)``), not by this machine's
         // epoch: a clear of another identifier in this controller must not drop this user's rotation.
         guard let orphan = orphans.removeValue(forKey: flightID) else {
             return (.holding(ticket: holder, session: nil, orphan: nil), .none)

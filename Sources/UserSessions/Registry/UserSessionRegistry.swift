@@ -363,10 +363,10 @@ extension UserSessionRegistry {
                 await removeIfNotOpened(key, controller)
             } else {
                 await revokeStoredCredentials(of: identifier)
-                // Fences the identifier for every controller of the process: a refresh of an evicted controller
-                // still in flight, or a write the ledger still retries, never brings the record back.
-                ledger.signedOut(identifier: identifier)
-                try await store.remove(identifier: identifier)
+                // Fences the identifier for every controller of the process once the store removed the record: a
+                // refresh of an evicted controller still in flight, or a write the ledger still retries, never
+                // brings the record back, and a removal the store refused loses nothing.
+                try await ledger.signOut(identifier) { try await store.remove(identifier: identifier) }
                 try await configuration.dataDirectories?.removeDirectories(for: identifier)
             }
             // Checked and reset in one critical section, so a `switchUser` in between is never undone.
