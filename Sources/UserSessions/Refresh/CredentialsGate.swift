@@ -542,8 +542,8 @@ extension CredentialsGate {
         // process wrote (superseding this flight) while the record was read here; the refresh token this flight
         // holds is then spent, and presenting it again would be a reuse that revokes the whole token family.
         guard stillCurrent(job) else { return }
-        let (outcome, permit) = await callRefresher(job.credentials, for: job)
-        await finish(job, outcome: outcome, startedAt: startedAt, permit: permit)
+        let outcome = await callRefresher(job.credentials, for: job)
+        await finish(job, outcome: outcome, startedAt: startedAt)
     }
 
     /// Whether `job` is still the session's flight; a superseded or ended one is forgotten (it has sent nothing).
@@ -571,7 +571,7 @@ extension CredentialsGate {
             await runLeasedFlight(job, store: coordinatedStore, startedAt: startedAt)
             return
         }
-        var (outcome, permit) = await callRefresher(job.credentials, for: job)
+        var outcome = await callRefresher(job.credentials, for: job)
         if case .failure(let error) = outcome, error.failureClass == .terminal,
             let stored = await storedReplacement(for: job)
         {
@@ -589,17 +589,16 @@ extension CredentialsGate {
                 }
                 return
             }
-            (outcome, permit) = await callRefresher(stored.credentials, for: job)
+            outcome = await callRefresher(stored.credentials, for: job)
         }
-        await finish(job, outcome: outcome, startedAt: startedAt, permit: permit)
+        await finish(job, outcome: outcome, startedAt: startedAt)
     }
 
     /// Refreshes `credentials` for `job`'s identifier through the ledger: once per refresh token in the process (a
     /// refresh of another controller presenting the same token is joined, a token already rotated gets the
-    /// rotation, a refused one fails at once). When this call ran the refresher and the ledger recorded the
-    /// rotation, the write of it is reserved for this flight's commit (the permit).
+    /// rotation, a refused one fails at once, and credentials older than a refresh's result get that result).
     func callRefresher(_ credentials: Credentials, for job: RefreshStateMachine.RefreshJob) async
-        -> (result: Result<Credentials, UserSessionError>, permit: CredentialsLedger.WritePermit?)
+        -> Result<Credentials, UserSessionError>
     {
         await ledger.refresh(
             identifier: job.identifier, userInfo: job.userInfo, credentials: credentials, fence: job.ledgerFence
@@ -622,19 +621,15 @@ extension CredentialsGate {
     }
 
     /// Commits or fails the flight with what the refresher returned, and reports it.
-    ///
-    /// `permit` is the ledger's reservation of the write of `outcome`'s credentials; it is spent here.
     func finish(
         _ job: RefreshStateMachine.RefreshJob, outcome: Result<Credentials, UserSessionError>,
-        startedAt: ContinuousClock.Instant, permit: CredentialsLedger.WritePermit? = nil
+        startedAt: ContinuousClock.Instant
     ) async {
         let waiters: Int?
         switch outcome {
         case .success(let credentials):
-            waiters = await commit(job, credentials, permit: permit)
+            waiters = await commit(job, credentials)
         case .failure(let error):
-            // A failure records no rotation, so it carries no permit.
-            if let permit { ledger.forfeit(permit) }
             waiters = await fail(job, error)
         }
         reportFlight(job, outcome: outcome, waiters: waiters, duration: ContinuousClock.now - startedAt)
@@ -716,11 +711,10 @@ extension CredentialsGate {
     /// and one when the write finished (the write accounted for, the credentials published, the slot handed on,
     /// ``RefreshStateMachine/commitWritten(flightID:newCredentials:target:ticket:persistError:now:jitter:)``).
     ///
-    /// On the ledger's side the same commit takes two critical sections: the refresher's return recorded the
-    /// rotation and reserved its write (`permit`), and the write's end accounts for it.
-    private func commit(
-        _ job: RefreshStateMachine.RefreshJob, _ credentials: Credentials, permit: CredentialsLedger.WritePermit?
-    ) async -> Int? {
+    /// On the ledger's side the same commit takes three critical sections of the entry: the refresher's return
+    /// records the rotation as unwritten, the write takes the identifier's write turn (under the session's fence),
+    /// and the write's end lands it and hands the turn on.
+    private func commit(_ job: RefreshStateMachine.RefreshJob, _ credentials: Credentials) async -> Int? {
         var start = modifyStateAndRunActions {
             $0.refreshReturned(flightID: job.flightID, newCredentials: credentials)
         }
@@ -733,8 +727,7 @@ extension CredentialsGate {
         }
         guard case .holding(let ticket, let session, _) = start, let target = session else {
             // Stale: an orphan's rotation goes to its own record; one nobody here writes is the ledger's to write,
-            // on its schedule, unless the store has it. Either way not under the reservation.
-            if let permit { ledger.forfeit(permit) }
+            // on its schedule, unless the store has it.
             if let orphan = start.orphan, let ticket = start.ticket {
                 _ = await write(orphan, ticket: ticket)
             } else {
@@ -743,7 +736,7 @@ extension CredentialsGate {
             if let ticket = start.ticket { releasePersistSlot(ticket) }
             return nil
         }
-        let (written, landing) = await performWrite(target, permit: permit)
+        let (written, landing) = await performWrite(target)
         if case .superseded(let record) = written {
             // A coordinated store held a newer record (or none): it stands, and is adopted instead.
             writeReturned(target, ticket: ticket, landing: landing)
@@ -870,22 +863,10 @@ extension CredentialsGate {
     /// write of the identifier in this process, and says what a write that landed must do next. The caller reports
     /// the write's return to the machine (``writeReturned(_:ticket:landing:)``, or in a commit's last critical
     /// section).
-    ///
-    /// With `permit` (a refresh commit's reserved write, spent here) the reservation is spent on the way into the
-    /// turn; a permit for another identifier or fence is given up and the write checked as any other.
     private func performWrite(
-        _ target: RefreshStateMachine.PersistTarget, overwrite: Bool = false,
-        permit: CredentialsLedger.WritePermit? = nil
+        _ target: RefreshStateMachine.PersistTarget, overwrite: Bool = false
     ) async -> (WriteOutcome, CredentialsLedger.Landing) {
-        var reserved = false
-        if let permit {
-            reserved =
-                permit.fence == target.ledgerFence && ExactIdentifier.areEqual(permit.identifier, target.identifier)
-            if !reserved { ledger.forfeit(permit) }
-        }
-        guard
-            let turn = await ledger.enterWriteTurn(target.identifier, fence: target.ledgerFence, reserved: reserved)
-        else {
+        guard let turn = await ledger.enterWriteTurn(target.identifier, fence: target.ledgerFence) else {
             return (.failed(UserSessionError(.sessionNotOpen, "the user signed out; the write was dropped")), .done)
         }
         backgroundWork.withLock { $0.writeTurn = (target.identifier, turn) }

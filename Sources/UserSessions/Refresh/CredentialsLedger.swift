@@ -113,10 +113,10 @@ final class CredentialsLedger: Sendable {
             get { detail?.refused }
             set { made().refused = newValue }
         }
-        /// Writes reserved for a refresh's leader (a rotation's or a refusal's) that have not asked for the turn yet.
-        var writes: Int {
-            get { detail?.writes ?? 0 }
-            set { made().writes = newValue }
+        /// Refusals to record in the store that have not asked for the write turn yet (each keeps the entry).
+        var refusalWrites: Int {
+            get { detail?.refusalWrites ?? 0 }
+            set { made().refusalWrites = newValue }
         }
         /// The ledger's own write loop runs.
         var retrying: Bool {
@@ -220,7 +220,7 @@ final class CredentialsLedger: Sendable {
         var unwritten = false
         var rotations: [Rotation] = []
         var refused: String?
-        var writes = 0
+        var refusalWrites = 0
         var retrying = false
         var schedule: Schedule?
         var revision: UInt64?
@@ -231,19 +231,8 @@ final class CredentialsLedger: Sendable {
         init() {}
 
         var isIdle: Bool {
-            flights.isEmpty && !unwritten && writes == 0 && !retrying && turn == nil && turnQueue.isEmpty
+            flights.isEmpty && !unwritten && refusalWrites == 0 && !retrying && turn == nil && turnQueue.isEmpty
         }
-    }
-
-    /// The write of a rotation, reserved for the refresh that produced it in the same critical section that
-    /// recorded the rotation, so that the entry is not dropped before its leader writes it.
-    ///
-    /// Its holder must spend it exactly once: by asking for the write turn with it
-    /// (``enterWriteTurn(_:fence:reserved:)`` with `reserved`) or by giving it up (``forfeit(_:)``).
-    struct WritePermit: Sendable {
-        let identifier: String
-        /// The fence the rotation was recorded under.
-        let fence: UInt64
     }
 
     /// A caller that joined the refresh in flight for the token it presents.
@@ -309,7 +298,7 @@ final class CredentialsLedger: Sendable {
     func hasPendingWork(_ identifier: String) -> Bool {
         entries.withLock { entries in
             guard let entry = entries[ExactIdentifier(identifier)] else { return false }
-            return !entry.flights.isEmpty || entry.unwritten || entry.writes > 0 || entry.turn != nil
+            return !entry.flights.isEmpty || entry.unwritten || entry.refusalWrites > 0 || entry.turn != nil
                 || !entry.turnQueue.isEmpty
         }
     }
@@ -355,13 +344,13 @@ final class CredentialsLedger: Sendable {
     /// `fence` is the fence of the session asking: a session of a user who signed out since (from elsewhere) may
     /// still refresh what it serves, but its result is neither recorded here nor written.
     ///
-    /// The caller that ran `call` gets a ``WritePermit`` with a rotation the ledger recorded: the write of that
-    /// rotation is reserved for it.
+    /// A rotation the ledger recorded stays unwritten (and its entry alive) until a write in the identifier's
+    /// write turn lands it: the caller's commit, or the ledger's own write loop once no controller holds it.
     func refresh(
         identifier: String, userInfo: UserInfo, credentials: Credentials, fence: UInt64,
         call: () async -> Result<Credentials, UserSessionError>
-    ) async -> (result: Result<Credentials, UserSessionError>, permit: WritePermit?) {
-        guard let sent = credentials.refreshToken else { return (await call(), nil) }
+    ) async -> Result<Credentials, UserSessionError> {
+        guard let sent = credentials.refreshToken else { return await call() }
         let key = ExactIdentifier(identifier)
         enum Step {
             case answered(Result<Credentials, UserSessionError>)
@@ -376,7 +365,7 @@ final class CredentialsLedger: Sendable {
         }
         switch step {
         case .answered(let result):
-            return (result, nil)
+            return result
         case .join:
             let result = await withVisibleUnsafeContinuation { continuation in
                 let joined = modify(key) { entry -> Bool in
@@ -390,16 +379,15 @@ final class CredentialsLedger: Sendable {
                     }
                 }
             }
-            return (result, nil)
+            return result
         case .run(let flight):
             let result = await call()
-            let (waiters, recordRefusal, reserved) = modify(key) { entry in
+            let (waiters, recordRefusal) = modify(key) { entry in
                 flightReturned(&entry, flight: flight, userInfo: userInfo, result: result)
             }
             for waiter in waiters { waiter.resumeVisibly(returning: result) }
             if recordRefusal { await recordRefusalInStore(identifier: identifier, refused: sent, fence: flight.fence) }
-            let permit = reserved ? WritePermit(identifier: identifier, fence: flight.fence) : nil
-            return (result, permit)
+            return result
         }
     }
 
@@ -419,30 +407,29 @@ final class CredentialsLedger: Sendable {
                     .refreshFailed, "the shared refresh ended without a result", failureClass: .transient))
     }
 
-    /// The refresh `flight` returned `result`: records the rotation (unless the identifier signed out since) and
-    /// reserves its write for the flight's leader, or records the refusal. Returns the joined waiters, whether the
-    /// refusal must be recorded in the store, and whether a write was reserved.
+    /// The refresh `flight` returned `result`: records the rotation as unwritten (unless the identifier signed out
+    /// or in since), or records the refusal and reserves its write. Returns the joined waiters and whether the
+    /// refusal must be recorded in the store.
     private func flightReturned(
         _ entry: inout Entry, flight: Flight, userInfo: UserInfo, result: Result<Credentials, UserSessionError>
-    ) -> ([Joiner], Bool, Bool) {
+    ) -> ([Joiner], Bool) {
         let waiters = entry.flights.land(flight.sent)
         let fenced = entry.fence != flight.fence
         switch result {
         case .success(let credentials):
             entry.recordRefresh(of: flight.presented, sent: flight.sent, result: credentials)
-            guard !fenced else { return (waiters, false, false) }
+            guard !fenced else { return (waiters, false) }
             entry.current = StoredSession(userInfo: userInfo, credentials: credentials)
             entry.unwritten = true
             entry.refused = nil
-            entry.writes += 1
-            return (waiters, false, true)
+            return (waiters, false)
         case .failure(let error):
             guard error.failureClass == .terminal, error.code != .refreshTokenRefused, !fenced else {
-                return (waiters, false, false)
+                return (waiters, false)
             }
             entry.refused = flight.sent
-            entry.writes += 1
-            return (waiters, true, false)
+            entry.refusalWrites += 1
+            return (waiters, true)
         }
     }
 
@@ -496,7 +483,7 @@ final class CredentialsLedger: Sendable {
     /// ``writeFinished(_:fence:wrote:revision:schedule:turn:)``), or `nil` when the fence changed (a sign-out or a
     /// sign-in since): the write must not happen, and nothing is held.
     ///
-    /// With `reserved`, the caller spends a reservation (a ``WritePermit``, or a refusal to record) on the way in.
+    /// With `reserved`, the caller spends the reservation of a refusal to record on the way in.
     /// Turns are handed on in arrival order; a write waiting whose fence changed meanwhile is refused when its turn
     /// comes. One critical section when the turn is free.
     func enterWriteTurn(_ identifier: String, fence: UInt64?, reserved: Bool = false) async -> UInt64? {
@@ -509,7 +496,7 @@ final class CredentialsLedger: Sendable {
         return await withVisibleUnsafeContinuation { continuation in
             // Answered here when the turn was let go or the fence changed since the first look; queued otherwise.
             let answer = modify(key) { entry -> UInt64?? in
-                if reserved { entry.writes = max(0, entry.writes - 1) }
+                if reserved { entry.refusalWrites = max(0, entry.refusalWrites - 1) }
                 if let fence, entry.fence != fence { return .some(nil) }
                 guard entry.turn != nil else {
                     let token = Self.nextFence()
@@ -537,11 +524,11 @@ final class CredentialsLedger: Sendable {
     func tryEnterWriteTurn(_ identifier: String, fence: UInt64?, reserved: Bool) -> TurnAttempt {
         modify(ExactIdentifier(identifier)) { entry -> TurnAttempt in
             if let fence, entry.fence != fence {
-                if reserved { entry.writes = max(0, entry.writes - 1) }
+                if reserved { entry.refusalWrites = max(0, entry.refusalWrites - 1) }
                 return .refused
             }
             guard entry.turn == nil else { return .busy }
-            if reserved { entry.writes = max(0, entry.writes - 1) }
+            if reserved { entry.refusalWrites = max(0, entry.refusalWrites - 1) }
             let token = Self.nextFence()
             entry.turn = token
             return .granted(token)
@@ -610,15 +597,6 @@ final class CredentialsLedger: Sendable {
     }
 
     // MARK: - Writes
-
-    /// Gives up the write `permit` reserved (its holder will not write with it).
-    func forfeit(_ permit: WritePermit) {
-        let start = modify(ExactIdentifier(permit.identifier)) { entry -> Bool in
-            entry.writes = max(0, entry.writes - 1)
-            return entry.fence == permit.fence && startLoopIfNeeded(&entry)
-        }
-        if start { startWriteLoop(permit.identifier) }
-    }
 
     /// What a write that landed must do next.
     enum Landing: Equatable {
