@@ -12,7 +12,6 @@ import Synchronization
 ///   adopts the rotation instead of presenting the spent token (``readThrough(_:identifier:)``);
 /// - whether that rotation is **unwritten**, with its own retry schedule: the ledger keeps writing it until the
 ///   store takes it or the user signs out, whether or not a controller still holds the identifier;
-/// - the **revision** last seen in a coordinated store;
 /// - the **write turn**: every write of the identifier's record made in this process (a rotation, a retry, a
 ///   refusal, a sign-in, a sign-out, a reseal) runs in it, one at a time in arrival order, and a write taken under
 ///   a fence passes it only while the fence holds (``enterWriteTurn(_:fence:reserved:)``);
@@ -128,11 +127,6 @@ final class CredentialsLedger: Sendable {
             get { detail?.schedule }
             set { made().schedule = newValue }
         }
-        /// The revision last seen in a coordinated store.
-        var revision: UInt64? {
-            get { detail?.revision }
-            set { made().revision = newValue }
-        }
         /// Whether the last fence came from a sign-out (not a sign-in): only then is a late write removed again.
         var signedOut: Bool {
             get { detail?.signedOut ?? false }
@@ -223,7 +217,6 @@ final class CredentialsLedger: Sendable {
         var refusalWrites = 0
         var retrying = false
         var schedule: Schedule?
-        var revision: UInt64?
         var signedOut = false
         var turn: UInt64?
         var turnQueue: [TurnWaiter] = []
@@ -480,7 +473,7 @@ final class CredentialsLedger: Sendable {
 
     /// Waits for `identifier`'s write turn, for a write taken under `fence` (`nil`: unconditional). Returns the
     /// turn's token, which the caller passes back when it leaves the turn (``leaveWriteTurn(_:token:)``, or
-    /// ``writeFinished(_:fence:wrote:revision:schedule:turn:)``), or `nil` when the fence changed (a sign-out or a
+    /// ``writeFinished(_:fence:wrote:schedule:turn:)``), or `nil` when the fence changed (a sign-out or a
     /// sign-in since): the write must not happen, and nothing is held.
     ///
     /// With `reserved`, the caller spends the reservation of a refusal to record on the way in.
@@ -609,12 +602,11 @@ final class CredentialsLedger: Sendable {
     /// wrote (when it did).
     @discardableResult
     func writeFinished(
-        _ identifier: String, fence: UInt64, wrote credentials: Credentials?, revision: UInt64? = nil,
-        schedule: Schedule? = nil, turn: UInt64
+        _ identifier: String, fence: UInt64, wrote credentials: Credentials?, schedule: Schedule? = nil,
+        turn: UInt64
     ) -> Landing {
         let (landing, start, handover) = modify(ExactIdentifier(identifier)) { entry -> (Landing, Bool, Handover) in
             let handover = handOver(&entry, from: turn)
-            if let revision { entry.revision = revision }
             guard entry.fence == fence else {
                 // Landed after a sign-out it did not wait for (one that came from the store, or a write that lost
                 // its turn to a close's deadline): undone. After a sign-in it is left to the new session, whose
@@ -690,7 +682,6 @@ final class CredentialsLedger: Sendable {
             entry.signedOut = true
             entry.unwritten = false
             entry.refused = nil
-            entry.revision = nil
         }
     }
 
@@ -746,14 +737,13 @@ final class CredentialsLedger: Sendable {
             handover.resume()
             guard let (session, spent) = job else { return }
             var wrote = false
-            var newRevision: UInt64?
             do {
                 if let coordinatedStore {
                     // Conditional on the record this rotation replaces: one removed or rotated elsewhere stands.
                     let record = try await coordinatedStore.loadRevised(identifier: identifier)
                     guard let record, let token = record.session.credentials?.refreshToken, spent.contains(token)
                     else { throw UserSessionError(.revisionConflict, "the record changed elsewhere") }
-                    newRevision = try await coordinatedStore.save(
+                    _ = try await coordinatedStore.save(
                         session, identifier: identifier, expectedRevision: record.revision)
                 } else {
                     try await store.save(session, identifier: identifier)
@@ -772,7 +762,6 @@ final class CredentialsLedger: Sendable {
             }
             let (landing, handedOver) = modify(key) { entry -> (Landing, Handover) in
                 let handover = handOver(&entry, from: turn)
-                if let newRevision { entry.revision = newRevision }
                 guard entry.fence == fence else {
                     entry.retrying = false
                     return (wrote && entry.signedOut ? .removeAgain : .done, handover)
