@@ -170,12 +170,13 @@ public final class UserSessionRegistry: Sendable {
         let (controller, entryID) = try state.withLock { state -> (UserSessionController, UInt64?) in
             guard !state.isShutDown else { throw Self.shutdownError }
             if let held = state.lookUp(key, now: now) { return (held, nil) }
-            let entryID = state.insert(candidate, for: key, now: now)
-            // Under the lock, so that a subscriber's forwarder exists before anyone can open the controller.
-            relay.attach(candidate, identifier: identifier, entryID: entryID)
-            return (candidate, entryID)
+            return (candidate, state.insert(candidate, for: key, now: now))
         }
-        if let entryID { leaveWhenInvalidated(controller, key: key, entryID: entryID) }
+        if let entryID {
+            // After the lock, before the controller is handed out: a registry call opens it only after this.
+            relay.attach(controller, identifier: identifier, entryID: entryID)
+            leaveWhenInvalidated(controller, key: key, entryID: entryID)
+        }
         return controller
     }
 
