@@ -696,6 +696,13 @@ final class CredentialsLedger: Sendable {
 
     // MARK: - The write loop
 
+    /// Whether the write loop goes on after the fence changed under it: only for a rotation recorded under the new
+    /// fence that no controller holds (otherwise the loop ends here, and the last holder's release starts it again).
+    private static func keepsRetrying(_ entry: inout Entry) -> Bool {
+        entry.retrying = entry.unwritten && entry.holders == 0
+        return entry.retrying
+    }
+
     private func startLoopIfNeeded(_ entry: inout Entry) -> Bool {
         // While a controller holds the identifier, its gate retries its own failed writes.
         guard entry.unwritten, entry.holders == 0, !entry.retrying, entry.schedule != nil else { return false }
@@ -721,9 +728,11 @@ final class CredentialsLedger: Sendable {
             let delay = schedule.policy.backoff(attempt: attempt, jitter: Double.random(in: 0...1))
             try? await schedule.clock.sleep(until: schedule.clock.nowSeconds() + delay)
             guard let turn = await enterWriteTurn(identifier, fence: fence) else {
-                // Signed out or in since: nothing of before is written.
-                modify(key) { $0.retrying = false }
-                return
+                // Signed out or in since: nothing of before is written. A rotation of the new session that nobody
+                // holds any more is written under the new fence (its holder's release found this loop running).
+                if !modify(key, Self.keepsRetrying) { return }
+                attempt += 1
+                continue
             }
             // Read in the turn, so what is written is the newest rotation.
             let (job, handover) = modify(key) { entry -> ((StoredSession, [String])?, Handover) in
@@ -763,7 +772,7 @@ final class CredentialsLedger: Sendable {
             let (landing, handedOver) = modify(key) { entry -> (Landing, Handover) in
                 let handover = handOver(&entry, from: turn)
                 guard entry.fence == fence else {
-                    entry.retrying = false
+                    _ = Self.keepsRetrying(&entry)
                     return (wrote && entry.signedOut ? .removeAgain : .done, handover)
                 }
                 if wrote, let credentials = session.credentials { landed(&entry, credentials) }
