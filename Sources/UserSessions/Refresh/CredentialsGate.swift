@@ -174,7 +174,7 @@ final class CredentialsGate: Sendable {
             defer { work.writeTurn = nil }
             return work.writeTurn
         }
-        if let turn { ledger.leaveWriteTurn(turn.identifier, token: turn.token) }
+        if let turn { ledger.abandonWriteTurn(turn.identifier, token: turn.token) }
         events.emit(
             .persistenceFailed, session: nil,
             detail: "the token store did not finish a write within \(timeout); closing without waiting for it")

@@ -142,6 +142,12 @@ final class CredentialsLedger: Sendable {
             get { detail?.turnQueue ?? [] }
             _modify { yield &made().turnQueue }
         }
+        /// Writes that lost the turn to a close's deadline and have not landed: the entry (and what it knows of a
+        /// sign-out since) stays until they land, so their landing is judged against the right fence.
+        var lateWrites: Int {
+            get { detail?.lateWrites ?? 0 }
+            set { made().lateWrites = newValue }
+        }
 
         var isIdle: Bool { holders == 0 && (detail?.isIdle ?? true) }
 
@@ -220,11 +226,13 @@ final class CredentialsLedger: Sendable {
         var signedOut = false
         var turn: UInt64?
         var turnQueue: [TurnWaiter] = []
+        var lateWrites = 0
 
         init() {}
 
         var isIdle: Bool {
             flights.isEmpty && !unwritten && refusalWrites == 0 && !retrying && turn == nil && turnQueue.isEmpty
+                && lateWrites == 0
         }
     }
 
@@ -291,7 +299,7 @@ final class CredentialsLedger: Sendable {
     func hasPendingWork(_ identifier: String) -> Bool {
         entries.withLock { entries in
             guard let entry = entries[ExactIdentifier(identifier)] else { return false }
-            return !entry.flights.isEmpty || entry.unwritten || entry.refusalWrites > 0 || entry.turn != nil
+            return !entry.flights.isEmpty || entry.unwritten || entry.refusalWrites > 0 || entry.lateWrites > 0 || entry.turn != nil
                 || !entry.turnQueue.isEmpty
         }
     }
@@ -528,10 +536,20 @@ final class CredentialsLedger: Sendable {
         }
     }
 
-    /// Leaves the write turn `token` holds (or gave up: a write that overran a close's deadline loses its turn,
-    /// see the gate's `deactivate()`), handing it to the next write waiting whose fence still holds.
+    /// Leaves the write turn `token` holds, handing it to the next write waiting whose fence still holds.
     func leaveWriteTurn(_ identifier: String, token: UInt64) {
         modify(ExactIdentifier(identifier)) { entry in handOver(&entry, from: token) }.resume()
+    }
+
+    /// Takes the turn from the write holding it as `token`, which overran a close's deadline (the gate's
+    /// `deactivate()`): the turn goes on, and the write counts as late until it lands
+    /// (``writeFinished(_:fence:wrote:schedule:turn:)``).
+    func abandonWriteTurn(_ identifier: String, token: UInt64) {
+        modify(ExactIdentifier(identifier)) { entry -> Handover in
+            guard entry.turn == token else { return Handover() }
+            entry.lateWrites += 1
+            return handOver(&entry, from: token)
+        }.resume()
     }
 
     /// Runs `body` in `identifier`'s write turn, if the fence is still `fence` when the turn comes (always when
@@ -606,6 +624,8 @@ final class CredentialsLedger: Sendable {
         turn: UInt64
     ) -> Landing {
         let (landing, start, handover) = modify(ExactIdentifier(identifier)) { entry -> (Landing, Bool, Handover) in
+            // A write that no longer holds its turn lost it to a close's deadline: it landed late.
+            if entry.turn != turn { entry.lateWrites = max(0, entry.lateWrites - 1) }
             let handover = handOver(&entry, from: turn)
             guard entry.fence == fence else {
                 // Landed after a sign-out it did not wait for (one that came from the store, or a write that lost
