@@ -299,7 +299,8 @@ final class CredentialsLedger: Sendable {
     func hasPendingWork(_ identifier: String) -> Bool {
         entries.withLock { entries in
             guard let entry = entries[ExactIdentifier(identifier)] else { return false }
-            return !entry.flights.isEmpty || entry.unwritten || entry.refusalWrites > 0 || entry.lateWrites > 0 || entry.turn != nil
+            return !entry.flights.isEmpty || entry.unwritten || entry.refusalWrites > 0 || entry.lateWrites > 0
+                || entry.turn != nil
                 || !entry.turnQueue.isEmpty
         }
     }
