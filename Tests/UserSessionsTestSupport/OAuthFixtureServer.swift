@@ -31,6 +31,8 @@ package final class OAuthFixtureServer: Sendable {
         package var lastAudience: String?
         /// Token requests held by ``hold()`` now.
         package var heldRequests: Int
+        /// Client-credentials grants for a scope whose last token had more than half its lifetime left.
+        package var prematureGrants: Int
 
         enum CodingKeys: String, CodingKey {
             case tokenRequests = "token_requests"
@@ -49,6 +51,7 @@ package final class OAuthFixtureServer: Sendable {
             case lastResources = "last_resources"
             case lastAudience = "last_audience"
             case heldRequests = "held_requests"
+            case prematureGrants = "premature_grants"
         }
     }
 

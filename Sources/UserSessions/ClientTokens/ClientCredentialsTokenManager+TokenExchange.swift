@@ -36,7 +36,7 @@ extension ClientCredentialsTokenManager {
     public func forgetExchangedTokens(for identifier: String) {
         let user = ExactIdentifier(identifier)
         let error = UserSessionError(.sessionNotOpen, "the user signed out: the exchanged token was dropped")
-        for key in drop(where: { $0.subject == user }, failingWith: error) {
+        for key in drop(subject: user, failingWith: error) {
             notify(.forgotten, key: key)
         }
     }

@@ -54,9 +54,12 @@ public final class ClientCredentialsTokenManager: Sendable {
     private let table: Locked<Table>
     private let waiterIDs = Atomic<UInt64>(0)
 
+    /// The machine of one key, whose waiters are the callers' continuations.
+    typealias Machine = ClientTokenMachine<UnsafeContinuation<String, any Error>>
+
     /// Everything the lock protects: every key's machine, and the client's current authentication.
     struct Table {
-        var machines: [ClientTokenKey: ClientTokenMachine] = [:]
+        var machines: [ClientTokenKey: Machine] = [:]
         var refresher: OAuth2TokenRefresher
         /// Grows with every ``reconfigure(_:)``: a rejection reported by a request sent before is not the new
         /// client's.
@@ -65,7 +68,7 @@ public final class ClientCredentialsTokenManager: Sendable {
 
     /// What a request that was started needs: the job, and the client as it was when it started.
     private struct Launch {
-        let job: ClientTokenMachine.FlightJob
+        let job: Machine.FlightJob
         let refresher: OAuth2TokenRefresher
         let epoch: UInt64
     }
@@ -205,7 +208,7 @@ public final class ClientCredentialsTokenManager: Sendable {
         return try await withTaskCancellationHandler {
             // An unsafe continuation is correct by construction: it is resumed right here (served, failed), or
             // stored in exactly one waiter slot, which every path that resumes it empties under the lock first.
-            try await withVisibleUnsafeThrowingContinuation { (continuation: ClientTokenMachine.Continuation) in
+            try await withVisibleUnsafeThrowingContinuation { (continuation: UnsafeContinuation<String, any Error>) in
                 enqueue(key, rejected: rejected, grant: grant, waiterID: waiterID, continuation: continuation)
             }
         } onCancel: {
@@ -215,12 +218,12 @@ public final class ClientCredentialsTokenManager: Sendable {
 
     private func enqueue(
         _ key: ClientTokenKey, rejected: String?, grant: ClientTokenGrant, waiterID: UInt64,
-        continuation: ClientTokenMachine.Continuation
+        continuation: UnsafeContinuation<String, any Error>
     ) {
         let now = clock.nowSeconds()
         let policy = policy
-        let (asked, launch) = table.withLock { table -> (ClientTokenMachine.Asked, Launch?) in
-            var machine = table.machines.removeValue(forKey: key) ?? ClientTokenMachine(policy: policy)
+        let (asked, launch) = table.withLock { table -> (Machine.Asked, Launch?) in
+            var machine = table.machines.removeValue(forKey: key) ?? Machine(policy: policy)
             let asked = machine.tokenAsked(
                 now: now, rejected: rejected, waiter: .init(id: waiterID, continuation: continuation))
             table.machines[key] = machine
@@ -270,9 +273,9 @@ public final class ClientCredentialsTokenManager: Sendable {
         }
         let now = clock.nowSeconds()
         let jitter = Double.random(in: 0...1)
-        let landing = table.withLock { table -> ClientTokenMachine.Landing in
+        let landing = table.withLock { table -> Machine.Landing in
             guard var machine = table.machines.removeValue(forKey: key) else { return .init() }
-            let landing: ClientTokenMachine.Landing
+            let landing: Machine.Landing
             switch outcome {
             case .success(let obtained):
                 landing = machine.flightSucceeded(
@@ -351,7 +354,7 @@ public final class ClientCredentialsTokenManager: Sendable {
     /// The part of a request that runs under a coordinated store's lease: read, adopt or request, write on the
     /// revision read. Never throws, so that an error of the request is not taken for one of the lease.
     private func obtainCoordinated(
-        _ record: ClientTokenRecord, in store: any CoordinatedTokenStore, job: ClientTokenMachine.FlightJob,
+        _ record: ClientTokenRecord, in store: any CoordinatedTokenStore, job: Machine.FlightJob,
         key: ClientTokenKey, request: @Sendable () async throws -> Credentials
     ) async -> Result<ObtainedToken, UserSessionError> {
         var loaded: RevisedSession?
@@ -386,7 +389,7 @@ public final class ClientCredentialsTokenManager: Sendable {
 
     /// Whether a stored token may be adopted by `job`: not the token an operation was refused with, outside its lead
     /// time, and living longer than the token held.
-    private func adoptable(_ credentials: Credentials, for job: ClientTokenMachine.FlightJob) -> Bool {
+    private func adoptable(_ credentials: Credentials, for job: Machine.FlightJob) -> Bool {
         guard credentials.accessToken != job.rejectedToken else { return false }
         let held = RefreshStateMachine.Held(credentials, policy: policy)
         return clock.nowSeconds() < held.expiresAt - held.leadTime && held.expiresAt > job.heldExpiresAt
@@ -433,12 +436,12 @@ public final class ClientCredentialsTokenManager: Sendable {
 
     // MARK: - Dropping keys
 
-    /// Forgets every key `matches` selects, failing the callers of their requests in flight with `error`; returns
-    /// them, for the events.
-    func drop(where matches: (ClientTokenKey) -> Bool, failingWith error: UserSessionError) -> [ClientTokenKey] {
+    /// Forgets every key of the user `subject`, failing the callers of their requests in flight with `error`;
+    /// returns them, for the events.
+    func drop(subject: ExactIdentifier, failingWith error: UserSessionError) -> [ClientTokenKey] {
         let now = clock.nowSeconds()
         return table.withLock { table in
-            let keys = table.machines.keys.filter(matches)
+            let keys = table.machines.keys.filter { $0.subject == subject }
             for key in keys {
                 guard var machine = table.machines.removeValue(forKey: key) else { continue }
                 machine.forgotten(now: now, failingWith: error)

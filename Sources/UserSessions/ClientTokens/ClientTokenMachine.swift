@@ -17,8 +17,9 @@
 ///                               │   └──failed (transient, misconfiguration)──▶ backing off ──retryAt──▶ …
 ///                               └──failed (client rejected)──▶ rejected ──reconfigured──▶ empty/held
 /// ```
-struct ClientTokenMachine {
-    typealias Continuation = UnsafeContinuation<String, any Error>
+///
+/// Generic over what a waiter is (a continuation in the manager, anything in the synchronous tests).
+struct ClientTokenMachine<Continuation> {
 
     /// A token request to send: the manager runs it and reports back with `id`.
     struct FlightJob: Sendable, Equatable {
@@ -123,7 +124,7 @@ struct ClientTokenMachine {
         }
         if rejected != nil {
             guard breaker.allows(now: now, window: held.loopWindow, maximum: policy.loopMaximum) else {
-                return .failed(Self.loopError)
+                return .failed(ClientTokenErrors.loop)
             }
             // The held token was refused: nobody gets it again.
             if token == rejected { setHeld(nil, now: now) }
@@ -136,7 +137,7 @@ struct ClientTokenMachine {
     /// What a request that ended hands its waiters: resume each with `result`.
     struct Landing {
         var waiters: [Continuation] = []
-        var result: Result<String, UserSessionError> = .failure(ClientTokenMachine.forgottenError)
+        var result: Result<String, UserSessionError> = .failure(ClientTokenErrors.forgotten)
     }
 
     /// The request `id` brought `credentials` at `now`, from the token endpoint (`requested`) or adopted from the
@@ -215,10 +216,13 @@ struct ClientTokenMachine {
     private mutating func recomputeFreshness() {
         freshUntil = held.credentials == nil || rejection != nil ? -.infinity : held.expiresAt - held.softWindow
     }
+}
 
-    static let forgottenError = UserSessionError(.sessionNotOpen, "the token was dropped")
+/// The errors a ``ClientTokenMachine`` hands out itself.
+enum ClientTokenErrors {
+    static let forgotten = UserSessionError(.sessionNotOpen, "the token was dropped")
 
-    static let loopError = UserSessionError(
+    static let loop = UserSessionError(
         .refreshLoop,
         "too many token requests after refused tokens in a short time; the token is not requested again yet",
         failureClass: .transient)

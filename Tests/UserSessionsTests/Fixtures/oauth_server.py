@@ -23,7 +23,10 @@ POST /admin/mode     JSON {"mode": "normal|error500|garbage|invalid_client|slow|
                      redirect_other_host|nested|huge|sized|truncated", "delay": seconds, "expires_in": n,
                      "status": n, "redirect_status": n, "bytes": n, "omit_refresh_token": bool,
                      "final_after": n, "final_expires_in": n, "client_expires_in": n}
-                     client_expires_in: the lifetime of client-credentials and exchanged tokens (default 3600).
+                     client_expires_in: the lifetime of client-credentials and exchanged tokens (default 3600);
+                     final_after applies to client-credentials grants too (counted apart from refreshes).
+                     premature_grants counts client-credentials grants for a scope whose last token had more than
+                     half its lifetime left (a client that asked twice for one expiry).
                      final_after: once n refreshes succeeded, later answers use final_expires_in as their lifetime
                      (so that processes sharing a user settle on one long-lived token after exactly n expiries).
                      redirect: redirect_status (307 unless set) to http://127.0.0.1:<port>/elsewhere;
@@ -92,7 +95,9 @@ class State:
             "last_resources": None,
             "last_audience": None,
             "held_requests": 0,
+            "premature_grants": 0,
         }
+        self.last_client_grant = {}  # scope -> (time issued, lifetime)
 
     def new_family(self):
         family = next(self.family_ids)
@@ -411,7 +416,17 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(400, {"error": "invalid_scope", "error_description": "scope forbidden is not allowed"})
         access_token = "cc-" + secrets.token_urlsafe(12)
         state.access_tokens[access_token] = {"family": None, "revoked": False}
-        response = {"access_token": access_token, "token_type": "Bearer", "expires_in": state.client_expires_in}
+        # A grant for a scope whose last token has more than half its life left: the client asked twice per expiry.
+        now = time.time()
+        scope_key = self.form.get("scope") or ""
+        previous = state.last_client_grant.get(scope_key)
+        if previous is not None and now < previous[0] + previous[1] / 2:
+            state.stats["premature_grants"] += 1
+        expires_in = state.client_expires_in
+        if state.final_after is not None and state.stats["client_credentials"] >= state.final_after:
+            expires_in = state.final_expires_in
+        state.last_client_grant[scope_key] = (now, float(expires_in))
+        response = {"access_token": access_token, "token_type": "Bearer", "expires_in": expires_in}
         if self.form.get("scope"):
             response["scope"] = self.form["scope"]
         return self.reply(200, response)
