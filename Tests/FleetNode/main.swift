@@ -183,6 +183,32 @@ struct NoRefresher: TokenRefresher {
     }
 }
 
+/// Runs TASKS tasks that each call `call` in a loop (2 ms apart), tallying the tokens and lifetimes it returns, until
+/// one is longer than SECONDS, until the time limit, or (with --stop-on-error) until the first error.
+func callInLoop(
+    _ options: Options, tallies: Tallies,
+    _ call: @escaping @Sendable () async throws -> (token: String, lifetime: Double)
+) async {
+    let deadline = ContinuousClock.now + .seconds(options.timeLimit)
+    let threshold = options.untilLifetimeOver
+    let stopOnError = options.stopOnError
+    await withTaskGroup(of: Void.self) { group in
+        for _ in 0..<options.tasks {
+            group.addTask {
+                while ContinuousClock.now < deadline, await !tallies.done {
+                    do {
+                        let (token, lifetime) = try await call()
+                        await tallies.saw(token, lifetime: lifetime, threshold: threshold)
+                    } catch {
+                        await tallies.failed(error, stop: stopOnError)
+                    }
+                    try? await Task.sleep(for: .milliseconds(2))
+                }
+            }
+        }
+    }
+}
+
 func run(_ options: Options) async throws -> Int32 {
     try await StoreSelection.withStore(for: options.store) { store in
         try await run(options, store: StoreSelection.sealing(store, key: options.sealingKey))
@@ -228,23 +254,9 @@ func run(_ options: Options, store: any TokenStore) async throws -> Int32 {
     } catch let error as UserSessionError {
         await tallies.failed(error, stop: true)
     }
-    let deadline = ContinuousClock.now + .seconds(options.timeLimit)
-    let threshold = options.untilLifetimeOver
-    await withTaskGroup(of: Void.self) { group in
-        for _ in 0..<options.tasks {
-            group.addTask {
-                while ContinuousClock.now < deadline, await !tallies.done {
-                    do {
-                        let token = try await controller.accessToken()
-                        let lifetime = controller.credentials?.expiresAt?.timeIntervalSinceNow ?? 0
-                        await tallies.saw(token, lifetime: lifetime, threshold: threshold)
-                    } catch {
-                        await tallies.failed(error, stop: options.stopOnError)
-                    }
-                    try? await Task.sleep(for: .milliseconds(2))
-                }
-            }
-        }
+    await callInLoop(options, tallies: tallies) {
+        let token = try await controller.accessToken()
+        return (token, controller.credentials?.expiresAt?.timeIntervalSinceNow ?? 0)
     }
     let finalToken = controller.credentials?.accessToken ?? ""
     await controller.close()
@@ -304,24 +316,9 @@ func clientCredentials(_ options: Options, store: any TokenStore, endpoint: URL)
         requestTimeout: .seconds(10), configuration: .init(store: store, observers: [counter]))
     let key = ClientCredentialsTokenManager.Key(scopes: ["fleet"])
     let tallies = Tallies()
-    let deadline = ContinuousClock.now + .seconds(options.timeLimit)
-    let threshold = options.untilLifetimeOver
-    await withTaskGroup(of: Void.self) { group in
-        for _ in 0..<options.tasks {
-            group.addTask {
-                while ContinuousClock.now < deadline, await !tallies.done {
-                    do {
-                        let token = try await tokens.accessToken(for: key)
-                        // The lifetime of the newest token the manager obtained (it hands out no other).
-                        let lifetime = counter.expiresAt.timeIntervalSinceNow
-                        await tallies.saw(token, lifetime: lifetime, threshold: threshold)
-                    } catch {
-                        await tallies.failed(error, stop: options.stopOnError)
-                    }
-                    try? await Task.sleep(for: .milliseconds(2))
-                }
-            }
-        }
+    await callInLoop(options, tallies: tallies) {
+        // The lifetime of the newest token the manager obtained (it hands out no other).
+        (try await tokens.accessToken(for: key), counter.expiresAt.timeIntervalSinceNow)
     }
     let result = await tallies.tally
     let summary: [String: Any] = [

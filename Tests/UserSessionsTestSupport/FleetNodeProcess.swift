@@ -34,6 +34,19 @@ package struct NodeProcess: Sendable {
         (try? JSONSerialization.jsonObject(with: Data(summaryLine.utf8))) as? [String: Any] ?? [:]
     }
 
+    /// Runs one `executable` per name at once, with `arguments` and `--name NAME`, each to its end.
+    package static func runAll(_ executable: URL, _ arguments: [String], names: [String]) async throws -> [NodeProcess]
+    {
+        try await withThrowingTaskGroup(of: (Int, NodeProcess).self) { group in
+            for (index, name) in names.enumerated() {
+                group.addTask { (index, try await run(executable, arguments + ["--name", name])) }
+            }
+            var nodes: [(Int, NodeProcess)] = []
+            for try await node in group { nodes.append(node) }
+            return nodes.sorted { $0.0 < $1.0 }.map(\.1)
+        }
+    }
+
     /// What is wrong with a run of `FleetNode --client-credentials` nodes against the OAuth fixture (tokens of 1 s, the
     /// grant number `expiries` long-lived): it must show `expiries` grants, none premature, all made by the nodes (the
     /// others adopted), and every node settled without errors on the same final token. Empty when all is well.
