@@ -104,10 +104,7 @@ struct PostgresFleetTests {
                 "unused", "--token-endpoint", server.tokenEndpoint.absoluteString, "--tasks", "50",
                 "--until-lifetime-over", "600", "--time-limit", "60", "--stop-on-error",
             ]
-            async let first = NodeProcess.run(executable, arguments + ["--name", "a"])
-            async let second = NodeProcess.run(executable, arguments + ["--name", "b"])
-            async let third = NodeProcess.run(executable, arguments + ["--name", "c"])
-            let nodes = try await [first, second, third]
+            let nodes = try await NodeProcess.runAll(executable, arguments, names: ["a", "b", "c"])
             let stats = try await server.stats()
             let problems = NodeProcess.clientCredentialsFleetProblems(stats, nodes, expiries: Self.expiries)
             #expect(problems.isEmpty, "\(problems)")
