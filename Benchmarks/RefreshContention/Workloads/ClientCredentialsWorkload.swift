@@ -135,9 +135,9 @@ struct ClientCredentialsWorkload {
                 configuration: .init(clock: .custom { time.date() }), transport: endpoint)
             return ManagerSource(tokens: tokens, key: .init(scopes: scopes))
         case .taskPerKey:
-            return TaskPerKeyCache(endpoint: endpoint, time: time, scopes: scopes)
+            return TaskPerKeyCache(CacheTarget(endpoint: endpoint, time: time, scopes: scopes))
         case .naiveCache:
-            return CacheWithoutSingleFlight(endpoint: endpoint, time: time, scopes: scopes)
+            return CacheWithoutSingleFlight(CacheTarget(endpoint: endpoint, time: time, scopes: scopes))
         }
     }
 }
@@ -156,26 +156,29 @@ struct ManagerSource: ClientTokenSource {
     }
 }
 
+/// What a baseline cache asks and for which key: the endpoint, the time that judges expiry, the scopes.
+struct CacheTarget: Sendable {
+    let endpoint: SimulatedTokenEndpoint
+    let time: ManualTime
+    let scopes: Set<String>
+}
+
 /// The idiom: an actor with a dictionary of tokens per key and one of in-flight `Task`s per key, which followers
 /// await.
 actor TaskPerKeyCache: ClientTokenSource {
     private var tokens: [Set<String>: SimulatedTokenEndpoint.Issued] = [:]
     private var inFlight: [Set<String>: Task<SimulatedTokenEndpoint.Issued, any Error>] = [:]
-    private let endpoint: SimulatedTokenEndpoint
-    private let time: ManualTime
-    private let scopes: Set<String>
+    private let target: CacheTarget
 
-    init(endpoint: SimulatedTokenEndpoint, time: ManualTime, scopes: Set<String>) {
-        self.endpoint = endpoint
-        self.time = time
-        self.scopes = scopes
+    init(_ target: CacheTarget) {
+        self.target = target
     }
 
     func token() async throws -> String {
-        if let cached = tokens[scopes], time.seconds() < cached.expiresAt { return cached.token }
+        let scopes = target.scopes
+        if let cached = tokens[scopes], target.time.seconds() < cached.expiresAt { return cached.token }
         if let task = inFlight[scopes] { return try await task.value.token }
-        let endpoint = endpoint
-        let scopes = scopes
+        let endpoint = target.endpoint
         let task = Task { try await endpoint.request(scopes: scopes) }
         inFlight[scopes] = task
         do {
@@ -193,20 +196,16 @@ actor TaskPerKeyCache: ClientTokenSource {
 /// A cache without single flight: a locked dictionary; every caller that finds the token expired requests one.
 final class CacheWithoutSingleFlight: ClientTokenSource {
     private let tokens = Mutex<[Set<String>: SimulatedTokenEndpoint.Issued]>([:])
-    private let endpoint: SimulatedTokenEndpoint
-    private let time: ManualTime
-    private let scopes: Set<String>
+    private let target: CacheTarget
 
-    init(endpoint: SimulatedTokenEndpoint, time: ManualTime, scopes: Set<String>) {
-        self.endpoint = endpoint
-        self.time = time
-        self.scopes = scopes
+    init(_ target: CacheTarget) {
+        self.target = target
     }
 
     nonisolated(nonsending) func token() async throws -> String {
-        let now = time.seconds()
+        let (scopes, now) = (target.scopes, target.time.seconds())
         if let cached = tokens.withLock({ $0[scopes] }), now < cached.expiresAt { return cached.token }
-        let issued = try await endpoint.request(scopes: scopes)
+        let issued = try await target.endpoint.request(scopes: scopes)
         tokens.withLock { $0[scopes] = issued }
         return issued.token
     }
