@@ -169,6 +169,21 @@ struct ClientCredentialsTests {
         }
     }
 
+    @Test func aStoreThatFailsToWriteIsReportedAndTheTokenIsStillServed() async throws {
+        try await OAuthFixtureServer.with(["--client-secret", Self.secret]) { server in
+            let store = ScriptedTokenStore()
+            store.failNextSaves(1)
+            let probe = ClientTokenProbe()
+            let tokens = try Self.manager(server, time: ManualTime(), store: store, observers: [probe])
+            let token = try await tokens.accessToken(for: Self.read)
+            #expect(try await tokens.accessToken(for: Self.read) == token)
+            #expect(probe.events.map(\.kind) == [.persistenceFailed, .tokenIssued])
+            #expect(probe.events.first?.detail?.contains("storeFailure") == true)
+            #expect(store.saveCount == 0)
+            #expect(try await server.stats().clientCredentials == 1)
+        }
+    }
+
     @Test func storedRecordsHaveSafeNamesAndAreAdoptedOnlyForTheirOwnKey() async throws {
         try await OAuthFixtureServer.with(["--client-secret", Self.secret]) { server in
             let store = InMemoryTokenStore()
