@@ -8,9 +8,10 @@ import UserSessions
 /// (the idiom), and a cache without single flight (every caller that finds the token expired asks).
 ///
 /// Every strategy asks one simulated token endpoint that holds its answer until all N callers have made their call,
-/// then sleeps its latency: all N callers contend for the one expiry. The manager reaches it through an
-/// ``HTTPTransport`` answering a JSON token response (so its request path, parsing included, is measured); the
-/// baselines call it directly.
+/// then sleeps its latency: all N callers contend for the one expiry. All three send the same request the same way:
+/// a form-encoded client-credentials POST with basic authentication through the endpoint as an ``HTTPTransport``,
+/// whose JSON token response they decode (the manager with its own request path, the baselines with
+/// ``SimulatedTokenEndpoint/fetch(scopes:)``, what a server author writes). No strategy is spared the request's cost.
 struct ClientCredentialsWorkload {
     let plan: BenchmarkPlan
 
@@ -179,7 +180,7 @@ actor TaskPerKeyCache: ClientTokenSource {
         if let cached = tokens[scopes], target.time.seconds() < cached.expiresAt { return cached.token }
         if let task = inFlight[scopes] { return try await task.value.token }
         let endpoint = target.endpoint
-        let task = Task { try await endpoint.request(scopes: scopes) }
+        let task = Task { try await endpoint.fetch(scopes: scopes) }
         inFlight[scopes] = task
         do {
             let issued = try await task.value
@@ -205,7 +206,7 @@ final class CacheWithoutSingleFlight: ClientTokenSource {
     nonisolated(nonsending) func token() async throws -> String {
         let (scopes, now) = (target.scopes, target.time.seconds())
         if let cached = tokens.withLock({ $0[scopes] }), now < cached.expiresAt { return cached.token }
-        let issued = try await target.endpoint.request(scopes: scopes)
+        let issued = try await target.endpoint.fetch(scopes: scopes)
         tokens.withLock { $0[scopes] = issued }
         return issued.token
     }
@@ -255,5 +256,33 @@ final class SimulatedTokenEndpoint: HTTPTransport {
         let issued = try await self.request(scopes: [])
         let body = #"{"access_token":"\#(issued.token)","token_type":"Bearer","expires_in":3600}"#
         return HTTPTransportResponse(statusCode: 200, body: Data(body.utf8))
+    }
+
+    /// What a baseline does to get a token: a client-credentials POST with basic authentication through this
+    /// endpoint as a transport, and the JSON token response decoded; the expiry is its `expires_in` from now.
+    func fetch(scopes: Set<String>) async throws -> Issued {
+        guard let url = URL(string: "https://id.example.test/token") else { throw BenchmarkError("bad token endpoint") }
+        let form = "grant_type=client_credentials&scope=" + scopes.sorted().joined(separator: "%20")
+        let request = HTTPTransportRequest(
+            method: .post, url: url,
+            headers: [
+                ("Authorization", "Basic " + Data("bench:bench-secret".utf8).base64EncodedString()),
+                ("Content-Type", "application/x-www-form-urlencoded"), ("Accept", "application/json"),
+            ],
+            body: Data(form.utf8), timeout: .seconds(30), maximumResponseBytes: 1 << 20)
+        let response = try await send(request)
+        guard response.statusCode == 200 else { throw BenchmarkError("token endpoint answered \(response.statusCode)") }
+        let decoded = try JSONDecoder().decode(TokenResponse.self, from: response.body)
+        return Issued(token: decoded.accessToken, expiresAt: clock.seconds() + Double(decoded.expiresIn))
+    }
+
+    private struct TokenResponse: Decodable {
+        let accessToken: String
+        let expiresIn: Int
+
+        enum CodingKeys: String, CodingKey {
+            case accessToken = "access_token"
+            case expiresIn = "expires_in"
+        }
     }
 }

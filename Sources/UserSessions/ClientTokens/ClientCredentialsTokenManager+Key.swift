@@ -7,14 +7,31 @@ extension ClientCredentialsTokenManager {
     /// when it is first used, before anything is sent.
     public struct Key: Hashable, Sendable, CustomStringConvertible {
         /// The scopes to request (`scope`); empty asks for the client's default scope.
-        public var scopes: Set<String>
+        public var scopes: Set<String> {
+            didSet { tokenKey = ClientTokenKey(scopes: scopes, resources: resources) }
+        }
         /// The resource indicators to request (`resource`, RFC 8707), such as `https://api.example.com/`.
-        public var resources: Set<String>
+        public var resources: Set<String> {
+            didSet { tokenKey = ClientTokenKey(scopes: scopes, resources: resources) }
+        }
+        /// The manager's form of this key, made (and hashed) once with the key rather than at every call.
+        private(set) var tokenKey: ClientTokenKey
 
         /// Creates a key.
         public init(scopes: Set<String> = [], resources: Set<String> = []) {
             self.scopes = scopes
             self.resources = resources
+            tokenKey = ClientTokenKey(scopes: scopes, resources: resources)
+        }
+
+        /// Whether the two keys have the same scope set and resource set.
+        public static func == (lhs: Key, rhs: Key) -> Bool {
+            lhs.tokenKey == rhs.tokenKey
+        }
+
+        /// Hashes the scope set and the resource set.
+        public func hash(into hasher: inout Hasher) {
+            hasher.combine(tokenKey)
         }
 
         /// The sorted scopes and resources.

@@ -26,9 +26,10 @@ extension ClientCredentialsTokenManager {
             throw UserSessionError(.sessionNotOpen, "the user's session is not open: no token is exchanged for it")
         }
         let key = ClientTokenKey(scopes: scopes, resources: resources, subject: identifier, audience: audience)
-        if let token = freshToken(key) { return token }
+        let now = clock.nowSeconds()
+        if case .token(let token) = hotRead(key, now: now) { return token }
         let grant = ClientTokenGrant.exchange(audience: audience) { try await controller.accessToken() }
-        return try await token(for: key, rejected: nil, grant: grant)
+        return try await token(for: key, rejected: nil, grant: grant, now: now)
     }
 
     /// Drops every exchanged token of the user `identifier` (compared by its bytes). Requests in flight for that user

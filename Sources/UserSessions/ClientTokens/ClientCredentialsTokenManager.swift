@@ -57,9 +57,20 @@ public final class ClientCredentialsTokenManager: Sendable {
     /// The machine of one key, whose waiters are the callers' continuations.
     typealias Machine = ClientTokenMachine<UnsafeContinuation<String, any Error>>
 
+    /// One key's machine, in a box of its own so that the callers of a key read and change it in place (a
+    /// dictionary's value is copied out by a read and moved by a remove and re-insert). Only ever touched under the
+    /// table's lock, and never handed out of it.
+    final class MachineSlot {
+        var machine: Machine
+
+        init(_ machine: Machine) {
+            self.machine = machine
+        }
+    }
+
     /// Everything the lock protects: every key's machine, and the client's current authentication.
     struct Table {
-        var machines: [ClientTokenKey: Machine] = [:]
+        var machines: [ClientTokenKey: MachineSlot] = [:]
         var refresher: OAuth2TokenRefresher
         /// Grows with every ``reconfigure(_:)``: a rejection reported by a request sent before is not the new
         /// client's.
@@ -119,9 +130,14 @@ public final class ClientCredentialsTokenManager: Sendable {
     ///   ``UserSessionError/Code/malformedTokenResponse``, ``UserSessionError/Code/clientRejected`` (until
     ///   ``reconfigure(_:)``); `CancellationError` when the calling task is cancelled while it waits.
     nonisolated(nonsending) public func accessToken(for key: Key = Key()) async throws -> String {
-        let tokenKey = ClientTokenKey(scopes: key.scopes, resources: key.resources)
-        if let token = freshToken(tokenKey) { return token }
-        return try await token(for: tokenKey, rejected: nil, grant: .clientCredentials)
+        let tokenKey = key.tokenKey
+        let now = clock.nowSeconds()
+        switch hotRead(tokenKey, now: now) {
+        case .token(let token): return token
+        case .known: break
+        case .unknown: try tokenKey.validate()
+        }
+        return try await token(for: tokenKey, rejected: nil, grant: .clientCredentials, validated: true, now: now)
     }
 
     /// Runs `operation` with an access token for `key`; when it fails authentication, runs it once more with another
@@ -140,7 +156,7 @@ public final class ClientCredentialsTokenManager: Sendable {
         isAuthenticationFailure: (any Error) -> Bool,
         _ operation: (String) async throws -> R
     ) async throws -> R {
-        let tokenKey = ClientTokenKey(scopes: key.scopes, resources: key.resources)
+        let tokenKey = key.tokenKey
         let used = try await accessToken(for: key)
         do {
             return try await operation(used)
@@ -157,12 +173,12 @@ public final class ClientCredentialsTokenManager: Sendable {
     ///
     /// - Throws: The store's error when removing the record fails (the token is forgotten in memory anyway).
     public func forget(_ key: Key) async throws {
-        let tokenKey = ClientTokenKey(scopes: key.scopes, resources: key.resources)
+        let tokenKey = key.tokenKey
         let now = clock.nowSeconds()
         table.withLock { table in
-            guard var machine = table.machines.removeValue(forKey: tokenKey) else { return }
-            machine.forgotten(now: now)
-            if !machine.isIdle { table.machines[tokenKey] = machine }
+            guard let slot = table.machines[tokenKey] else { return }
+            slot.machine.forgotten(now: now)
+            if slot.machine.isIdle { table.machines[tokenKey] = nil }
         }
         notify(.forgotten, key: tokenKey)
         if let store = configuration.store {
@@ -187,46 +203,71 @@ public final class ClientCredentialsTokenManager: Sendable {
         table.withLock { table in
             table.refresher = refresher
             table.clientEpoch += 1
-            for key in table.machines.keys { table.machines[key]?.reconfigured() }
+            for slot in table.machines.values { slot.machine.reconfigured() }
         }
     }
 
     // MARK: - The single flight
 
-    /// The token of `key` when it is fresh: one short critical section, nothing else.
-    func freshToken(_ key: ClientTokenKey) -> String? {
-        let now = clock.nowSeconds()
-        return table.withLock { $0.machines[key]?.freshToken(now: now) }
+    /// What the hot path found for a key.
+    enum HotRead {
+        /// Its token, fresh.
+        case token(String)
+        /// A machine and no fresh token: the key was checked when its machine was made.
+        case known
+        /// No machine: the key must be checked before it is used.
+        case unknown
     }
 
-    /// Everything but the fresh path: serve, wait for the request in flight, start one, or fail.
-    nonisolated(nonsending) func token(for key: ClientTokenKey, rejected: String?, grant: ClientTokenGrant)
-        async throws -> String
-    {
-        try key.validate()
+    /// The token of `key` when it is fresh at `now`: one lookup in one short critical section, nothing else.
+    func hotRead(_ key: ClientTokenKey, now: Double) -> HotRead {
+        table.withLock { table in
+            guard let slot = table.machines[key] else { return .unknown }
+            return slot.machine.freshToken(now: now).map { .token($0) } ?? .known
+        }
+    }
+
+    /// Everything but the fresh path: serve, wait for the request in flight, start one, or fail. `validated` says
+    /// the key was checked already (a key is checked before its machine is made, and checking is a pure function of
+    /// the key); `now` is the time the caller read, if it read one.
+    nonisolated(nonsending) func token(
+        for key: ClientTokenKey, rejected: String?, grant: ClientTokenGrant, validated: Bool = false,
+        now: Double? = nil
+    ) async throws -> String {
+        if !validated { try key.validate() }
         let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
         return try await withTaskCancellationHandler {
             // An unsafe continuation is correct by construction: it is resumed right here (served, failed), or
             // stored in exactly one waiter slot, which every path that resumes it empties under the lock first.
             try await withVisibleUnsafeThrowingContinuation { (continuation: UnsafeContinuation<String, any Error>) in
-                enqueue(key, rejected: rejected, grant: grant, waiterID: waiterID, continuation: continuation)
+                enqueue(key, rejected: rejected, grant: grant, waiterID: waiterID, now: now, continuation: continuation)
             }
         } onCancel: {
             cancelWaiter(id: waiterID, key: key)
         }
     }
 
+    /// Decides the caller's request under the lock, then resumes it or starts the request it waits for.
+    ///
+    /// Synchronous and never inlined: inlined into the async closure that calls it, its locals would enlarge that
+    /// closure's async frame, which lives on the waiting task's allocator for as long as the caller waits.
+    @inline(never)
     private func enqueue(
-        _ key: ClientTokenKey, rejected: String?, grant: ClientTokenGrant, waiterID: UInt64,
+        _ key: ClientTokenKey, rejected: String?, grant: ClientTokenGrant, waiterID: UInt64, now: Double?,
         continuation: UnsafeContinuation<String, any Error>
     ) {
-        let now = clock.nowSeconds()
+        let now = now ?? clock.nowSeconds()
         let policy = policy
         let (asked, launch) = table.withLock { table -> (Machine.Asked, Launch?) in
-            var machine = table.machines.removeValue(forKey: key) ?? Machine(policy: policy)
-            let asked = machine.tokenAsked(
+            let slot: MachineSlot
+            if let existing = table.machines[key] {
+                slot = existing
+            } else {
+                slot = MachineSlot(Machine(policy: policy))
+                table.machines[key] = slot
+            }
+            let asked = slot.machine.tokenAsked(
                 now: now, rejected: rejected, waiter: .init(id: waiterID, continuation: continuation))
-            table.machines[key] = machine
             switch asked {
             case .started(let job), .servedRefreshing(_, let job):
                 return (asked, Launch(job: job, refresher: table.refresher, epoch: table.clientEpoch))
@@ -249,7 +290,7 @@ public final class ClientCredentialsTokenManager: Sendable {
     }
 
     private func cancelWaiter(id: UInt64, key: ClientTokenKey) {
-        let continuation = table.withLock { $0.machines[key]?.waiterCancelled(id: id) }
+        let continuation = table.withLock { $0.machines[key]?.machine.waiterCancelled(id: id) }
         continuation?.resumeVisibly(throwing: CancellationError())
     }
 
@@ -274,16 +315,16 @@ public final class ClientCredentialsTokenManager: Sendable {
         let now = clock.nowSeconds()
         let jitter = Double.random(in: 0...1)
         let landing = table.withLock { table -> Machine.Landing in
-            guard var machine = table.machines.removeValue(forKey: key) else { return .init() }
+            guard let slot = table.machines[key] else { return .init() }
             let landing: Machine.Landing
             switch outcome {
             case .success(let obtained):
-                landing = machine.flightSucceeded(
+                landing = slot.machine.flightSucceeded(
                     id: launch.job.id, credentials: obtained.credentials, requested: obtained.requested, now: now)
             case .failure(let error):
-                landing = machine.flightFailed(id: launch.job.id, error: error, now: now, jitter: jitter)
+                landing = slot.machine.flightFailed(id: launch.job.id, error: error, now: now, jitter: jitter)
             }
-            if !machine.isIdle { table.machines[key] = machine }
+            if slot.machine.isIdle { table.machines[key] = nil }
             return landing
         }
         let duration = ContinuousClock.now - started
@@ -297,8 +338,9 @@ public final class ClientCredentialsTokenManager: Sendable {
                 error.code == .clientRejected ? .clientRejected : .requestFailed(error.failureClass ?? .transient)
             notify(kind, key: key, waiters: landing.waiters.count, duration: duration, detail: error.message)
         }
+        let result = landing.result.mapError { $0 as any Error }
         for waiter in landing.waiters {
-            waiter.resumeVisibly(with: landing.result.mapError { $0 as any Error })
+            waiter.resumeVisibly(with: result)
         }
     }
 
@@ -443,9 +485,9 @@ public final class ClientCredentialsTokenManager: Sendable {
         return table.withLock { table in
             let keys = table.machines.keys.filter { $0.subject == subject }
             for key in keys {
-                guard var machine = table.machines.removeValue(forKey: key) else { continue }
-                machine.forgotten(now: now, failingWith: error)
-                if !machine.isIdle { table.machines[key] = machine }
+                guard let slot = table.machines[key] else { continue }
+                slot.machine.forgotten(now: now, failingWith: error)
+                if slot.machine.isIdle { table.machines[key] = nil }
             }
             return keys
         }
@@ -453,7 +495,7 @@ public final class ClientCredentialsTokenManager: Sendable {
 
     /// How many callers wait for `key`'s request in flight (for tests).
     func waiterCount(_ key: Key) -> Int {
-        table.withLock { $0.machines[ClientTokenKey(scopes: key.scopes, resources: key.resources)]?.waiterCount ?? 0 }
+        table.withLock { $0.machines[key.tokenKey]?.machine.waiterCount ?? 0 }
     }
 }
 

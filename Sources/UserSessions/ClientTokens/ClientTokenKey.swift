@@ -6,17 +6,37 @@ import Foundation
 /// Scopes and resources are sets, so their order and duplicates never split the cache. They are ASCII once checked
 /// (``validate()``), so comparing them as strings is comparing bytes; the user and the audience compare by their UTF-8
 /// bytes (``ExactIdentifier``).
+///
+/// The hash of the four parts is computed once, when the key is made: every caller that finds a token expiring looks
+/// its key up twice, and hashing a set hashes each of its elements. Keys with different hashes are unequal without
+/// comparing their sets.
 struct ClientTokenKey: Hashable, Sendable {
     let scopes: Set<String>
     let resources: Set<String>
     let subject: ExactIdentifier?
     let audience: ExactIdentifier?
+    private let digest: Int
 
     init(scopes: Set<String>, resources: Set<String>, subject: String? = nil, audience: String? = nil) {
         self.scopes = scopes
         self.resources = resources
         self.subject = subject.map(ExactIdentifier.init)
         self.audience = audience.map(ExactIdentifier.init)
+        var hasher = Hasher()
+        hasher.combine(scopes)
+        hasher.combine(resources)
+        hasher.combine(self.subject)
+        hasher.combine(self.audience)
+        digest = hasher.finalize()
+    }
+
+    static func == (lhs: ClientTokenKey, rhs: ClientTokenKey) -> Bool {
+        lhs.digest == rhs.digest && lhs.scopes == rhs.scopes && lhs.resources == rhs.resources
+            && lhs.subject == rhs.subject && lhs.audience == rhs.audience
+    }
+
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(digest)
     }
 
     /// Checks that the key can be sent: every scope is an RFC 6749 §3.3 scope token (printable ASCII but space, `"`
