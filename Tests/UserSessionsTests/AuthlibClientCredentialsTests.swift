@@ -116,4 +116,44 @@ struct AuthlibClientCredentialsTests {
             #expect(stats.lastAuth == method)
         }
     }
+
+    @Test func aUsersTokenIsExchangedOncePerAudienceByTheAuthlibGrant() async throws {
+        try await AuthlibTokenServer.with(["--client-secret", Self.secret]) { server in
+            let time = ManualTime()
+            let tokens = try Self.manager(server, time: time)
+            // The user's session holds an access token the server issued; it is never refreshed here.
+            let refresher = try OAuth2TokenRefresher(
+                tokenEndpoint: server.tokenEndpoint,
+                clientAuthentication: .clientSecretBasic(id: "client", secret: Self.secret), clock: time.clock)
+            var configuration = UserSessionController.Configuration(clock: time.clock, revokesOnSignOut: false)
+            configuration.observers = [tokens.signOutObserver]
+            let registry = UserSessionRegistry(
+                store: InMemoryTokenStore(), refresher: refresher, configuration: configuration)
+            let credentials = Credentials(
+                accessToken: try await server.issueUserToken(), refreshToken: "unused",
+                expiresAt: time.now.addingTimeInterval(3600))
+            let alice = try await registry.open(
+                UserSessionPrototype(userInfo: UserInfo(id: "alice"), credentials: credentials))
+            let exchanged = try await withThrowingTaskGroup(of: String.self) { group in
+                for _ in 0..<100 {
+                    group.addTask { try await tokens.exchangedToken(for: alice, audience: "https://billing.test") }
+                }
+                return try await group.reduce(into: Set<String>()) { $0.insert($1) }
+            }
+            #expect(exchanged.count == 1)
+            var stats = try await server.stats()
+            #expect(stats.tokenExchanges == 1)
+            #expect(stats.lastAudience == "https://billing.test")
+            #expect(try await tokens.accessToken() != exchanged.first)
+            // A subject token the server no longer honours: Authlib's grant answers invalid_grant, a typed failure.
+            try await server.expireAll()
+            let error = await #expect(throws: UserSessionError.self) {
+                try await tokens.exchangedToken(for: alice, audience: "https://shipping.test")
+            }
+            #expect(error?.code == .tokenRequestFailed)
+            stats = try await server.stats()
+            #expect(stats.tokenExchanges == 1)
+            await registry.shutdown()
+        }
+    }
 }
