@@ -24,16 +24,6 @@ extension ClientCredentialsTokenManager {
             tokenKey = ClientTokenKey(scopes: scopes, resources: resources)
         }
 
-        /// Whether the two keys have the same scope set and resource set.
-        public static func == (lhs: Key, rhs: Key) -> Bool {
-            lhs.tokenKey == rhs.tokenKey
-        }
-
-        /// Hashes the scope set and the resource set.
-        public func hash(into hasher: inout Hasher) {
-            hasher.combine(tokenKey)
-        }
-
         /// The sorted scopes and resources.
         public var description: String {
             resources.isEmpty
