@@ -40,14 +40,10 @@ struct AuthlibClientCredentialsTests {
             time.advance(by: 601)
             try await server.hold()
             let callers = 10_000
-            let received = try await withThrowingTaskGroup(of: String.self) { group in
-                for _ in 0..<callers { group.addTask { try await tokens.accessToken(for: Self.read) } }
-                // Every caller waits for the one request, which the server holds until all of them have arrived.
-                while tokens.waiterCount(Self.read) < callers { await Task.yield() }
-                while try await server.stats().heldRequests < 1 { await Task.yield() }
-                try await server.release()
-                return try await group.reduce(into: [String]()) { $0.append($1) }
-            }
+            // Every caller waits for the one request, which the server holds until all of them have arrived.
+            let received = try await stampede(
+                tokens, key: Self.read, callers: callers, heldRequests: { try await server.stats().heldRequests },
+                release: { try await server.release() })
             #expect(received.count == callers)
             #expect(Set(received).count == 1)
             #expect(received.first != first)
