@@ -10,6 +10,7 @@ struct BenchmarkOptions {
         case restoreStorm = "restore"
         case fleet
         case sealing
+        case clientCredentials = "client-credentials"
     }
 
     var quick = false
@@ -27,7 +28,8 @@ struct BenchmarkOptions {
     var chartsDirectory: String? = ".build/benchmarks"
 
     static let usage = """
-        usage: RefreshContention [--quick] [--json] [--only hot,contention,storm,fanout,sessions,restore,fleet,sealing]
+        usage: RefreshContention [--quick] [--json]
+                                 [--only hot,contention,storm,fanout,sessions,restore,fleet,sealing,client-credentials]
                                  [--waiters N,N,...] [--requests N,N,...] [--users U,U,...]
                                  [--charts DIR | --no-charts]
 
@@ -35,7 +37,9 @@ struct BenchmarkOptions {
           --json      print one JSON document on standard output (progress goes to standard error)
           --only      run only the named workloads (restore: the restore storm after a restart; fleet: K
                       processes sharing one user through one store, left out of --quick unless named; sealing:
-                      a store's writes and reads plain and sealed, with the Sealing trait)
+                      a store's writes and reads plain and sealed, with the Sealing trait; client-credentials: N
+                      callers at the expiry of the server's own token, ClientCredentialsTokenManager against an
+                      actor caching a Task per key and a cache without single flight)
           --waiters   the numbers of callers for the contention workload (default 10,100,1000,10000,100000)
           --requests  the numbers of first requests for the restore storm (default 1000,10000)
           --users     the numbers of stored users for the restore storm (default 1,1000)
@@ -43,7 +47,7 @@ struct BenchmarkOptions {
           --no-charts write no charts
 
         Exit status: 0 when every invariant holds, 1 when one breaks (a coalescing strategy made more than one
-        refresh per expiry, a fleet refreshed other than once per expiry or reused a refresh token, or the restore storm made other than one store load and one restore per user),
+        refresh or token request per expiry, a fleet refreshed other than once per expiry or reused a refresh token, or the restore storm made other than one store load and one restore per user),
         2 when a run failed or did not finish in time. Timings never change the exit status.
         """
 

@@ -34,6 +34,13 @@ struct BenchmarkPlan: Sendable {
     /// Workload H: writes and reads per repetition through the in-memory store (the file store makes a fiftieth,
     /// the PostgreSQL store a twentieth).
     var sealingOperations = 20_000
+    /// Workload I: callers released together at the expiry of the server's own token, and the largest N of the
+    /// strategies that cannot take the largest of them in reasonable time (by their table names).
+    var clientCredentialsCallers = [10, 100, 1_000, 10_000, 100_000]
+    /// (The idiom's wake-ups grow quadratically: at N = 100,000 it did not finish within the 120-s run limit.)
+    var clientCredentialsMaximumCallers: [String: Int] = [
+        "Cache without single flight": 10_000, "ActorCachedTask per key": 10_000,
+    ]
     /// The longest a single run may take before it is reported as hung.
     var runLimit: Duration = .seconds(120)
 
@@ -51,6 +58,7 @@ struct BenchmarkPlan: Sendable {
         fleetDuration: .seconds(2),
         fleetHotPathCalls: 200_000,
         sealingOperations: 2_000,
+        clientCredentialsCallers: [10, 100, 1_000, 10_000],
         runLimit: .seconds(20)
     )
 }

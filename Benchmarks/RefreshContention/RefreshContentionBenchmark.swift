@@ -64,6 +64,11 @@ struct RefreshContentionBenchmark {
             report.add(await SealingWorkload(plan: plan).run(progress: progress), plan: plan)
             progress.finish()
         }
+        if options.workloads.contains(.clientCredentials) {
+            let progress = ProgressLine(workload: "client credentials", total: ClientCredentialsWorkload.weight(plan))
+            report.add(await ClientCredentialsWorkload(plan: plan).run(progress: progress), plan: plan)
+            progress.finish()
+        }
         report.evaluateTargets()
         report.exitStatus = report.invariantViolations.isEmpty ? (report.failures.isEmpty ? 0 : 2) : 1
         if let directory = options.chartsDirectory {

@@ -51,6 +51,38 @@ public struct UserSessionLogObserver: UserSessionObserver {
         logger.debug("controller evicted", metadata: [MetadataKey.identifier: "\(report.identifier)"])
     }
 
+    /// Logs what a ``UserSessions/ClientCredentialsTokenManager`` did: a token issued, adopted, forgotten or replayed
+    /// at `debug`; a transient failure at `warning`; a misconfiguration, a rejected client and a failed store at
+    /// `error`. Metadata: `client_token.event`, `client_token.client_id`, `client_token.scopes`,
+    /// `client_token.resources`, `client_token.audience`, `user_session.identifier` (the user of a token exchange),
+    /// `client_token.waiters`, `client_token.duration`, `user_session.detail`; never a token.
+    public func observeClientToken(_ event: ClientTokenEvent) {
+        let (level, message): (Logger.Level, String) =
+            switch event.kind {
+            case .tokenIssued: (.debug, "client token issued")
+            case .tokenAdopted: (.debug, "client token adopted from the store")
+            case .forgotten: (.debug, "client token forgotten")
+            case .replayed: (.debug, "replaying an operation with another client token")
+            case .requestFailed(.cancelled): (.debug, "client token request cancelled")
+            case .requestFailed(.transient): (.warning, "client token request failed")
+            case .requestFailed: (.error, "client token request failed")
+            case .clientRejected: (.error, "the token endpoint rejected the client; its keys ask no more")
+            case .persistenceFailed: (.error, "storing or reading a client token failed")
+            }
+        var metadata: Logger.Metadata = [
+            MetadataKey.clientTokenEvent: "\(event.kind)",
+            MetadataKey.clientID: "\(event.clientID)",
+            MetadataKey.scopes: "\(event.scopes.joined(separator: " "))",
+            MetadataKey.waiters: "\(event.waiters)",
+        ]
+        if !event.resources.isEmpty { metadata[MetadataKey.resources] = "\(event.resources.joined(separator: " "))" }
+        metadata[MetadataKey.audience] = event.audience.map { "\($0)" }
+        metadata[MetadataKey.identifier] = event.subject.map { "\($0)" }
+        metadata[MetadataKey.clientTokenDuration] = event.duration.map { "\($0)" }
+        metadata[MetadataKey.detail] = event.detail.map { "\($0)" }
+        logger.log(level: level, "\(message)", metadata: metadata)
+    }
+
     /// Logs one event, as the observer does. The `.current` element that starts every subscription is not an
     /// event and is not logged.
     ///
@@ -120,5 +152,12 @@ enum MetadataKey {
     static let refreshWaiters = "user_session.refresh.waiters"
     static let storeOperation = "user_session.store.operation"
     static let error = "user_session.error"
+    static let clientTokenEvent = "client_token.event"
+    static let clientID = "client_token.client_id"
+    static let scopes = "client_token.scopes"
+    static let resources = "client_token.resources"
+    static let audience = "client_token.audience"
+    static let waiters = "client_token.waiters"
+    static let clientTokenDuration = "client_token.duration"
 }
 #endif

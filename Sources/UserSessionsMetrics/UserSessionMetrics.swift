@@ -19,6 +19,9 @@ import UserSessions
 /// | `user_sessions_evictions_total` | counter: controllers a registry dropped | |
 /// | `user_sessions_revocation_failures_total` | counter: sign-outs whose revocation failed or overran | `failure_class` |
 /// | `user_sessions_open` | meter: sessions open now | |
+/// | `user_sessions_client_token_requests_total` | counter: token requests of a ``UserSessions/ClientCredentialsTokenManager`` | `outcome` (`issued`, `adopted`, `failed`, `rejected`), `failure_class` when failed |
+/// | `user_sessions_client_token_request_duration` | timer | `outcome` |
+/// | `user_sessions_client_token_waiters_total` | counter: callers that got a shared token request's answer | |
 public struct UserSessionMetrics: UserSessionObserver {
     private let refreshesSucceeded: Counter
     private let refreshesDiscarded: Counter
@@ -31,6 +34,9 @@ public struct UserSessionMetrics: UserSessionObserver {
     private let evictions: Counter
     private let revocationFailures: [RefreshFailureClass: Counter]
     private let openSessions: Meter
+    private let clientTokens: [String: Counter]
+    private let clientTokenDurations: [String: Timer]
+    private let clientTokenWaiters: Counter
 
     /// Creates the metrics.
     ///
@@ -72,6 +78,23 @@ public struct UserSessionMetrics: UserSessionObserver {
         persistenceFailures = counter("persistence_failures_total")
         evictions = counter("evictions_total")
         openSessions = Meter(label: "\(prefix)_open", dimensions: dimensions, factory: factory)
+        var clientTokens: [String: Counter] = [:]
+        var clientTokenDurations: [String: Timer] = [:]
+        for outcome in ["issued", "adopted", "failed", "rejected"] {
+            clientTokenDurations[outcome] = Timer(
+                label: "\(prefix)_client_token_request_duration", dimensions: dimensions + [("outcome", outcome)],
+                factory: factory)
+            if outcome != "failed" {
+                clientTokens[outcome] = counter("client_token_requests_total", [("outcome", outcome)])
+            }
+        }
+        for failureClass in classes {
+            clientTokens["failed.\(failureClass.rawValue)"] = counter(
+                "client_token_requests_total", [("outcome", "failed"), ("failure_class", failureClass.rawValue)])
+        }
+        self.clientTokens = clientTokens
+        self.clientTokenDurations = clientTokenDurations
+        clientTokenWaiters = counter("client_token_waiters_total")
     }
 
     public func observe(_ event: UserSessionEvent, context: UserSessionEventContext) {
@@ -103,6 +126,29 @@ public struct UserSessionMetrics: UserSessionObserver {
 
     public func observeEviction(_ report: UserSessionEvictionReport) {
         evictions.increment()
+    }
+
+    public func observeClientToken(_ event: ClientTokenEvent) {
+        let outcome: String
+        switch event.kind {
+        case .tokenIssued: outcome = "issued"
+        case .tokenAdopted: outcome = "adopted"
+        case .clientRejected: outcome = "rejected"
+        case .requestFailed(let failureClass):
+            clientTokens["failed.\(failureClass.rawValue)"]?.increment()
+            outcome = "failed"
+        case .persistenceFailed:
+            persistenceFailures.increment()
+            return
+        case .forgotten, .replayed:
+            if case .replayed = event.kind { replays.increment() }
+            return
+        }
+        if outcome != "failed" { clientTokens[outcome]?.increment() }
+        if let duration = event.duration {
+            clientTokenDurations[outcome]?.recordNanoseconds(Self.nanoseconds(duration))
+        }
+        if event.waiters > 0 { clientTokenWaiters.increment(by: event.waiters) }
     }
 
     static func nanoseconds(_ duration: Duration) -> Int64 {

@@ -7,10 +7,14 @@
 //
 // Usage: FleetNode --store file:DIR|postgres:URL#NAMESPACE --identifier ID --token-endpoint URL [--client-id ID] [--client-secret S]
 //                  [--tasks 100] [--until-lifetime-over 600] [--time-limit 120] [--name NODE]
-//                  [--hold-lease | --sign-out-mode] [--report-refresh] [--stop-on-error] [--sealing-key ID:BASE64]
+//                  [--hold-lease | --sign-out-mode | --client-credentials] [--report-refresh] [--stop-on-error]
+//                  [--sealing-key ID:BASE64]
+// With --client-credentials the node asks a ClientCredentialsTokenManager on the store for the scope "fleet" instead
+// of restoring a user (--identifier is ignored), until it holds a token that lives longer than SECONDS.
 // (`postgres:` only in a build with the PostgreSQL trait; `--sealing-key`, which wraps the store in a
 // SealedTokenStore of namespace "fleet" with that one key, only with the Sealing trait.)
 import Foundation
+import Synchronization
 import UserSessions
 
 struct Options {
@@ -34,6 +38,8 @@ struct Options {
     var reportRefresh = false
     /// Stop every task at the first error (a fleet whose refresh token was refused), instead of at the time limit.
     var stopOnError = false
+    /// Ask a ClientCredentialsTokenManager for the server's own token instead of restoring a user.
+    var clientCredentials = false
 
     init(_ arguments: [String]) throws {
         var iterator = arguments.makeIterator()
@@ -42,8 +48,11 @@ struct Options {
                 holdLease = true
                 continue
             }
-            if flag == "--sign-out-mode" || flag == "--report-refresh" || flag == "--stop-on-error" {
+            if flag == "--sign-out-mode" || flag == "--report-refresh" || flag == "--stop-on-error"
+                || flag == "--client-credentials"
+            {
                 if flag == "--sign-out-mode" { signOutMode = true }
+                if flag == "--client-credentials" { clientCredentials = true }
                 if flag == "--report-refresh" { reportRefresh = true }
                 if flag == "--stop-on-error" { stopOnError = true }
                 continue
@@ -174,6 +183,32 @@ struct NoRefresher: TokenRefresher {
     }
 }
 
+/// Runs TASKS tasks that each call `call` in a loop (2 ms apart), tallying the tokens and lifetimes it returns, until
+/// one is longer than SECONDS, until the time limit, or (with --stop-on-error) until the first error.
+func callInLoop(
+    _ options: Options, tallies: Tallies,
+    _ call: @escaping @Sendable () async throws -> (token: String, lifetime: Double)
+) async {
+    let deadline = ContinuousClock.now + .seconds(options.timeLimit)
+    let threshold = options.untilLifetimeOver
+    let stopOnError = options.stopOnError
+    await withTaskGroup(of: Void.self) { group in
+        for _ in 0..<options.tasks {
+            group.addTask {
+                while ContinuousClock.now < deadline, await !tallies.done {
+                    do {
+                        let (token, lifetime) = try await call()
+                        await tallies.saw(token, lifetime: lifetime, threshold: threshold)
+                    } catch {
+                        await tallies.failed(error, stop: stopOnError)
+                    }
+                    try? await Task.sleep(for: .milliseconds(2))
+                }
+            }
+        }
+    }
+}
+
 func run(_ options: Options) async throws -> Int32 {
     try await StoreSelection.withStore(for: options.store) { store in
         try await run(options, store: StoreSelection.sealing(store, key: options.sealingKey))
@@ -186,6 +221,7 @@ func run(_ options: Options, store: any TokenStore) async throws -> Int32 {
     guard let endpoint = URL(string: options.tokenEndpoint) else {
         throw StoreSelection.Unknown(description: "bad --token-endpoint")
     }
+    if options.clientCredentials { return try await clientCredentials(options, store: store, endpoint: endpoint) }
     let oauth = try OAuth2TokenRefresher(
         tokenEndpoint: endpoint,
         clientAuthentication: .clientSecretBasic(id: options.clientID, secret: options.clientSecret),
@@ -218,23 +254,9 @@ func run(_ options: Options, store: any TokenStore) async throws -> Int32 {
     } catch let error as UserSessionError {
         await tallies.failed(error, stop: true)
     }
-    let deadline = ContinuousClock.now + .seconds(options.timeLimit)
-    let threshold = options.untilLifetimeOver
-    await withTaskGroup(of: Void.self) { group in
-        for _ in 0..<options.tasks {
-            group.addTask {
-                while ContinuousClock.now < deadline, await !tallies.done {
-                    do {
-                        let token = try await controller.accessToken()
-                        let lifetime = controller.credentials?.expiresAt?.timeIntervalSinceNow ?? 0
-                        await tallies.saw(token, lifetime: lifetime, threshold: threshold)
-                    } catch {
-                        await tallies.failed(error, stop: options.stopOnError)
-                    }
-                    try? await Task.sleep(for: .milliseconds(2))
-                }
-            }
-        }
+    await callInLoop(options, tallies: tallies) {
+        let token = try await controller.accessToken()
+        return (token, controller.credentials?.expiresAt?.timeIntervalSinceNow ?? 0)
     }
     let finalToken = controller.credentials?.accessToken ?? ""
     await controller.close()
@@ -252,6 +274,62 @@ func run(_ options: Options, store: any TokenStore) async throws -> Int32 {
         "stopped": result.stopped,
         "closed": closed,
         "final_token_hash": shortHash(finalToken),
+    ]
+    let data = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys])
+    print(String(decoding: data, as: UTF8.self))
+    return result.done && result.errors == 0 ? 0 : 1
+}
+
+/// Counts the tokens a ClientCredentialsTokenManager obtained and adopted (its observer).
+final class ClientTokenCounter: UserSessionObserver {
+    private let counts = Mutex((issued: 0, adopted: 0, failed: 0, expiresAt: Date.distantPast))
+
+    func observe(_ event: UserSessionEvent, context: UserSessionEventContext) {}
+
+    func observeClientToken(_ event: ClientTokenEvent) {
+        counts.withLock { counts in
+            switch event.kind {
+            case .tokenIssued:
+                counts.issued += 1
+                counts.expiresAt = max(counts.expiresAt, event.expiresAt ?? .distantPast)
+            case .tokenAdopted:
+                counts.adopted += 1
+                counts.expiresAt = max(counts.expiresAt, event.expiresAt ?? .distantPast)
+            case .requestFailed, .clientRejected: counts.failed += 1
+            default: break
+            }
+        }
+    }
+
+    var issued: Int { counts.withLock { $0.issued } }
+    var adopted: Int { counts.withLock { $0.adopted } }
+    /// The expiry of the longest-lived token obtained so far.
+    var expiresAt: Date { counts.withLock { $0.expiresAt } }
+}
+
+/// The client-credentials mode: TASKS tasks ask one manager on the shared store for the scope "fleet".
+func clientCredentials(_ options: Options, store: any TokenStore, endpoint: URL) async throws -> Int32 {
+    let counter = ClientTokenCounter()
+    let tokens = try ClientCredentialsTokenManager(
+        tokenEndpoint: endpoint,
+        clientAuthentication: .clientSecretBasic(id: options.clientID, secret: options.clientSecret),
+        requestTimeout: .seconds(10), configuration: .init(store: store, observers: [counter]))
+    let key = ClientCredentialsTokenManager.Key(scopes: ["fleet"])
+    let tallies = Tallies()
+    await callInLoop(options, tallies: tallies) {
+        // The lifetime of the newest token the manager obtained (it hands out no other).
+        (try await tokens.accessToken(for: key), counter.expiresAt.timeIntervalSinceNow)
+    }
+    let result = await tallies.tally
+    let summary: [String: Any] = [
+        "node": options.name,
+        "tokens_seen": result.tokens.count,
+        "issued": counter.issued,
+        "adopted": counter.adopted,
+        "errors": result.errors,
+        "last_error": result.lastError,
+        "settled": result.done,
+        "final_token_hash": shortHash(result.lastToken),
     ]
     let data = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys])
     print(String(decoding: data, as: UTF8.self))

@@ -88,6 +88,33 @@ struct PostgresFleetTests {
         }
     }
 
+    /// Three processes ask a `ClientCredentialsTokenManager` on one PostgreSQL store for the server's own token: the
+    /// store's lease makes the fleet send one grant per expiry (tokens live 1 s, the fixture's fifth grant an hour;
+    /// every node runs until it holds that one), and the other instances adopt the stored token.
+    @Test func threeProcessesSharingPostgreSQLRequestTheServersOwnTokenOncePerExpiry() async throws {
+        let executable = try Self.executable()
+        let namespace = PostgresTestServer.uniqueNamespace()
+        try await OAuthFixtureServer.with { server in
+            try await server.configure(["client_expires_in": 1, "final_after": Self.expiries, "final_expires_in": 3600])
+            try await PostgresTestServer.withClient(schema: nil) { client in
+                try await PostgresTokenStore(client: client, namespace: namespace).prepare()
+            }
+            let arguments = [
+                "--client-credentials", "--store", try Self.storeArgument(namespace: namespace), "--identifier",
+                "unused", "--token-endpoint", server.tokenEndpoint.absoluteString, "--tasks", "50",
+                "--until-lifetime-over", "600", "--time-limit", "60", "--stop-on-error",
+            ]
+            let nodes = try await NodeProcess.runAll(executable, arguments, names: ["a", "b", "c"])
+            let stats = try await server.stats()
+            let problems = NodeProcess.clientCredentialsFleetProblems(stats, nodes, expiries: Self.expiries)
+            #expect(problems.isEmpty, "\(problems)")
+            print(
+                "client-credentials fleet (PostgreSQL, 3 processes × 50 tasks): \(stats.clientCredentials) grants for "
+                    + "\(Self.expiries) expiries, \(stats.prematureGrants) premature; nodes: \(nodes.map(\.summaryLine))"
+            )
+        }
+    }
+
     /// Fleet-wide sign-out: four nodes hold the user open; node 1 clears it; nodes 2–4 hear the removal and close
     /// with `.closed(.clearedElsewhere)`. The bound (1 s on loopback) is measured from the wall-clock time node 1
     /// printed when `closeAndClear()` returned to the times the others printed when their event came: a bound, not an

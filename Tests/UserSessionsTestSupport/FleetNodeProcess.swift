@@ -34,6 +34,41 @@ package struct NodeProcess: Sendable {
         (try? JSONSerialization.jsonObject(with: Data(summaryLine.utf8))) as? [String: Any] ?? [:]
     }
 
+    /// Runs one `executable` per name at once, with `arguments` and `--name NAME`, each to its end.
+    package static func runAll(_ executable: URL, _ arguments: [String], names: [String]) async throws -> [NodeProcess]
+    {
+        try await withThrowingTaskGroup(of: (Int, NodeProcess).self) { group in
+            for (index, name) in names.enumerated() {
+                group.addTask { (index, try await run(executable, arguments + ["--name", name])) }
+            }
+            var nodes: [(Int, NodeProcess)] = []
+            for try await node in group { nodes.append(node) }
+            return nodes.sorted { $0.0 < $1.0 }.map(\.1)
+        }
+    }
+
+    /// What is wrong with a run of `FleetNode --client-credentials` nodes against the OAuth fixture (tokens of 1 s, the
+    /// grant number `expiries` long-lived): it must show `expiries` grants, none premature, all made by the nodes (the
+    /// others adopted), and every node settled without errors on the same final token. Empty when all is well.
+    package static func clientCredentialsFleetProblems(
+        _ stats: OAuthFixtureServer.Stats, _ nodes: [NodeProcess], expiries: Int
+    ) -> [String] {
+        var problems: [String] = []
+        for node in nodes
+        where node.status != 0 || node.summary["errors"] as? Int != 0 || node.summary["settled"] as? Bool != true {
+            problems.append("a node failed: \(node.summaryLine)")
+        }
+        if stats.clientCredentials != expiries { problems.append("\(stats.clientCredentials) grants, not \(expiries)") }
+        if stats.prematureGrants != 0 { problems.append("\(stats.prematureGrants) grants before half a lifetime") }
+        let issued = nodes.map { $0.summary["issued"] as? Int ?? -1 }.reduce(0, +)
+        if issued != expiries { problems.append("the nodes made \(issued) grants, not \(expiries)") }
+        let adopted = nodes.map { $0.summary["adopted"] as? Int ?? 0 }.reduce(0, +)
+        if adopted < nodes.count - 1 { problems.append("only \(adopted) adoptions from the store") }
+        let hashes = Set(nodes.map { $0.summary["final_token_hash"] as? String ?? "?" })
+        if hashes.count != 1 { problems.append("the nodes ended on different tokens: \(hashes.sorted())") }
+        return problems
+    }
+
     /// Runs `executable` with `arguments` to its end.
     package static func run(_ executable: URL, _ arguments: [String]) async throws -> NodeProcess {
         let process = Process()

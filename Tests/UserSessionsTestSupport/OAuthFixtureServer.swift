@@ -21,6 +21,18 @@ package final class OAuthFixtureServer: Sendable {
         package var lastScope: String?
         package var revocations: Int
         package var lastTokenTypeHint: String?
+        /// Client-credentials grants answered (RFC 6749 §4.4).
+        package var clientCredentials: Int
+        /// Token exchanges answered (RFC 8693).
+        package var tokenExchanges: Int
+        /// The resource indicators of the last client-credentials grant, sorted.
+        package var lastResources: [String]?
+        /// The audience of the last token exchange.
+        package var lastAudience: String?
+        /// Token requests held by ``hold()`` now.
+        package var heldRequests: Int
+        /// Client-credentials grants for a scope whose last token had more than half its lifetime left.
+        package var prematureGrants: Int
 
         enum CodingKeys: String, CodingKey {
             case tokenRequests = "token_requests"
@@ -34,6 +46,12 @@ package final class OAuthFixtureServer: Sendable {
             case lastScope = "last_scope"
             case revocations
             case lastTokenTypeHint = "last_token_type_hint"
+            case clientCredentials = "client_credentials"
+            case tokenExchanges = "token_exchanges"
+            case lastResources = "last_resources"
+            case lastAudience = "last_audience"
+            case heldRequests = "held_requests"
+            case prematureGrants = "premature_grants"
         }
     }
 
@@ -95,6 +113,12 @@ package final class OAuthFixtureServer: Sendable {
         guard families.count == count else { throw UserSessionError(.transportFailure, "bad issue response") }
         return families
     }
+
+    /// Token requests wait (counted in ``Stats/heldRequests``) until ``release()``.
+    package func hold() async throws { _ = try await request("POST", "admin/hold") }
+
+    /// Lets held token requests (and later ones) through.
+    package func release() async throws { _ = try await request("POST", "admin/release") }
 
     /// Revokes every token family.
     package func revokeAll() async throws { _ = try await request("POST", "admin/revoke") }

@@ -34,6 +34,32 @@ import UserSessionsTestSupport
                 + "\(stats.reuseDetected) reuse detections, \(adopted) adoptions from the store")
     }
 
+    /// Three processes ask a `ClientCredentialsTokenManager` on one coordinated file store for the server's own token:
+    /// tokens live 1 s, and the fixture's fifth grant lives an hour; every node runs until it holds that one. The
+    /// fleet sends one grant per expiry: five in all, none while the last token still had half its life left, the
+    /// other nodes adopting the stored token.
+    @Test func threeProcessesSharingAFileStoreRequestTheServersOwnTokenOncePerExpiry() async throws {
+        let executable = try #require(
+            locateBuiltExecutable(named: "FleetNode"),
+            "FleetNode was not built next to the test bundle; build the whole package (swift build)")
+        let directory = FileManager.default.temporaryDirectory.appending(
+            path: "user-sessions-cc-fleet-\(UUID().uuidString)", directoryHint: .isDirectory)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        try await OAuthFixtureServer.with { server in
+            try await server.configure(["client_expires_in": 1, "final_after": Self.expiries, "final_expires_in": 3600])
+            let arguments = [
+                "--client-credentials", "--store", "file:" + directory.path(percentEncoded: false),
+                "--identifier", "unused", "--token-endpoint", server.tokenEndpoint.absoluteString, "--tasks", "50",
+                "--until-lifetime-over", "600", "--time-limit", "60", "--stop-on-error",
+            ]
+            let nodes = try await NodeProcess.runAll(executable, arguments, names: ["a", "b", "c"])
+            let stats = try await server.stats()
+            let problems = NodeProcess.clientCredentialsFleetProblems(stats, nodes, expiries: Self.expiries)
+            #expect(problems.isEmpty, "\(problems)")
+            print("client-credentials fleet (file store, 3 processes): \(nodes.map(\.summaryLine))")
+        }
+    }
+
     /// The control, behind `USER_SESSIONS_FLEET_CONTROL=1` (its outcome depends on timing, so it asserts nothing
     /// but prints what happened): the same fleet over the same files without coordination.
     @Test(.enabled(if: ProcessInfo.processInfo.environment["USER_SESSIONS_FLEET_CONTROL"] == "1"))

@@ -115,6 +115,7 @@ extension BenchmarkReport {
         if let section = restoreStormSection() { sections.append(section) }
         if let section = fleetSection() { sections.append(section) }
         if let section = sealingSection() { sections.append(section) }
+        if let section = clientCredentialsSection() { sections.append(section) }
 
         if !notes.isEmpty {
             sections.append((["Notes"] + notes.map { "  \($0)" }).joined(separator: "\n"))
@@ -122,7 +123,8 @@ extension BenchmarkReport {
 
         var invariants = [
             "Invariants: one refresh per expiry for coalescing strategies; one store load and one restore per user "
-                + "in the restore storm; one refresh per expiry and no reuse detected across a fleet"
+                + "in the restore storm; one refresh per expiry and no reuse detected across a fleet; one token "
+                + "request per expiry of the server's own token"
         ]
         if invariantViolations.isEmpty {
             invariants.append("  holds")

@@ -16,6 +16,7 @@ public struct UserSessionError: Error, Sendable, CustomStringConvertible {
             case noRefresher, refreshFailed, refreshLoop, malformedTokenResponse
             case invalidConfiguration, minimumValidityUnreachable
             case revocationFailed, revisionConflict, refreshTokenRefused
+            case tokenRequestFailed, clientRejected, invalidTokenRequest
         }
         private let base: Base
         private init(_ base: Base) { self.base = base }
@@ -78,6 +79,18 @@ public struct UserSessionError: Error, Sendable, CustomStringConvertible {
         /// is recorded (in this process and in the store): restoring the session fails at once, without contacting
         /// the server, until the user signs in again. Its ``UserSessionError/failureClass`` is terminal.
         public static let refreshTokenRefused = Code(.refreshTokenRefused)
+
+        /// A token request of a ``ClientCredentialsTokenManager`` (client credentials, or a token exchange) failed;
+        /// ``UserSessionError/failureClass`` says how (misconfiguration or transient).
+        public static let tokenRequestFailed = Code(.tokenRequestFailed)
+        /// The token endpoint rejected the client itself (HTTP 401, or `invalid_client`) for a
+        /// ``ClientCredentialsTokenManager`` key. Its ``UserSessionError/failureClass`` is terminal: the key asks no
+        /// more until the client is reconfigured (``ClientCredentialsTokenManager/reconfigure(_:)``).
+        public static let clientRejected = Code(.clientRejected)
+        /// A ``ClientCredentialsTokenManager`` call named a scope, resource or audience that cannot be sent (a scope
+        /// that is not an RFC 6749 scope token, a resource that is not an absolute URI without a fragment, an empty
+        /// audience). Nothing was sent.
+        public static let invalidTokenRequest = Code(.invalidTokenRequest)
 
         public var description: String { base.rawValue }
     }

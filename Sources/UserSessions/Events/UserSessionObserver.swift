@@ -24,12 +24,16 @@ public protocol UserSessionObserver: Sendable {
     func observeReplay(_ report: UserSessionReplayReport)
     /// A registry dropped a controller whose session was not open (its credentials stay stored).
     func observeEviction(_ report: UserSessionEvictionReport)
+    /// A ``ClientCredentialsTokenManager`` whose configuration lists this observer obtained, adopted or forgot a token
+    /// of the server's own, or a request for one failed.
+    func observeClientToken(_ event: ClientTokenEvent)
 }
 
 extension UserSessionObserver {
     public func observeRefresh(_ report: UserSessionRefreshReport) {}
     public func observeReplay(_ report: UserSessionReplayReport) {}
     public func observeEviction(_ report: UserSessionEvictionReport) {}
+    public func observeClientToken(_ event: ClientTokenEvent) {}
 }
 
 /// What an observer learns about an event besides the event itself.

@@ -5,15 +5,28 @@ Listens on 127.0.0.1 (port 0 unless --port) and prints the chosen port as the fi
 
 POST /token          refresh_token grant (RFC 6749 section 6). Refresh tokens rotate on every use; a reused
                      token is answered with invalid_grant and its whole family is revoked.
+                     client_credentials grant (RFC 6749 section 4.4): a new access token "cc-..." per request, for the
+                     requested scope (echoed) and resource indicators (RFC 8707, repeatable); counted in
+                     client_credentials, last_resources.
+                     token exchange (RFC 8693, grant_type urn:ietf:params:oauth:grant-type:token-exchange): the
+                     subject_token must be an active access token of a family (else invalid_grant) and audience is
+                     required (else invalid_request); answers "tx-..." with issued_token_type; counted in
+                     token_exchanges, last_audience.
 GET  /stats          JSON counters: token_requests, refreshes, invalid_grant, redirect_target_hits, revocations,
                      last_token_type_hint, ...
 POST /admin/issue    JSON {"refresh_token", "access_token"}: a new token family. With a JSON body {"count": n}:
                      {"families": [[refresh_token, access_token], ...]}, n new families at once.
 POST /admin/revoke   revokes every family.
+POST /admin/hold     token requests wait (after they are counted) until POST /admin/release; /stats counts
+                     held_requests, the requests waiting now.
 POST /admin/mode     JSON {"mode": "normal|error500|garbage|invalid_client|slow|redirect|status|
                      redirect_other_host|nested|huge|sized|truncated", "delay": seconds, "expires_in": n,
                      "status": n, "redirect_status": n, "bytes": n, "omit_refresh_token": bool,
-                     "final_after": n, "final_expires_in": n}
+                     "final_after": n, "final_expires_in": n, "client_expires_in": n}
+                     client_expires_in: the lifetime of client-credentials and exchanged tokens (default 3600);
+                     final_after applies to client-credentials grants too (counted apart from refreshes).
+                     premature_grants counts client-credentials grants for a scope whose last token had more than
+                     half its lifetime left (a client that asked twice for one expiry).
                      final_after: once n refreshes succeeded, later answers use final_expires_in as their lifetime
                      (so that processes sharing a user settle on one long-lived token after exactly n expiries).
                      redirect: redirect_status (307 unless set) to http://127.0.0.1:<port>/elsewhere;
@@ -58,6 +71,9 @@ class State:
         self.omit_refresh_token = False
         self.final_after = None
         self.final_expires_in = 3600
+        self.client_expires_in = 3600
+        self.gate = threading.Event()
+        self.gate.set()
         self.families = {}  # family id -> revoked flag
         self.tokens = {}  # refresh token -> {"family": id, "used": bool}
         self.access_tokens = {}  # access token -> {"family": id, "revoked": bool}
@@ -74,7 +90,14 @@ class State:
             "last_scope": None,
             "revocations": 0,
             "last_token_type_hint": None,
+            "client_credentials": 0,
+            "token_exchanges": 0,
+            "last_resources": None,
+            "last_audience": None,
+            "held_requests": 0,
+            "premature_grants": 0,
         }
+        self.last_client_grant = {}  # scope -> (time issued, lifetime)
 
     def new_family(self):
         family = next(self.family_ids)
@@ -188,6 +211,12 @@ class Handler(BaseHTTPRequestHandler):
                 for family in self.state.families:
                     self.state.families[family] = True
             self.reply(200, {"revoked": True})
+        elif self.path == "/admin/hold":
+            self.state.gate.clear()
+            self.reply(200, {"held": True})
+        elif self.path == "/admin/release":
+            self.state.gate.set()
+            self.reply(200, {"held": False})
         elif self.path == "/admin/mode":
             settings = json.loads(body or b"{}")
             with self.state.lock:
@@ -203,6 +232,8 @@ class Handler(BaseHTTPRequestHandler):
                     self.state.final_after = settings["final_after"]
                 if "final_expires_in" in settings:
                     self.state.final_expires_in = settings["final_expires_in"]
+                if "client_expires_in" in settings:
+                    self.state.client_expires_in = settings["client_expires_in"]
             self.reply(200, {"mode": self.state.mode})
         else:
             self.reply(404, {"error": "not_found"})
@@ -318,12 +349,17 @@ class Handler(BaseHTTPRequestHandler):
         state = self.state
         with state.lock:
             state.stats["token_requests"] += 1
+            state.stats["held_requests"] += 1
+        state.gate.wait()
+        with state.lock:
+            state.stats["held_requests"] -= 1
         if self.mode_reply():
             return
         with state.lock:
             mode = state.mode
         parsed = urllib.parse.parse_qs(body.decode(), keep_blank_values=True)
         self.form = {key: values[0] for key, values in parsed.items()}
+        self.resources = parsed.get("resource", [])
         reason = "forced by mode" if mode == "invalid_client" else self.client_error()
         with state.lock:
             state.stats["last_auth"] = "basic" if self.headers.get("Authorization") else (
@@ -333,7 +369,12 @@ class Handler(BaseHTTPRequestHandler):
                 state.stats["invalid_client"] += 1
                 return self.reply(401, {"error": "invalid_client", "error_description": reason},
                                   headers=[("WWW-Authenticate", "Basic")])
-            if self.form.get("grant_type") != "refresh_token":
+            grant_type = self.form.get("grant_type")
+            if grant_type == "client_credentials":
+                return self.client_credentials()
+            if grant_type == "urn:ietf:params:oauth:grant-type:token-exchange":
+                return self.token_exchange()
+            if grant_type != "refresh_token":
                 return self.reply(400, {"error": "unsupported_grant_type"})
             token = self.form.get("refresh_token")
             record = state.tokens.get(token)
@@ -364,6 +405,51 @@ class Handler(BaseHTTPRequestHandler):
             if self.form.get("scope"):
                 response["scope"] = self.form["scope"]
         self.reply(200, response)
+
+
+    def client_credentials(self):
+        """RFC 6749 section 4.4 (called with the lock held)."""
+        state = self.state
+        state.stats["client_credentials"] += 1
+        state.stats["last_resources"] = sorted(self.resources)
+        if self.form.get("scope") == "forbidden":
+            return self.reply(400, {"error": "invalid_scope", "error_description": "scope forbidden is not allowed"})
+        access_token = "cc-" + secrets.token_urlsafe(12)
+        state.access_tokens[access_token] = {"family": None, "revoked": False}
+        # A grant for a scope whose last token has more than half its life left: the client asked twice per expiry.
+        now = time.time()
+        scope_key = self.form.get("scope") or ""
+        previous = state.last_client_grant.get(scope_key)
+        if previous is not None and now < previous[0] + previous[1] / 2:
+            state.stats["premature_grants"] += 1
+        expires_in = state.client_expires_in
+        if state.final_after is not None and state.stats["client_credentials"] >= state.final_after:
+            expires_in = state.final_expires_in
+        state.last_client_grant[scope_key] = (now, float(expires_in))
+        response = {"access_token": access_token, "token_type": "Bearer", "expires_in": expires_in}
+        if self.form.get("scope"):
+            response["scope"] = self.form["scope"]
+        return self.reply(200, response)
+
+    def token_exchange(self):
+        """RFC 8693 (called with the lock held)."""
+        state = self.state
+        state.stats["token_exchanges"] += 1
+        audience = self.form.get("audience")
+        state.stats["last_audience"] = audience
+        if not audience:
+            return self.reply(400, {"error": "invalid_request", "error_description": "audience is required"})
+        if self.form.get("subject_token_type") != "urn:ietf:params:oauth:token-type:access_token":
+            return self.reply(400, {"error": "invalid_request", "error_description": "unsupported subject type"})
+        if not state.is_active(self.form.get("subject_token", "")):
+            return self.reply(400, {"error": "invalid_grant", "error_description": "subject token not active"})
+        access_token = "tx-" + secrets.token_urlsafe(12)
+        state.access_tokens[access_token] = {"family": None, "revoked": False}
+        response = {"access_token": access_token, "token_type": "Bearer", "expires_in": state.client_expires_in,
+                    "issued_token_type": "urn:ietf:params:oauth:token-type:access_token"}
+        if self.form.get("scope"):
+            response["scope"] = self.form["scope"]
+        return self.reply(200, response)
 
 
 def exit_when_parent_goes_away():
