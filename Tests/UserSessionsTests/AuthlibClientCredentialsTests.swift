@@ -15,19 +15,21 @@ struct AuthlibRequirementTests {
 }
 
 /// `ClientCredentialsTokenManager` against Authlib's own client-credentials grant and client authentication
-/// (Fixtures/authlib_client_credentials.py), on a manual clock: one request per expiry, keys, a rejected client.
+/// (Fixtures/authlib_client_credentials.py), on a manual clock: one request per expiry, keys, a rejected client, backoff
+/// after a server error, a restart over a stored token.
 @Suite(.enabled(if: AuthlibTokenServer.isAvailable, "python3 with authlib and flask"))
 struct AuthlibClientCredentialsTests {
     static let secret = "authlib-secret"
     static let read = ClientCredentialsTokenManager.Key(scopes: ["orders.read"])
 
     static func manager(
-        _ server: AuthlibTokenServer, time: ManualTime, authentication: OAuth2TokenRefresher.ClientAuthentication? = nil
+        _ server: AuthlibTokenServer, time: ManualTime, store: (any TokenStore)? = nil,
+        authentication: OAuth2TokenRefresher.ClientAuthentication? = nil
     ) throws -> ClientCredentialsTokenManager {
         try ClientCredentialsTokenManager(
             tokenEndpoint: server.tokenEndpoint,
             clientAuthentication: authentication ?? .clientSecretBasic(id: "client", secret: secret),
-            configuration: .init(clock: time.clock))
+            configuration: .init(clock: time.clock, store: store))
     }
 
     @Test func tenThousandCallersAtExpiryCauseExactlyOneTokenRequest() async throws {
@@ -110,6 +112,70 @@ struct AuthlibClientCredentialsTests {
             #expect(stats.tokenRequests == 2)
             #expect(stats.clientCredentials == 1)
             #expect(stats.lastAuth == method)
+        }
+    }
+
+    @Test func aServerErrorBacksOffAndIsRetriedAfterTheDelay() async throws {
+        try await AuthlibTokenServer.with(["--client-secret", Self.secret]) { server in
+            let time = ManualTime()
+            let tokens = try Self.manager(server, time: time)
+            try await server.configure(["mode": "error500"])
+            let error = await #expect(throws: UserSessionError.self) { try await tokens.accessToken(for: Self.read) }
+            #expect(error?.code == .tokenRequestFailed)
+            #expect(error?.failureClass == .transient)
+            var stats = try await server.stats()
+            #expect(stats.tokenRequests == 1)
+            #expect(stats.clientCredentials == 0)
+            // Within the backoff every caller gets the transient failure at once and nothing is sent.
+            try await server.configure(["mode": "normal"])
+            for _ in 0..<5 {
+                let again = await #expect(throws: UserSessionError.self) {
+                    try await tokens.accessToken(for: Self.read)
+                }
+                #expect(again?.failureClass == .transient)
+            }
+            time.advance(by: 0.49)  // the first delay is half of initialRetryDelay (1 s) plus jitter: 0.5-1 s
+            await #expect(throws: UserSessionError.self) { try await tokens.accessToken(for: Self.read) }
+            stats = try await server.stats()
+            #expect(stats.tokenRequests == 1)
+            #expect(stats.clientCredentials == 0)
+            // After the delay one request is sent and Authlib's grant issues the token.
+            time.advance(by: 0.52)
+            let token = try await tokens.accessToken(for: Self.read)
+            #expect(try await tokens.accessToken(for: Self.read) == token)
+            stats = try await server.stats()
+            #expect(stats.tokenRequests == 2)
+            #expect(stats.clientCredentials == 1)
+            #expect(stats.lastScope == "orders.read")
+        }
+    }
+
+    @Test func aRestartWithAValidStoredTokenMakesNoRequest() async throws {
+        try await AuthlibTokenServer.with(["--client-secret", Self.secret]) { server in
+            let directory = FileManager.default.temporaryDirectory.appending(path: "authlib-cc-\(UUID().uuidString)")
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let time = ManualTime()
+            let before = try Self.manager(server, time: time, store: FileTokenStore(directory: directory))
+            let token = try await before.accessToken(for: Self.read)
+            #expect(try await server.stats().clientCredentials == 1)
+            // A new process: a new manager over the same directory, while the stored token is fresh.
+            time.advance(by: 1800)
+            let after = try Self.manager(server, time: time, store: FileTokenStore(directory: directory))
+            #expect(try await after.accessToken(for: Self.read) == token)
+            var stats = try await server.stats()
+            #expect(stats.tokenRequests == 1)
+            #expect(stats.clientCredentials == 1)
+            // Once the stored token is inside its lead time, Authlib's grant is asked once, and the next process
+            // reads the renewed token from the directory.
+            time.advance(by: 1800 - 30)
+            let renewed = try await after.accessToken(for: Self.read)
+            #expect(renewed != token)
+            #expect(try await server.stats().clientCredentials == 2)
+            let third = try Self.manager(server, time: time, store: FileTokenStore(directory: directory))
+            #expect(try await third.accessToken(for: Self.read) == renewed)
+            stats = try await server.stats()
+            #expect(stats.tokenRequests == 2)
+            #expect(stats.clientCredentials == 2)
         }
     }
 
