@@ -128,4 +128,39 @@ struct PageHeaderTests {
         await harness.registry.shutdown()
     }
 }
+
+/// Two instances of one machine sharing file stores: a back-channel logout received by one signs the browser out on
+/// the other (issue 26: which stores carry a sign-out to other instances).
+@Suite(.enabled(if: Provider.isAvailable, "python3 with authlib and flask"))
+struct FileStoreFleetTests {
+    @Test func aBackChannelLogoutOnOneInstanceSignsTheBrowserOutOnTheOther() async throws {
+        try await Provider.with { provider in
+            try await withTemporaryDirectory { directory in
+                func instance() throws -> WebHarness {
+                    try WebHarness(
+                        openID: try provider.client(
+                            stateStore: FileOpenIDConnectStateStore(directory: directory.appending(path: "oidc"))),
+                        tokenStore: FileTokenStore(directory: directory.appending(path: "tokens")),
+                        store: FileWebSessionStore(directory: directory.appending(path: "browsers")))
+                }
+                let (first, second) = (try instance(), try instance())
+                try await first.run { one in
+                    try await second.run { two in
+                        var browserOnOne = one
+                        browserOnOne.cookie = try await provider.signIn(through: one).cookieValue("user_session")
+                        #expect(try await browserOnOne.get("/auth/user").status == 200)
+                        var browserOnTwo = two
+                        browserOnTwo.cookie = browserOnOne.cookie
+                        #expect(try await browserOnTwo.get("/auth/user").status == 200, "the other instance knows it")
+                        let receiver = try #require(URL(string: two.base.absoluteString + "/auth/backchannel-logout"))
+                        #expect(try await provider.sendLogout(["sub": "248289761001"], to: receiver) == 200)
+                        #expect(try await browserOnOne.get("/auth/user").status == 401, "signed out on the first too")
+                        #expect(try await browserOnOne.get("/app/page").status == 401)
+                        #expect(try await first.registry.storedIdentifiers().isEmpty, "the tokens are gone")
+                    }
+                }
+            }
+        }
+    }
+}
 #endif
