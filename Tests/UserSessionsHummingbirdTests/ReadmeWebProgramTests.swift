@@ -24,7 +24,7 @@ private func readmeWebProgram(
     let browsersDirectory = directory.appending(path: "browsers")
 
     let web = WebSessionConfiguration(
-        publicURL: URL(string: "http://127.0.0.1:8080")!, postLogoutRedirectPath: "/signed-out")
+        publicURL: try #require(URL(string: "http://127.0.0.1:8080")), postLogoutRedirectPath: "/signed-out")
     let openID = try OpenIDConnectClient(
         issuer: issuer,
         configuration: OpenIDConnectConfiguration(
@@ -66,7 +66,7 @@ struct ReadmeWebProgramTests {
         (#"Data(base64Encoded: environment["SIGN_IN_KEY"] ?? "") ?? Data()"#, "Data(repeating: 7, count: 32)"),
         (#"URL(fileURLWithPath: "/var/lib/app/tokens")"#, #"directory.appending(path: "tokens")"#),
         (#"URL(fileURLWithPath: "/var/lib/app/browsers")"#, #"directory.appending(path: "browsers")"#),
-        (#"URL(string: "https://app.example.com")!"#, #"URL(string: "http://127.0.0.1:8080")!"#),
+        (#"URL(string: "https://app.example.com")!"#, #"try #require(URL(string: "http://127.0.0.1:8080"))"#),
         (#"URL(string: "https://accounts.example.com")!"#, "issuer"),
         (#"id: "app""#, #"id: "example-app""#),
         (
