@@ -9,8 +9,9 @@ import Hummingbird
 ///   (clickjacking a signed-in user). Only when the response has no `Content-Security-Policy` of its own: an
 ///   application that writes its own policy must include `frame-ancestors` in it.
 /// - `X-Content-Type-Options: nosniff`: a response is never read as another type than it says.
-/// - `Referrer-Policy: no-referrer`: a page's URL (which may hold a `returnTo`, or a code during sign-in) never
-///   goes to another site in `Referer`.
+/// - `Referrer-Policy: same-origin`: a page's URL (which may hold a `returnTo`, or a code during sign-in) never
+///   goes to another site in `Referer`. Not `no-referrer`: with it, browsers send `Origin: null` on the page's own
+///   form POSTs, which the cross-site check must refuse.
 ///
 /// Add it first: `router.add(middleware: sessions.securityHeadersMiddleware())`. It does not write a full
 /// Content-Security-Policy for the application's pages (which scripts and styles they load is the application's to
@@ -18,11 +19,11 @@ import Hummingbird
 public struct SecurityHeadersMiddleware<Context: RequestContext>: RouterMiddleware {
     /// The sources allowed to frame the pages (the `frame-ancestors` directive). Default `'none'`.
     public var frameAncestors: String
-    /// The `Referrer-Policy`. Default `no-referrer`.
+    /// The `Referrer-Policy`. Default `same-origin`.
     public var referrerPolicy: String
 
     /// A middleware with the given policies.
-    public init(frameAncestors: String = "'none'", referrerPolicy: String = "no-referrer") {
+    public init(frameAncestors: String = "'none'", referrerPolicy: String = "same-origin") {
         self.frameAncestors = frameAncestors
         self.referrerPolicy = referrerPolicy
     }
@@ -63,13 +64,13 @@ enum SecurityHeaders {
                 .contentSecurityPolicy: "default-src 'none'; frame-ancestors 'none'",
             ],
             body: ResponseBody(byteBuffer: ByteBuffer(string: html)))
-        apply(to: &response, frameAncestors: "'none'", referrerPolicy: "no-referrer")
+        apply(to: &response, frameAncestors: "'none'", referrerPolicy: "same-origin")
         return response
     }
 }
 
 extension WebSessions {
-    /// A ``SecurityHeadersMiddleware`` with the default policies (no framing, `nosniff`, `no-referrer`).
+    /// A ``SecurityHeadersMiddleware`` with the default policies (no framing, `nosniff`, `same-origin`).
     public func securityHeadersMiddleware<Context: RequestContext>() -> SecurityHeadersMiddleware<Context> {
         SecurityHeadersMiddleware()
     }

@@ -37,7 +37,6 @@ from harness import (  # noqa: E402
     Example,
     HarnessError,
     Provider,
-    http,
     new_browser,
     remove_tree,
     resident_kib,
@@ -457,7 +456,10 @@ def scenario_login_csrf_callback_from_another_profile_signs_nobody_in(ctx, brows
         reason = victim.driver.find_element(By.ID, "reason").text
         assert "not started in this browser" in reason, f"the page says {reason!r}"
         assert session_cookie(victim) is None, "the victim's browser got a session cookie"
-        user_json(victim, expected_status=401)
+        # (The failed page's own policy forbids fetch(), so /auth/user is opened as a page.)
+        victim.driver.get(a.base + "/auth/user")
+        body = victim.wait(lambda d: d.find_element(By.TAG_NAME, "body").text, 10, "/auth/user answered")
+        assert "unauthenticated" in body, f"/auth/user in the victim's browser: {body[:200]}"
         # The victim opens the app: not signed in as anybody, sent to the provider's login form.
         victim.driver.get(a.base + "/")
         victim.wait(lambda d: d.current_url.startswith(ctx.provider.base + "/authorize"), 30,
@@ -479,9 +481,20 @@ def scenario_login_flood_keeps_nothing_and_a_real_sign_in_succeeds(ctx, browser)
     a = ctx.a
     before = resident_kib(a.process.popen.pid)
 
+    import urllib.error
+    import urllib.request
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None  # the 302 to the provider is the answer looked at
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), NoRedirect)
+
     def login(_):
-        status, headers, _ = http("GET", a.base + "/auth/login?returnTo=%2F")
-        return status == 302 and "user_session_signin=" in (headers.get("Set-Cookie") or "")
+        try:
+            with opener.open(a.base + "/auth/login?returnTo=%2F", timeout=10):
+                return False
+        except urllib.error.HTTPError as answer:
+            return answer.code == 302 and "user_session_signin=" in (answer.headers.get("Set-Cookie") or "")
     with ThreadPoolExecutor(max_workers=8) as pool:
         answered = sum(pool.map(login, range(10_000)))
     assert answered == 10_000, f"{answered} of 10,000 logins were redirected with the sign-in cookie"

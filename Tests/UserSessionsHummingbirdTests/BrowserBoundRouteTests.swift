@@ -120,7 +120,7 @@ struct PageHeaderTests {
             #expect(plain.headers["Content-Security-Policy"] == "frame-ancestors 'none'")
             #expect(plain.headers["X-Frame-Options"] == "DENY")
             #expect(plain.headers["X-Content-Type-Options"] == "nosniff")
-            #expect(plain.headers["Referrer-Policy"] == "no-referrer")
+            #expect(plain.headers["Referrer-Policy"] == "same-origin")
             let own = try await Client(base: base).get("/own")
             #expect(own.headers["Content-Security-Policy"] == "default-src 'self'; frame-ancestors 'self'")
             #expect(own.headers["X-Frame-Options"] == nil)
