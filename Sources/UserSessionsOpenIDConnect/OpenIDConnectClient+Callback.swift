@@ -272,13 +272,9 @@ extension OpenIDConnectClient {
                 .userInfoFailed, "the provider has no userinfo endpoint", failureClass: .misconfiguration)
         }
         let body = try await get(endpoint, what: "the userinfo endpoint", code: .userInfoFailed, bearer: accessToken)
-        let object: [String: ClaimValue]
-        do {
-            object = try JSONDecoder().decode([String: ClaimValue].self, from: body)
-        } catch {
-            throw OpenIDConnectError(
-                .userInfoFailed, "the userinfo answer is not a JSON object", failureClass: .transient)
-        }
+        let object = try JSONObject.decode(
+            [String: ClaimValue].self, from: body, what: "the userinfo answer", code: .userInfoFailed,
+            failureClass: .transient)
         let userInfo = OpenIDClaims(object)
         guard let subject = userInfo.subject, subject == claims.subject else {
             throw OpenIDConnectError(.userInfoFailed, "the userinfo sub is not the ID token's")

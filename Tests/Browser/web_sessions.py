@@ -333,15 +333,15 @@ def scenario_sign_out_ends_local_and_provider_sessions(ctx, browser):
     confirmation = driver.find_element(By.ID, "logout-state").text
     assert confirmation == "confirmed by the provider", f"the post-logout state was not checked: {confirmation!r}"
     assert session_cookie(browser) is None, "the session cookie is still in the browser"
+    user_json(browser, expected_status=401)
+    wait_stat(ctx, "provider_sessions", lambda n: n == sessions - 1, f"provider_sessions back to {sessions - 1}")
+    remaining = [c["name"] for c in browser.all_cookies() if c["name"] in PROVIDER_COOKIES]
+    assert not remaining, f"the provider's cookies {remaining} are still in the browser"
     # The back button never shows the signed-in page again (pages behind the session are no-store).
     driver.back()
     browser.wait(lambda d: not d.current_url.startswith(a.base + "/signed-out"), 30, "went back")
     shown = [e.text for e in driver.find_elements(By.ID, "user-name")]
     assert not shown, f"the back button showed the signed-in page again: {shown}"
-    user_json(browser, expected_status=401)
-    wait_stat(ctx, "provider_sessions", lambda n: n == sessions - 1, f"provider_sessions back to {sessions - 1}")
-    remaining = [c["name"] for c in browser.all_cookies() if c["name"] in PROVIDER_COOKIES]
-    assert not remaining, f"the provider's cookies {remaining} are still in the browser"
     driver.get(a.base + "/auth/login?returnTo=%2F")
     browser.wait(lambda d: d.current_url.startswith(provider.base + "/authorize")
                  and d.find_elements(By.NAME, "username"), 30, "the provider's login form (no silent sign-in)")
@@ -419,25 +419,18 @@ def scenario_restart_keeps_browser_signed_in(ctx, browser):
 
 
 def _callback_url_stopped_in(ctx, browser, example):
-    """Signs in as alice in `browser` but stops at the provider's redirect back (the callback is blocked in this
-    browser, so its code stays unused): the callback URL the attacker now holds."""
+    """Signs in as alice in `browser` but stops at the provider's redirect back: the provider shows the callback
+    URL as a link instead of redirecting (fault hold_redirect), so its code stays unused. Returns the URL."""
     driver = browser.driver
-    driver.execute_cdp_cmd("Network.enable", {})
-    driver.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["*/auth/callback*"]})
+    ctx.provider.control("/control/misbehave", {"hold_redirect": True})
     driver.get(example.base + "/auth/login?returnTo=%2F")
     browser.wait(lambda d: d.find_elements(By.NAME, "username"), 30, "the provider's login form")
     driver.find_element(By.NAME, "username").send_keys(ALICE["username"])
     driver.find_element(By.NAME, "password").send_keys(ALICE["password"])
     driver.find_element(By.CSS_SELECTOR, "form button, form [type=submit]").click()
-
-    def blocked_callback(_):
-        for event in browser.network_events():
-            url = event["params"].get("request", {}).get("url", "")
-            if event["method"] == "Network.requestWillBeSent" and "/auth/callback?" in url:
-                return url
-        return None
-    url = browser.wait(blocked_callback, 30, "the provider's redirect back (blocked)")
-    driver.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+    link = browser.wait(lambda d: d.find_elements(By.ID, "callback"), 30, "the provider's held redirect")[0]
+    url = link.get_attribute("href")
+    assert "/auth/callback?" in url, f"the held redirect is {url}"
     return url
 
 
@@ -469,7 +462,7 @@ def scenario_login_csrf_callback_from_another_profile_signs_nobody_in(ctx, brows
     tokens_after = require_stat(ctx.provider.stats(), "token_requests")
     assert tokens_after == tokens_before, "the attacker's code reached the token endpoint"
     # In the browser that started it, the same URL completes (it was a valid callback all along).
-    browser.driver.get(url)
+    browser.driver.find_element(By.ID, "callback").click()
     browser.wait(lambda d: d.current_url == a.base + "/", 30, "the attacker's own browser completes")
     assert_signed_in_page(browser, a)
 

@@ -112,6 +112,16 @@ struct SignInAttackTests {
         }
     }
 
+    @Test func aDiscoveryDocumentWithADuplicateMemberIsRefusedByTheStrictReader() async throws {
+        try await OpenIDProviderFixture.with { provider in
+            let client = try provider.client()
+            try await provider.misbehave(["discovery_duplicate": true])
+            let error = await expectRefusal(.discoveryFailed) { _ = try await client.providerMetadata() }
+            #expect(error?.message.contains("appears twice") == true, "\(error.map { "\($0)" } ?? "")")
+            #expect(try await client.providerMetadata().issuer == provider.issuer.absoluteString)
+        }
+    }
+
     @Test func aStateUsedTwiceIsRefused() async throws {
         try await OpenIDProviderFixture.with { provider in
             let client = try provider.client()

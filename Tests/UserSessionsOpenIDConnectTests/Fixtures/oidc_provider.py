@@ -41,6 +41,9 @@ POST /control/without-kid {"decoys": n}: from now on no key of the JWKS has a ki
 POST /control/misbehave  {"refresh_id_token": fault}: the next refresh response's ID token (by default every
                           refresh of example-app carries a valid one): none, wrong_sub, wrong_iss, wrong_aud,
                           bad_signature, expired
+POST /control/misbehave  {"hold_redirect": true}: the next browser login answers a page linking to the callback
+                          (id "callback") instead of redirecting to it
+POST /control/misbehave  {"discovery_duplicate": true}: the next discovery document carries "issuer" twice
 POST /control/logout-token {"sub", "sid", "fault": nonce|no_event|wrong_aud|no_sub_or_sid|alg_none, "jti"}
                           -> {"logout_token": …}: a back-channel logout token, returned to the test
 POST /control/send-logout {"uri", and the fields of /control/logout-token} -> {"status": n}: mints the same token
@@ -430,7 +433,16 @@ def bearer_user():
 @app.get("/.well-known/openid-configuration")
 def discovery():
     issuer = STATE.issuer
-    return jsonify({
+    document = discovery_document(issuer)
+    if STATE.take_fault("discovery_duplicate"):
+        # The same member twice: a lenient parser keeps the second, the attacker's.
+        text = json.dumps(document)[:-1] + ', "issuer": "https://evil.example"}'
+        return app.response_class(text, mimetype="application/json")
+    return jsonify(document)
+
+
+def discovery_document(issuer):
+    return ({
         "issuer": issuer,
         "authorization_endpoint": issuer + "/authorize",
         "token_endpoint": issuer + "/token",
@@ -495,6 +507,13 @@ def authorize():
         STATE.browser_sids.add(sid)
     response = finish_authorization(args["username"])
     response.set_cookie("op_session", cookie, httponly=True, samesite="Lax", path="/")
+    if STATE.take_fault("hold_redirect"):
+        # The browser stops at the redirect back: the callback URL is shown, its code unused.
+        location = response.headers["Location"]
+        held = app.response_class(f'<!doctype html><title>Held</title><a id="callback" href="{location}">back</a>',
+                                  mimetype="text/html")
+        held.headers["Set-Cookie"] = response.headers["Set-Cookie"]
+        return held
     return response
 
 
