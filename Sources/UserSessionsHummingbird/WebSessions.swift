@@ -148,10 +148,7 @@ public final class WebSessions: Sendable {
             logger.error("resolving a user's session failed (\(type(of: error)))")
             return .unavailable
         }
-        let terminal =
-            error.failureClass == .terminal || error.code == .refreshTokenRefused || error.code == .noStoredSession
-            || error.code == .credentialsUnusable
-        guard terminal else {
+        guard error.requiresSignIn else {
             logger.warning("a user's session is unavailable for now", metadata: ["code": "\(error.code)"])
             return .unavailable
         }
