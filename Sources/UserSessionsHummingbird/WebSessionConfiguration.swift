@@ -59,6 +59,14 @@ public struct WebSessionConfiguration: Sendable {
     /// The cookie's name: `__Host-` and ``cookieBaseName`` when secure, ``cookieBaseName`` alone on loopback HTTP.
     public var cookieName: String { isSecure ? "__Host-" + cookieBaseName : cookieBaseName }
 
+    /// The name of the cookie that keeps a sign-in's sealed pending state in the browser between `<prefix>/login`
+    /// and `<prefix>/callback`: ``cookieName`` followed by `_signin`.
+    public var signInCookieName: String { cookieName + "_signin" }
+
+    /// The name of the cookie that keeps the `state` of an RP-initiated logout until the provider sends the browser
+    /// back to the post-logout path: ``cookieName`` followed by `_signout`.
+    public var signOutCookieName: String { cookieName + "_signout" }
+
     /// The public URL's origin, such as `https://app.example.com` or `http://127.0.0.1:8080`, as browsers send it
     /// in `Origin`.
     public var origin: String {
@@ -116,15 +124,33 @@ public struct WebSessionConfiguration: Sendable {
 
 /// Where a browser may be sent back to after signing in: a local path, or `/`.
 enum ReturnPath {
-    /// `candidate` when it is a local path (`/` then anything but `/` or `\`, no backslash, no control character or
-    /// space, at most 2048 bytes, no scheme or host); `/` otherwise. `//evil.example`, `/\evil.example`,
-    /// `https://evil.example` and `javascript:…` all become `/`.
+    /// `candidate` as a normalized local path when it is one (`/` then anything, no backslash, no control character
+    /// or space, at most 2048 bytes, no scheme or host, no percent-encoded `.`, `/` or backslash); `/` otherwise.
+    ///
+    /// The path is normalized as a browser resolves it: `.` and `..` segments are removed and empty segments (`//`)
+    /// collapsed, so no result is ever a network-path reference. `//evil.example`, `/\\evil.example`,
+    /// `/.//evil.example`, `/%2F%2Fevil.example`, `https://evil.example` and `javascript:…` all become `/`, or a
+    /// path on this host.
     static func local(_ candidate: String?) -> String {
         guard let candidate, candidate.hasPrefix("/"), !candidate.hasPrefix("//"), candidate.utf8.count <= 2048,
             candidate.utf8.allSatisfy({ $0 > 0x20 && $0 != 0x7F && $0 != UInt8(ascii: "\\") }),
             let components = URLComponents(string: candidate), components.scheme == nil, components.host == nil
         else { return "/" }
-        return candidate
+        let end = candidate.firstIndex { $0 == "?" || $0 == "#" } ?? candidate.endIndex
+        let path = candidate[..<end]
+        let lowered = path.lowercased()
+        guard !["%2e", "%2f", "%5c"].contains(where: { lowered.contains($0) }) else { return "/" }
+        var segments: [Substring] = []
+        for segment in path.split(separator: "/", omittingEmptySubsequences: true) {
+            switch segment {
+            case ".": continue
+            case "..": _ = segments.popLast()
+            default: segments.append(segment)
+            }
+        }
+        var normalized = "/" + segments.joined(separator: "/")
+        if path.hasSuffix("/"), !segments.isEmpty { normalized += "/" }
+        return normalized + candidate[end...]
     }
 }
 #endif

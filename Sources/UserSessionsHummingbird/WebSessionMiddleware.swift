@@ -18,6 +18,9 @@ import UserSessions
 ///   request answered as one without a session.
 /// - When it fails for a passing reason (the provider or a store is unreachable), the answer is a JSON 503 with
 ///   `Retry-After`, and the browser stays signed in.
+/// - A response to a signed-in user carries `Cache-Control: no-store` unless the route set a `Cache-Control` of
+///   its own (or ``noStore`` is off): after signing out, the back button never shows the signed-in page from the
+///   browser's cache.
 public struct WebSessionMiddleware<Context: WebSessionRequestContext>: RouterMiddleware {
     /// What a route needs of the browser.
     public enum Requirement: Sendable {
@@ -33,11 +36,15 @@ public struct WebSessionMiddleware<Context: WebSessionRequestContext>: RouterMid
     public let sessions: WebSessions
     /// What the routes behind this middleware need.
     public let requirement: Requirement
+    /// Whether responses to a signed-in user get `Cache-Control: no-store` when the route set no `Cache-Control`.
+    /// Default `true`; a route opts out by setting its own `Cache-Control`.
+    public let noStore: Bool
 
     /// A middleware resolving cookies with `sessions`.
-    public init(_ sessions: WebSessions, requirement: Requirement = .required) {
+    public init(_ sessions: WebSessions, requirement: Requirement = .required, noStore: Bool = true) {
         self.sessions = sessions
         self.requirement = requirement
+        self.noStore = noStore
     }
 
     /// Resolves the cookie, then runs the rest of the chain with the user in `context.identity`.
@@ -58,7 +65,9 @@ public struct WebSessionMiddleware<Context: WebSessionRequestContext>: RouterMid
         case .session(let session):
             context.identity = session
             do {
-                return try await next(request, context)
+                var response = try await next(request, context)
+                if noStore, response.headers[.cacheControl] == nil { response.headers[.cacheControl] = "no-store" }
+                return response
             } catch let error as UserSessionError {
                 switch await sessions.handle(error, identifier: session.identifier) {
                 case .signedOut:
@@ -74,9 +83,9 @@ public struct WebSessionMiddleware<Context: WebSessionRequestContext>: RouterMid
 extension WebSessions {
     /// A ``WebSessionMiddleware`` over these sessions.
     public func middleware<Context: WebSessionRequestContext>(
-        _ requirement: WebSessionMiddleware<Context>.Requirement = .required
+        _ requirement: WebSessionMiddleware<Context>.Requirement = .required, noStore: Bool = true
     ) -> WebSessionMiddleware<Context> {
-        WebSessionMiddleware(self, requirement: requirement)
+        WebSessionMiddleware(self, requirement: requirement, noStore: noStore)
     }
 }
 #endif

@@ -10,14 +10,21 @@ extension WebSessions {
 
     /// Mounts the sign-in routes under ``WebSessionConfiguration/routePrefix`` (here `/auth`):
     ///
-    /// - `GET /auth/login?returnTo=/path` records a pending sign-in and redirects (302) to the provider. `returnTo`
-    ///   must be a local path; anything else (`https://…`, `//host`, a backslash) becomes `/`.
-    /// - `GET /auth/callback` completes the sign-in (state, PKCE, ID token), opens the user's session in the
-    ///   registry, issues a new cookie (the old record, if any, is deleted) and redirects (302) to `returnTo`. A
-    ///   failed sign-in is a 400 JSON naming the failure's code; nothing is opened.
+    /// - `GET /auth/login?returnTo=/path` starts a sign-in, keeps the sealed pending sign-in in the browser (the
+    ///   cookie ``WebSessionConfiguration/signInCookieName``: `HttpOnly`, `SameSite=Lax`, `Path=/`, `Secure` and
+    ///   `__Host-` on HTTPS, for the pending sign-in's lifetime) and redirects (302) to the provider. The server keeps
+    ///   nothing for it. `returnTo` must be a local path; anything else (`https://…`, `//host`, a backslash) becomes
+    ///   `/`.
+    /// - `GET /auth/callback` completes the sign-in with that cookie (state, PKCE, ID token) and clears it, opens
+    ///   the user's session in the registry, issues a new session cookie (the old record, if any, is deleted) and
+    ///   redirects (302) to `returnTo`. A failed sign-in is a 400 naming the failure's code (a short HTML page for a
+    ///   navigation, JSON otherwise); nothing is opened. A callback URL opened in another browser than the one that
+    ///   started the sign-in (login CSRF) has no such cookie and fails so.
     /// - `POST /auth/logout` refuses a cross-site request (403), signs the user out (the OpenID Connect client's
     ///   `signOut`, which closes and clears the session and revokes), deletes the user's browser records, clears the
-    ///   cookie and redirects (303) to the provider's end-session URL (or to the post-logout path).
+    ///   cookie and redirects (303) to the provider's end-session URL with a fresh `state`, kept in the browser's
+    ///   cookie ``WebSessionConfiguration/signOutCookieName`` for ``verifyPostLogoutState(_:)`` (or to the
+    ///   post-logout path when the provider offers no logout).
     /// - `POST /auth/backchannel-logout` verifies the provider's logout token, ends the user's session in the
     ///   registry (through its store, every instance) and deletes the user's browser records: 200, or 400 for a
     ///   token that does not verify.
@@ -34,22 +41,30 @@ extension WebSessions {
 
     func login(_ request: Request) async -> Response {
         let returnTo = ReturnPath.local(request.uri.queryParameters.get("returnTo"))
+        let earlier = request.cookies[configuration.signInCookieName].map { String($0.value) }
         do {
-            let redirect = try await openID.authorizationRedirect(AuthorizationOptions(context: ["returnTo": returnTo]))
-            return Self.redirect(to: redirect.url.absoluteString, status: .found)
+            let redirect = try await openID.authorizationRedirect(
+                AuthorizationOptions(context: ["returnTo": returnTo]), replacing: earlier)
+            var response = Self.redirect(to: redirect.url.absoluteString, status: .found)
+            response.setCookie(signInCookie(redirect.sealedPendingSignIn))
+            return response
         } catch {
             logger.error("starting a sign-in failed", metadata: ["code": "\(error.code)"])
-            return error.failureClass == .transient ? Self.unavailable() : Self.signInFailed(error)
+            return error.failureClass == .transient ? Self.unavailable() : signInFailed(error, request)
         }
     }
 
     func callback(_ request: Request) async -> Response {
         let signIn: OpenIDSignIn
+        let sealed = request.cookies[configuration.signInCookieName].map { String($0.value) }
         do {
-            signIn = try await openID.completeSignIn(callbackQuery: request.uri.query ?? "")
+            signIn = try await openID.completeSignIn(
+                callbackQuery: request.uri.query ?? "", sealedPendingSignIn: sealed)
         } catch {
             logger.warning("a sign-in was refused", metadata: ["code": "\(error.code)"])
-            return error.failureClass == .transient ? Self.unavailable() : Self.signInFailed(error)
+            var response = error.failureClass == .transient ? Self.unavailable() : signInFailed(error, request)
+            if sealed != nil { response.setCookie(clearedSignInCookie()) }
+            return response
         }
         do {
             let cookie = try await openBrowserSession(
@@ -57,6 +72,7 @@ extension WebSessions {
                 replacingCookieOf: request)
             var response = Self.redirect(to: ReturnPath.local(signIn.context["returnTo"]), status: .found)
             response.setCookie(cookie)
+            response.setCookie(clearedSignInCookie())
             return response
         } catch {
             logger.error("opening a signed-in session failed (\(type(of: error)))")
@@ -73,14 +89,26 @@ extension WebSessions {
         } catch {
             return Self.unavailable()
         }
+        let state = PostLogoutState.make()
+        var sentState = false
         if let (key, record) = found {
             do {
                 try await store.remove(key: key)
-                let logoutURL = try await openID.signOut(
+                let logout = try await openID.signOut(
                     identifier: record.identifier, registry: registry,
-                    postLogoutRedirectURI: configuration.postLogoutRedirectURL)
+                    postLogoutRedirectURI: configuration.postLogoutRedirectURL, state: state)
                 try await store.removeAll(identifier: record.identifier)
-                if let logoutURL { location = logoutURL.absoluteString }
+                switch logout {
+                case .redirect(let url):
+                    location = url.absoluteString
+                    sentState = true
+                case .notOffered:
+                    break
+                case .unavailable(let error):
+                    logger.warning(
+                        "the provider's logout URL could not be made; its session may live on",
+                        metadata: ["code": "\(error.code)"])
+                }
                 logger.info("a browser signed out", metadata: ["identifier": "\(record.identifier)"])
             } catch {
                 logger.error("signing a user out failed (\(type(of: error)))")
@@ -89,6 +117,7 @@ extension WebSessions {
         }
         var response = Self.redirect(to: location, status: .seeOther)
         response.setCookie(clearedCookie())
+        if sentState { response.setCookie(postLogoutCookie(state)) }
         return response
     }
 
@@ -102,18 +131,24 @@ extension WebSessions {
         guard let token = form.queryItems?.first(where: { $0.name == "logout_token" })?.value, !token.isEmpty else {
             return Self.json(["error": "invalid_request"], status: .badRequest)
         }
+        let identifiers: [String]
         do {
-            let identifiers = try await openID.handleBackChannelLogout(logoutToken: token, registry: registry)
-            for identifier in identifiers { try await store.removeAll(identifier: identifier) }
-            logger.info("a back-channel logout signed out \(identifiers.count) user(s)")
-            return Response(status: .ok, headers: [.cacheControl: "no-store"])
-        } catch let error as OpenIDConnectError {
+            identifiers = try await openID.handleBackChannelLogout(logoutToken: token, registry: registry)
+        } catch  where error.code == .signOutFailed || error.code == .storeFailure {
+            logger.error("a back-channel logout failed", metadata: ["code": "\(error.code)"])
+            return Self.json(["error": "temporarily_unavailable"], status: .serviceUnavailable)
+        } catch {
             logger.warning("a back-channel logout was refused", metadata: ["code": "\(error.code)"])
             return Self.json(["error": "invalid_request"], status: .badRequest)
+        }
+        do {
+            for identifier in identifiers { try await store.removeAll(identifier: identifier) }
         } catch {
-            logger.error("a back-channel logout failed (\(type(of: error)))")
+            logger.error("a back-channel logout could not delete browser records (\(type(of: error)))")
             return Self.json(["error": "temporarily_unavailable"], status: .serviceUnavailable)
         }
+        logger.info("a back-channel logout signed out \(identifiers.count) user(s)")
+        return Response(status: .ok, headers: [.cacheControl: "no-store"])
     }
 
     func user(_ request: Request) async -> Response {
@@ -124,9 +159,31 @@ extension WebSessions {
         }
     }
 
-    /// The 400 of a refused sign-in: the failure's code, never its message or a token.
-    static func signInFailed(_ error: OpenIDConnectError) -> Response {
-        json(["error": "sign_in_failed", "code": error.code.rawValue], status: .badRequest)
+    /// The 400 of a refused sign-in: the failure's code, never its message or a token; a short page that says
+    /// why for a navigation, JSON otherwise.
+    func signInFailed(_ error: OpenIDConnectError, _ request: Request) -> Response {
+        guard Self.isNavigation(request) else {
+            return Self.json(["error": "sign_in_failed", "code": error.code.rawValue], status: .badRequest)
+        }
+        let why: String
+        switch error.code {
+        case .pendingSignInMissing, .stateMismatch, .pendingSignInUnreadable, .stateUnknown:
+            why =
+                "This sign-in was not started in this browser, was already used, or took too long. "
+                + "Nobody was signed in."
+        case .authorizationDenied:
+            why = "The sign-in was cancelled or refused at the identity provider. Nobody was signed in."
+        default:
+            why = "The identity provider's answer did not pass the checks. Nobody was signed in."
+        }
+        let page = """
+            <!doctype html><html lang="en"><meta charset="utf-8"><title>Sign-in failed</title>
+            <h1>Sign-in failed</h1><p id="reason">\(why)</p><p>Code: <code id="code">\(error.code.rawValue)</code></p>
+            <p><a href="\(configuration.routePrefix)/login">Sign in again</a></p></html>
+            """
+        var response = SecurityHeaders.page(page, status: .badRequest)
+        response.headers[.cacheControl] = "no-store"
+        return response
     }
 }
 #endif

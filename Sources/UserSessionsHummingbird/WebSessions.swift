@@ -11,8 +11,8 @@ import UserSessionsOpenIDConnect
 ///
 /// - ``addRoutes(to:)`` mounts `GET login`, `GET callback`, `POST logout`, `POST backchannel-logout` and `GET user`
 ///   under ``WebSessionConfiguration/routePrefix``.
-/// - ``middleware(_:)`` resolves the cookie to the user's controller (through the registry's get-or-restore) for
-///   the application's own routes; ``crossSiteRequestMiddleware(requiringHeader:exemptPaths:)`` refuses
+/// - ``middleware(_:noStore:)`` resolves the cookie to the user's controller (through the registry's
+///   get-or-restore) for the application's own routes; ``crossSiteRequestMiddleware(requiringHeader:exemptPaths:)`` refuses
 ///   cross-site state changes; ``addProxy(_:at:to:)`` forwards API calls with the user's access token.
 ///
 /// The cookie's value is 256 random bits, `HttpOnly`, `SameSite=Lax`, `Path=/`, and `Secure` with the `__Host-`
@@ -148,10 +148,7 @@ public final class WebSessions: Sendable {
             logger.error("resolving a user's session failed (\(type(of: error)))")
             return .unavailable
         }
-        let terminal =
-            error.failureClass == .terminal || error.code == .refreshTokenRefused || error.code == .noStoredSession
-            || error.code == .credentialsUnusable
-        guard terminal else {
+        guard error.requiresSignIn else {
             logger.warning("a user's session is unavailable for now", metadata: ["code": "\(error.code)"])
             return .unavailable
         }
@@ -212,6 +209,40 @@ public final class WebSessions: Sendable {
         Cookie(
             name: configuration.cookieName, value: value, maxAge: Int(configuration.absoluteLifetime.timeInterval),
             path: "/", secure: configuration.isSecure, httpOnly: true, sameSite: .lax)
+    }
+
+    /// The cookie that keeps a sealed pending sign-in in the browser until the callback.
+    func signInCookie(_ sealed: String) -> Cookie {
+        Cookie(
+            name: configuration.signInCookieName, value: sealed,
+            maxAge: Int(openID.configuration.pendingSignInLifetime.timeInterval.rounded(.up)), path: "/",
+            secure: configuration.isSecure, httpOnly: true, sameSite: .lax)
+    }
+
+    /// A cookie that makes the browser forget its pending sign-in.
+    func clearedSignInCookie() -> Cookie {
+        Cookie(
+            name: configuration.signInCookieName, value: "", maxAge: 0, path: "/", secure: configuration.isSecure,
+            httpOnly: true, sameSite: .lax)
+    }
+
+    /// The cookie that keeps the `state` of an RP-initiated logout until the provider sends the browser back.
+    func postLogoutCookie(_ state: String) -> Cookie {
+        Cookie(
+            name: configuration.signOutCookieName, value: state, maxAge: 600, path: "/",
+            secure: configuration.isSecure, httpOnly: true, sameSite: .lax)
+    }
+
+    /// Checks, on the post-logout page, that the `state` the provider sent the browser back with is the one
+    /// `POST <prefix>/logout` sent (kept in the cookie ``WebSessionConfiguration/signOutCookieName`` for 10 minutes):
+    /// then the page knows the logout it confirms is the one this browser asked for, not a link from elsewhere.
+    ///
+    /// - Throws: `OpenIDConnectError` of code `postLogoutStateMismatch` when the query's
+    ///   `state` or the cookie is missing, or they differ.
+    public func verifyPostLogoutState(_ request: Request) throws(OpenIDConnectError) {
+        try PostLogoutState.check(
+            returned: request.uri.queryParameters.get("state"),
+            expected: request.cookies[configuration.signOutCookieName].map { String($0.value) })
     }
 
     /// A cookie that makes the browser forget the session cookie.

@@ -33,6 +33,9 @@ public final class InMemoryOpenIDConnectStateStore: OpenIDConnectStateStore {
         if !inserted { throw OpenIDConnectError.tooManyPending(limit) }
     }
 
+    /// How many pending sign-ins are recorded (expired ones included until the next insert drops them).
+    public var pendingCount: Int { state.withLock { $0.pending.count } }
+
     /// Removes and returns the unexpired pending sign-in named `state`.
     public func take(state key: String, now: Date) async throws -> PendingSignIn? {
         let pending = state.withLock { $0.pending.removeValue(forKey: key) }

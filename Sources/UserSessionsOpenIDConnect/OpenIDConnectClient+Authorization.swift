@@ -35,14 +35,22 @@ public struct AuthorizationOptions: Sendable, Hashable {
     }
 }
 
-/// Where to send the browser to sign in.
+/// Where to send the browser to sign in, and the pending sign-in that browser keeps until the callback.
 public struct AuthorizationRedirect: Sendable, Hashable, CustomStringConvertible {
     /// The authorization URL, with `state`, `nonce` and the PKCE challenge.
     public var url: URL
     /// When the pending sign-in expires.
     public var expiresAt: Date
+    /// The pending sign-in (its `state`, `nonce`, PKCE verifier and context), sealed with
+    /// ``OpenIDConnectConfiguration/pendingSignInKeys`` (AES-256-GCM), as at most 3,800 base64url characters.
+    ///
+    /// Keep it in the browser that started the sign-in, in a short-lived `HttpOnly` cookie (`__Host-` prefixed
+    /// and `Secure` on HTTPS, `SameSite=Lax` so the provider's top-level redirect back carries it), and hand it to
+    /// ``OpenIDConnectClient/completeSignIn(callbackQuery:sealedPendingSignIn:)`` at the callback: a callback
+    /// without it completes nothing. It is a secret: never log it or put it in a URL.
+    public var sealedPendingSignIn: String
 
-    /// The URL's endpoint without its query (which holds the state).
+    /// The URL's endpoint without its query (which holds the state); never the sealed pending sign-in.
     public var description: String {
         var components = URLComponents(url: url, resolvingAgainstBaseURL: false)
         components?.query = nil
@@ -57,15 +65,25 @@ extension OpenIDConnectClient {
         "code_challenge_method", "prompt", "login_hint", "max_age", "resource",
     ]
 
-    /// Starts a sign-in: records a pending sign-in (fresh `state`, `nonce` and PKCE verifier of 256 random bits
-    /// each) and returns the URL to redirect the browser to.
+    /// Starts a sign-in: makes a pending sign-in (fresh `state`, `nonce` and PKCE verifier of 256 random bits
+    /// each) and returns the URL to redirect the browser to, with the pending sign-in sealed for that browser
+    /// (``AuthorizationRedirect/sealedPendingSignIn``).
     ///
-    /// - Throws: ``OpenIDConnectError/Code/tooManyPendingSignIns`` (transient),
-    ///   ``OpenIDConnectError/Code/storeFailure``, the errors of ``providerMetadata()``, or
-    ///   ``OpenIDConnectError/Code/invalidConfiguration`` for an additional parameter the client sets itself.
-    public func authorizationRedirect(_ options: AuthorizationOptions = AuthorizationOptions())
-        async throws(OpenIDConnectError) -> AuthorizationRedirect
-    {
+    /// With ``PendingSignInStorage/browser`` (the default) the server keeps nothing. With
+    /// ``PendingSignInStorage/stateStore`` the pending sign-in is also recorded in the state store, and the one
+    /// sealed in `earlier` (the browser's previous, unfinished sign-in) is removed from it first, so one browser
+    /// holds at most one there.
+    ///
+    /// - Parameters:
+    ///   - options: The optional parameters of the request.
+    ///   - earlier: The sealed pending sign-in the browser still holds from an earlier start, if any.
+    /// - Throws: ``OpenIDConnectError/Code/tooManyPendingSignIns`` (transient) and
+    ///   ``OpenIDConnectError/Code/storeFailure`` (state store only), the errors of ``providerMetadata()``, or
+    ///   ``OpenIDConnectError/Code/invalidConfiguration`` for an additional parameter the client sets itself or a
+    ///   context too large to seal into a cookie.
+    public func authorizationRedirect(
+        _ options: AuthorizationOptions = AuthorizationOptions(), replacing earlier: String? = nil
+    ) async throws(OpenIDConnectError) -> AuthorizationRedirect {
         for name in options.additionalParameters.keys.sorted() where Self.reservedParameters.contains(name) {
             throw OpenIDConnectError(
                 .invalidConfiguration, "the parameter \(name) is set by the client", failureClass: .misconfiguration)
@@ -102,15 +120,24 @@ extension OpenIDConnectClient {
             parameters.append((name, options.additionalParameters[name] ?? ""))
         }
         let url = try Self.url(metadata.authorizationEndpoint, adding: parameters)
-        do {
-            try await stateStore.insert(pending, limit: configuration.maximumPendingSignIns, now: now)
-        } catch let error as OpenIDConnectError {
-            throw error
-        } catch {
-            throw Self.storeFailure(error)
+        let sealed = try configuration.pendingSignInKeys.seal(pending, binding: sealingBinding)
+        if configuration.pendingSignInStorage.usesStateStore {
+            do {
+                if let earlier, let replaced = configuration.pendingSignInKeys.open(earlier, binding: sealingBinding) {
+                    _ = try await stateStore.take(state: replaced.state, now: now)
+                }
+                try await stateStore.insert(pending, limit: configuration.maximumPendingSignIns, now: now)
+            } catch let error as OpenIDConnectError {
+                throw error
+            } catch {
+                throw Self.storeFailure(error)
+            }
         }
-        return AuthorizationRedirect(url: url, expiresAt: pending.expiresAt)
+        return AuthorizationRedirect(url: url, expiresAt: pending.expiresAt, sealedPendingSignIn: sealed)
     }
+
+    /// What a sealed pending sign-in is bound to: this issuer and client id, so another client's never opens here.
+    var sealingBinding: String { "user-sessions pending sign-in v1\n" + issuer + "\n" + configuration.clientID }
 
     /// `endpoint` with `parameters` appended to its query, form-encoded.
     static func url(_ endpoint: URL, adding parameters: [(String, String)]) throws(OpenIDConnectError) -> URL {

@@ -18,12 +18,19 @@ extension OpenIDConnectClient {
     /// Answer the provider's POST with 200 when this returns, and 400 when it throws.
     ///
     /// - Returns: The identifiers signed out.
-    /// - Throws: ``OpenIDConnectError`` (``OpenIDConnectError/Code/invalidLogoutToken``,
-    ///   ``OpenIDConnectError/Code/logoutTokenReplayed``, ``OpenIDConnectError/Code/unknownSession``, or a
-    ///   signature or claim code); nobody is signed out. A failure of `closeAndClear` is rethrown after every
-    ///   session was tried.
+    /// - Throws: ``OpenIDConnectError``, in two kinds:
+    ///   - a refusal of the token (``OpenIDConnectError/Code/invalidLogoutToken``,
+    ///     ``OpenIDConnectError/Code/logoutTokenReplayed``, ``OpenIDConnectError/Code/unknownSession``, a signature
+    ///     or claim code) or ``OpenIDConnectError/Code/storeFailure`` before any sign-out: nobody was signed out;
+    ///   - ``OpenIDConnectError/Code/signOutFailed`` (transient, the first `closeAndClear` failure as
+    ///     ``OpenIDConnectError/underlying``): thrown after every session concerned was tried, and the others are
+    ///     signed out. The token's `jti` is already remembered (so two deliveries never race), so the provider's
+    ///     retry of the same token is refused as a replay: the session that failed stays stored until it is signed
+    ///     out another way. Log the error.
     @discardableResult
-    public func handleBackChannelLogout(logoutToken: String, registry: UserSessionRegistry) async throws -> [String] {
+    public func handleBackChannelLogout(logoutToken: String, registry: UserSessionRegistry)
+        async throws(OpenIDConnectError) -> [String]
+    {
         let claims = try await validateLogoutToken(logoutToken)
         let records: [OpenIDSignInRecord]
         do {
@@ -38,15 +45,22 @@ extension OpenIDConnectClient {
         var identifiers: [String] = []
         for record in records where !identifiers.contains(record.identifier) { identifiers.append(record.identifier) }
         var failure: (any Error)?
+        var failed = 0
         for identifier in identifiers {
             do {
                 try await registry.closeAndClear(identifier: identifier)
                 try? await stateStore.forget(identifier: identifier, issuer: issuer)
             } catch {
                 failure = failure ?? error
+                failed += 1
             }
         }
-        if let failure { throw failure }
+        if let failure {
+            throw OpenIDConnectError(
+                .signOutFailed,
+                "\(failed) of the \(identifiers.count) sessions the logout token concerns could not be signed out "
+                    + "(\(type(of: failure)))", failureClass: .transient, underlying: failure)
+        }
         return identifiers
     }
 

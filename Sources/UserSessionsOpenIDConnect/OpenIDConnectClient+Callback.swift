@@ -9,39 +9,66 @@ extension OpenIDConnectClient {
         "acr", "amr", "email", "name", "events",
     ]
 
-    /// Completes a sign-in from the callback's query string (the part of the callback URL after `?`).
+    /// Completes a sign-in from the callback's query string (the part of the callback URL after `?`) and the
+    /// sealed pending sign-in the browser kept (``AuthorizationRedirect/sealedPendingSignIn``, from its cookie).
     ///
-    /// In order: an `error` parameter is refused with its code (the pending sign-in is consumed); the `state` is
-    /// looked up and consumed (a second use fails); the `iss` parameter (RFC 9207), when sent or promised by the
-    /// provider, must be the issuer; the code is exchanged with the PKCE verifier and the client's authentication;
-    /// the ID token is validated (signature, algorithm, `iss`, `aud`/`azp`, `exp`/`iat`, `nonce`, `at_hash`,
-    /// `auth_time` when `max_age` was asked); optionally the userinfo `sub` is compared. Only then is the sign-in
-    /// recorded (for back-channel logout) and returned.
+    /// In order: an `error` parameter is refused with its code; the callback must carry a `state`, the browser its
+    /// sealed pending sign-in, which must open with ``OpenIDConnectConfiguration/pendingSignInKeys``, name that
+    /// same `state` and not have expired, and must not have completed before (in this process, or in the state
+    /// store with ``PendingSignInStorage/stateStore``, which consumes it); the `iss` parameter (RFC 9207), when sent
+    /// or promised by the provider, must be the issuer; the code is exchanged with the PKCE verifier and the
+    /// client's authentication; the ID token is validated (signature, algorithm, `iss`, `aud`/`azp`, `exp`/`iat`,
+    /// `nonce`, `at_hash`, `auth_time` when `max_age` was asked); optionally the userinfo `sub` is compared. Only
+    /// then is the sign-in recorded (for back-channel logout) and returned.
+    ///
+    /// A callback URL opened in a browser other than the one that started the sign-in (login CSRF) fails with
+    /// ``OpenIDConnectError/Code/pendingSignInMissing`` or ``OpenIDConnectError/Code/stateMismatch``, before any
+    /// request to the provider.
     ///
     /// - Throws: ``OpenIDConnectError`` with the code of the first check that failed; nothing is opened.
-    public func completeSignIn(callbackQuery: String) async throws(OpenIDConnectError) -> OpenIDSignIn {
+    public func completeSignIn(callbackQuery: String, sealedPendingSignIn: String?)
+        async throws(OpenIDConnectError) -> OpenIDSignIn
+    {
         let parameters = try Self.parseQuery(callbackQuery)
-        let pending: PendingSignIn?
-        if let state = parameters["state"], !state.isEmpty {
-            do {
-                pending = try await stateStore.take(state: state, now: now)
-            } catch {
-                throw Self.storeFailure(error)
-            }
-        } else {
-            pending = nil
-        }
+        let now = self.now
+        let state = parameters["state"].flatMap { $0.isEmpty ? nil : $0 }
+        let keys = configuration.pendingSignInKeys
+        let opened = sealedPendingSignIn.flatMap { keys.open($0, binding: sealingBinding) }
+        let browserMatches = opened.map { pending in state.map { SignInSecrets.constantTimeEqual($0, pending.state) } }
         if let error = parameters["error"] {
+            // The browser's own sign-in was refused: it is consumed.
+            if let opened, browserMatches == true { _ = try? await takeFromStore(opened.state, now: now) }
             let code = Self.safeErrorCode(error)
             throw OpenIDConnectError(
                 .authorizationDenied, "the provider answered the authorization request with \(code)",
                 failureClass: code == "temporarily_unavailable" ? .transient : .terminal, providerErrorCode: code)
         }
-        guard parameters["state"] != nil else {
+        guard state != nil else {
             throw OpenIDConnectError(.malformedCallback, "the callback has no state")
         }
-        guard let pending else {
-            throw OpenIDConnectError(.stateUnknown, "the callback's state was never issued, was used, or expired")
+        guard let sealedPendingSignIn, !sealedPendingSignIn.isEmpty else {
+            throw OpenIDConnectError(
+                .pendingSignInMissing,
+                "the callback came without the pending sign-in of the browser that started it (another browser, "
+                    + "cookies refused, or expired)")
+        }
+        guard let pending = opened else {
+            throw OpenIDConnectError(
+                .pendingSignInUnreadable, "the browser's pending sign-in does not open with this client's keys")
+        }
+        guard browserMatches == true else {
+            throw OpenIDConnectError(
+                .stateMismatch, "the callback's state is not the one of the sign-in this browser started")
+        }
+        guard !pending.isExpired(at: now) else {
+            throw OpenIDConnectError(.stateUnknown, "the pending sign-in expired at \(pending.expiresAt)")
+        }
+        if configuration.pendingSignInStorage.usesStateStore {
+            guard try await takeFromStore(pending.state, now: now) != nil else {
+                throw OpenIDConnectError(.stateUnknown, "the callback's state was never issued, was used, or expired")
+            }
+        } else if completedSignIns.contains(pending.state, now: now) {
+            throw OpenIDConnectError(.stateUnknown, "the callback's state was already used")
         }
         let metadata = try await providerMetadata()
         if let callbackIssuer = parameters["iss"] {
@@ -56,6 +83,8 @@ extension OpenIDConnectClient {
             throw OpenIDConnectError(.malformedCallback, "the callback has no code")
         }
         let (credentials, idToken) = try await exchange(code: code, pending: pending, metadata: metadata)
+        // The code is spent: a replay of this callback here is refused before reaching the provider.
+        completedSignIns.insert(pending.state, until: pending.expiresAt, now: now)
         let claims = try await validateIDToken(idToken, pending: pending, accessToken: credentials.accessToken)
         var userInfoClaims: OpenIDClaims?
         if configuration.readsUserInfo {
@@ -64,6 +93,15 @@ extension OpenIDConnectClient {
         return try await finish(
             claims: claims, userInfoClaims: userInfoClaims, credentials: credentials, idToken: idToken,
             pending: pending)
+    }
+
+    /// Takes the pending sign-in named `state` from the state store (``PendingSignInStorage/stateStore``).
+    private func takeFromStore(_ state: String, now: Date) async throws(OpenIDConnectError) -> PendingSignIn? {
+        do {
+            return try await stateStore.take(state: state, now: now)
+        } catch {
+            throw Self.storeFailure(error)
+        }
     }
 
     private func finish(
@@ -234,13 +272,9 @@ extension OpenIDConnectClient {
                 .userInfoFailed, "the provider has no userinfo endpoint", failureClass: .misconfiguration)
         }
         let body = try await get(endpoint, what: "the userinfo endpoint", code: .userInfoFailed, bearer: accessToken)
-        let object: [String: ClaimValue]
-        do {
-            object = try JSONDecoder().decode([String: ClaimValue].self, from: body)
-        } catch {
-            throw OpenIDConnectError(
-                .userInfoFailed, "the userinfo answer is not a JSON object", failureClass: .transient)
-        }
+        let object = try JSONObject.decode(
+            [String: ClaimValue].self, from: body, what: "the userinfo answer", code: .userInfoFailed,
+            failureClass: .transient)
         let userInfo = OpenIDClaims(object)
         guard let subject = userInfo.subject, subject == claims.subject else {
             throw OpenIDConnectError(.userInfoFailed, "the userinfo sub is not the ID token's")

@@ -26,22 +26,38 @@ extension OpenIDConnectClient {
 
     /// Signs `identifier` out: reads its ID token from the registry's store, closes and clears the session
     /// (`registry.closeAndClear(identifier:)`, which revokes at the provider when configured to), forgets its
-    /// sign-in record, and returns the URL to send the browser to so the provider ends its session too.
+    /// sign-in record, and says where to send the browser so the provider ends its session too.
     ///
-    /// - Returns: The logout URL, or `nil` when the provider has no `end_session_endpoint` (the local sign-out
-    ///   happened all the same).
-    /// - Throws: What `closeAndClear(identifier:)` throws (a `UserSessionError`).
+    /// - Parameters:
+    ///   - identifier: The session to sign out.
+    ///   - registry: The registry it is open or stored in.
+    ///   - postLogoutRedirectURI: Where the provider sends the browser back (registered with the provider).
+    ///   - state: Sent along and returned on the post-logout redirect; make one with ``PostLogoutState/make()``,
+    ///     keep it in the browser, and check it with ``PostLogoutState/check(returned:expected:)``.
+    /// - Returns: The provider's logout: ``ProviderLogout/redirect(_:)``, ``ProviderLogout/notOffered`` when the
+    ///   provider has no `end_session_endpoint`, or ``ProviderLogout/unavailable(_:)`` when the URL could not be made
+    ///   (the discovery document could not be fetched). In every case the local sign-out happened.
+    /// - Throws: ``OpenIDConnectError/Code/signOutFailed`` when `closeAndClear` failed (its `UserSessionError` as
+    ///   ``OpenIDConnectError/underlying``, its failure class kept); the session may still be stored.
     public func signOut(
         identifier: String, registry: UserSessionRegistry, postLogoutRedirectURI: URL? = nil, state: String? = nil
-    ) async throws -> URL? {
+    ) async throws(OpenIDConnectError) -> ProviderLogout {
         let idToken = try? await registry.store.load(identifier: identifier)?.credentials?.idToken
-        try await registry.closeAndClear(identifier: identifier)
-        try? await stateStore.forget(identifier: identifier, issuer: issuer)
         do {
-            return try await logoutURL(
-                idTokenHint: idToken, postLogoutRedirectURI: postLogoutRedirectURI, state: state)
+            try await registry.closeAndClear(identifier: identifier)
         } catch {
-            return nil
+            throw OpenIDConnectError(
+                .signOutFailed, "closing and clearing the session failed (\(type(of: error)))",
+                failureClass: (error as? UserSessionError)?.failureClass ?? .transient, underlying: error)
+        }
+        try? await stateStore.forget(identifier: identifier, issuer: issuer)
+        do throws(OpenIDConnectError) {
+            return .redirect(
+                try await logoutURL(idTokenHint: idToken, postLogoutRedirectURI: postLogoutRedirectURI, state: state))
+        } catch  where error.code == .noEndSessionEndpoint {
+            return .notOffered
+        } catch {
+            return .unavailable(error)
         }
     }
 }

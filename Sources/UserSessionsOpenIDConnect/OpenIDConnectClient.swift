@@ -5,9 +5,10 @@ import UserSessions
 /// Signs users in with OpenID Connect (authorization code with PKCE) and out again (RP-initiated and back-channel
 /// logout), for a server.
 ///
-/// 1. ``authorizationRedirect(_:)`` returns the URL to send the browser to and records a pending sign-in.
-/// 2. ``completeSignIn(callbackQuery:)`` takes the callback's query, checks it, exchanges the code, validates the
-///    ID token and returns an ``OpenIDSignIn`` whose ``OpenIDSignIn/prototype`` opens the session with
+/// 1. ``authorizationRedirect(_:replacing:)`` returns the URL to send the browser to and the pending sign-in,
+///    sealed, for that browser to keep (in a cookie) until the callback.
+/// 2. ``completeSignIn(callbackQuery:sealedPendingSignIn:)`` takes the callback's query and the browser's sealed
+///    pending sign-in, checks them, exchanges the code, validates the ID token and returns an ``OpenIDSignIn`` whose ``OpenIDSignIn/prototype`` opens the session with
 ///    `registry.open(_:)` or `controller.open(_:)`.
 /// 3. ``signOut(identifier:registry:postLogoutRedirectURI:state:)`` closes and clears the session and returns the
 ///    provider's logout URL; ``handleBackChannelLogout(logoutToken:registry:)`` signs a user out when the provider
@@ -24,7 +25,8 @@ public final class OpenIDConnectClient: Sendable {
 
     /// The client's settings.
     public let configuration: OpenIDConnectConfiguration
-    /// Where pending sign-ins, sign-in records and seen logout tokens are kept.
+    /// Where sign-in records and seen logout tokens are kept, and pending sign-ins with
+    /// ``PendingSignInStorage/stateStore``.
     public let stateStore: any OpenIDConnectStateStore
     /// The issuer this client trusts.
     public let issuer: String
@@ -33,6 +35,7 @@ public final class OpenIDConnectClient: Sendable {
     private let discoveryURL: URL?
     private let discovery: Locked<Discovery?>
     let keys: ProviderKeySet
+    let completedSignIns = CompletedSignIns()
     private let client: GuardedHTTPClient
 
     /// A client for the provider at `issuer`, whose metadata is read from its discovery document
@@ -42,7 +45,9 @@ public final class OpenIDConnectClient: Sendable {
     /// - Parameters:
     ///   - issuer: The issuer URL, exactly as the provider writes it in its tokens.
     ///   - configuration: The client's registration and limits.
-    ///   - stateStore: Where pending sign-ins are kept; share one across a fleet. Default: in this process's memory.
+    ///   - stateStore: Where sign-in records (for back-channel logout) and seen logout tokens are kept, and pending
+    ///     sign-ins with ``PendingSignInStorage/stateStore``; share one across a fleet. Default: in this process's
+    ///     memory.
     ///   - transport: The HTTP transport; default a `URLSessionHTTPTransport`.
     ///   - clock: The clock of every expiry check. Default `SessionClock/system`.
     /// - Throws: ``OpenIDConnectError/Code/invalidConfiguration`` for a configuration ``OpenIDConnectConfiguration/validate()``

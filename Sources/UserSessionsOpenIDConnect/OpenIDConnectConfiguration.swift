@@ -17,14 +17,24 @@ public struct OpenIDConnectConfiguration: Sendable {
     public var clockSkew: Duration
     /// How long a pending sign-in waits for its callback. Default 10 min.
     public var pendingSignInLifetime: Duration
-    /// The most sign-ins pending at once. Default 10,000.
+    /// Where pending sign-ins are kept. Default ``PendingSignInStorage/browser``: only in the browser that started
+    /// them, sealed, so the server keeps nothing an anonymous client could fill.
+    public var pendingSignInStorage: PendingSignInStorage
+    /// The keys that seal pending sign-ins for the browser. Default: one random key of this configuration, which
+    /// only this process knows; give every instance of a fleet the same keys.
+    public var pendingSignInKeys: PendingSignInKeys
+    /// The most sign-ins pending at once in the state store, with ``PendingSignInStorage/stateStore`` only.
+    /// Default 10,000.
     public var maximumPendingSignIns: Int
     /// How long the discovery document is kept. Default 1 h.
     public var discoveryLifetime: Duration
     /// How long the JWKS is kept. Default 1 h.
     public var keySetLifetime: Duration
-    /// The shortest time between two refetches of the JWKS for a token whose `kid` is unknown. Default 60 s: a
-    /// stream of tokens with made-up `kid`s costs the provider one request a minute at most.
+    /// The shortest time between two refetches of the JWKS for a token whose `kid` is unknown. Default 5 s: a
+    /// stream of tokens with made-up `kid`s costs the provider one request per 5 s at most (12 a minute), and a
+    /// genuine key rotation is accepted by the first token that arrives 5 s after the previous refetch, whatever
+    /// was sent before (tokens refused in between fail with ``OpenIDConnectError/Code/keyUnknown``, transient).
+    /// At most 5 min.
     public var keySetRefetchInterval: Duration
     /// How long one request to the provider may take. Default 30 s.
     public var requestTimeout: Duration
@@ -43,10 +53,12 @@ public struct OpenIDConnectConfiguration: Sendable {
         allowedAlgorithms: Set<String> = ["RS256", "ES256", "EdDSA"],
         clockSkew: Duration = .seconds(60),
         pendingSignInLifetime: Duration = .seconds(600),
+        pendingSignInStorage: PendingSignInStorage = .browser,
+        pendingSignInKeys: PendingSignInKeys = .random(),
         maximumPendingSignIns: Int = 10_000,
         discoveryLifetime: Duration = .seconds(3600),
         keySetLifetime: Duration = .seconds(3600),
-        keySetRefetchInterval: Duration = .seconds(60),
+        keySetRefetchInterval: Duration = .seconds(5),
         requestTimeout: Duration = .seconds(30),
         readsUserInfo: Bool = false,
         maximumLogoutTokenAge: Duration = .seconds(300),
@@ -58,6 +70,8 @@ public struct OpenIDConnectConfiguration: Sendable {
         self.allowedAlgorithms = allowedAlgorithms
         self.clockSkew = clockSkew
         self.pendingSignInLifetime = pendingSignInLifetime
+        self.pendingSignInStorage = pendingSignInStorage
+        self.pendingSignInKeys = pendingSignInKeys
         self.maximumPendingSignIns = maximumPendingSignIns
         self.discoveryLifetime = discoveryLifetime
         self.keySetLifetime = keySetLifetime
@@ -79,7 +93,8 @@ public struct OpenIDConnectConfiguration: Sendable {
     ///
     /// - Throws: ``OpenIDConnectError/Code/invalidConfiguration`` naming the setting: an allowed algorithm that is
     ///   `none`, HMAC or unknown; an empty allow-list; a clock skew that is negative or over 5 minutes; a lifetime or
-    ///   timeout that is not positive; fewer than 1 pending sign-in; an empty client id.
+    ///   timeout that is not positive; a JWKS refetch interval outside 0…300 s; fewer than 1 pending
+    ///   sign-in; an empty client id.
     public func validate() throws(OpenIDConnectError) {
         func refuse(_ message: String) -> OpenIDConnectError {
             OpenIDConnectError(.invalidConfiguration, message, failureClass: .misconfiguration)
@@ -95,7 +110,9 @@ public struct OpenIDConnectConfiguration: Sendable {
             ("maximumLogoutTokenAge", maximumLogoutTokenAge),
         ]
         for (name, value) in positive where value <= .zero { throw refuse("\(name) must be longer than zero") }
-        if keySetRefetchInterval < .zero { throw refuse("keySetRefetchInterval must not be negative") }
+        if keySetRefetchInterval < .zero || keySetRefetchInterval > .seconds(300) {
+            throw refuse("keySetRefetchInterval must be within 0…300 s")
+        }
         if maximumPendingSignIns < 1 { throw refuse("maximumPendingSignIns must be at least 1") }
         if clientID.isEmpty { throw refuse("the client id is empty") }
     }

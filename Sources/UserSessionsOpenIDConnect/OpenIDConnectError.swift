@@ -29,11 +29,22 @@ public struct OpenIDConnectError: Error, Sendable, Equatable, CustomStringConver
         public static let authorizationDenied = Code("authorizationDenied")
         /// The callback's query is not one: no `state`, no `code`, or a parameter given twice.
         public static let malformedCallback = Code("malformedCallback")
-        /// The `state` was never issued, has already been used, or has expired.
+        /// The `state` was never issued, has already been used, or the pending sign-in has expired.
         public static let stateUnknown = Code("stateUnknown")
+        /// The callback came without the sealed pending sign-in of the browser that started it (no cookie): the
+        /// callback URL was opened in another browser (login CSRF), the browser refuses cookies, or it expired.
+        public static let pendingSignInMissing = Code("pendingSignInMissing")
+        /// The sealed pending sign-in does not open: sealed with a key this client no longer has (a restart with
+        /// ``PendingSignInKeys/random()``, or an instance of the fleet with other keys), for another client, or
+        /// altered.
+        public static let pendingSignInUnreadable = Code("pendingSignInUnreadable")
+        /// The callback's `state` is not the one of the browser's pending sign-in: the callback belongs to a
+        /// sign-in started elsewhere (login CSRF) or to an earlier sign-in of this browser.
+        public static let stateMismatch = Code("stateMismatch")
         /// The callback's `iss` parameter (RFC 9207) is not the provider's issuer: a mix-up attack.
         public static let callbackIssuerMismatch = Code("callbackIssuerMismatch")
-        /// Too many sign-ins are pending; the oldest are refused until some complete or expire.
+        /// Too many sign-ins are pending in the state store (``PendingSignInStorage/stateStore`` only); new ones
+        /// are refused until some complete or expire.
         public static let tooManyPendingSignIns = Code("tooManyPendingSignIns")
         /// The token endpoint refused the code or the client, or could not be reached; see
         /// ``OpenIDConnectError/failureClass``.
@@ -44,7 +55,8 @@ public struct OpenIDConnectError: Error, Sendable, Equatable, CustomStringConver
         public static let malformedToken = Code("malformedToken")
         /// The token's `alg` is not in the allow-list (`none` and every HMAC always are refused).
         public static let algorithmRefused = Code("algorithmRefused")
-        /// No key of the JWKS has the token's `kid`, even after the one refetch allowed.
+        /// No key of the JWKS has the token's `kid`, even after a refetch; transient when the refetch was not
+        /// allowed yet (``OpenIDConnectConfiguration/keySetRefetchInterval``).
         public static let keyUnknown = Code("keyUnknown")
         /// The signature does not verify with the key.
         public static let signatureInvalid = Code("signatureInvalid")
@@ -77,6 +89,13 @@ public struct OpenIDConnectError: Error, Sendable, Equatable, CustomStringConver
         public static let storeFailure = Code("storeFailure")
         /// The provider has no `end_session_endpoint`.
         public static let noEndSessionEndpoint = Code("noEndSessionEndpoint")
+        /// The ID token of a refresh response names another user (`sub`) than the session's ID token.
+        public static let subjectChanged = Code("subjectChanged")
+        /// Signing a session out locally failed (`closeAndClear`); ``OpenIDConnectError/underlying`` holds the
+        /// registry's error.
+        public static let signOutFailed = Code("signOutFailed")
+        /// The state of a post-logout redirect is missing or not the one sent (``PostLogoutState``).
+        public static let postLogoutStateMismatch = Code("postLogoutStateMismatch")
 
         public var description: String { rawValue }
     }

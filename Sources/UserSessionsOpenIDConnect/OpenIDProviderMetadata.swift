@@ -83,22 +83,37 @@ public struct OpenIDProviderMetadata: Sendable, Hashable {
     }
 }
 
-/// Reading a JSON object out of a response body.
+/// Reading a JSON object out of a response body, through the core's strict reader (`StrictJSON`: duplicate
+/// members, nesting deeper than 128 levels and anything that is not JSON are refused before a decoder runs).
 enum JSONObject {
     /// The members of the JSON object in `body`.
     static func parse(_ body: Data, what: String, code: OpenIDConnectError.Code) throws(OpenIDConnectError)
         -> [String: Any]
     {
-        let object: Any
+        let object: [String: Any]?
         do {
-            object = try JSONSerialization.jsonObject(with: body, options: [])
+            object = try StrictJSON.foundationObject(body)
+        } catch .refused(let refusal) {
+            throw OpenIDConnectError(code, "\(what) is refused: \(refusal)")
         } catch {
             throw OpenIDConnectError(code, "\(what) is not JSON")
         }
-        guard let members = object as? [String: Any] else {
-            throw OpenIDConnectError(code, "\(what) is not a JSON object")
+        guard let object else { throw OpenIDConnectError(code, "\(what) is not a JSON object") }
+        return object
+    }
+
+    /// `Value` decoded from `body` after the same strict scan.
+    static func decode<Value: Decodable>(
+        _ type: Value.Type, from body: Data, what: String, code: OpenIDConnectError.Code,
+        failureClass: RefreshFailureClass? = nil
+    ) throws(OpenIDConnectError) -> Value {
+        do {
+            return try StrictJSON.decode(type, from: body)
+        } catch .refused(let refusal) {
+            throw OpenIDConnectError(code, "\(what) is refused: \(refusal)", failureClass: failureClass)
+        } catch {
+            throw OpenIDConnectError(code, "\(what) is not a JSON object", failureClass: failureClass)
         }
-        return members
     }
 }
 #endif

@@ -6,6 +6,10 @@ import UserSessions
 /// The provider's signing keys (its JWKS), fetched when first needed, kept for a lifetime, and refetched at most
 /// once per refetch interval when a token names a key it does not hold (key rotation).
 ///
+/// The interval is short (default 5 s) and measured on the client's clock: tokens with made-up `kid`s cost the
+/// provider at most one fetch per interval, and a genuine rotation is seen by the first token arriving one interval
+/// after the previous refetch, however many forged ones came before.
+///
 /// Signatures are verified by jwt-kit; this type only chooses the key: by `kid`, of a type that fits the token's
 /// algorithm, and never for an algorithm outside the allow-list.
 final class ProviderKeySet: Sendable {
@@ -35,7 +39,8 @@ final class ProviderKeySet: Sendable {
     /// Verifies `token`'s signature and returns its claims.
     ///
     /// - Throws: ``OpenIDConnectError/Code/malformedToken``, ``OpenIDConnectError/Code/algorithmRefused``,
-    ///   ``OpenIDConnectError/Code/keyUnknown``, ``OpenIDConnectError/Code/signatureInvalid``, or the fetch's error.
+    ///   ``OpenIDConnectError/Code/keyUnknown`` (transient when a refetch was not allowed yet),
+    ///   ``OpenIDConnectError/Code/signatureInvalid``, or the fetch's error.
     func verify(
         _ token: String, what: String, allowedAlgorithms: Set<String>, now: Date,
         fetch: () async throws(OpenIDConnectError) -> Data
@@ -52,26 +57,42 @@ final class ProviderKeySet: Sendable {
         }
         let keyID = header["kid"] as? String
         let (keys, fetchedJustNow) = try await currentKeys(now: now, fetch: fetch)
-        var key = keys.first { Self.fits($0, keyID: keyID, algorithm: algorithm) }
+        var candidates = keys.filter { Self.fits($0, keyID: keyID, algorithm: algorithm) }
         // A key set fetched for this very token is not fetched again at once.
-        if key == nil, !fetchedJustNow, refetchAllowed(now: now) {
-            key = try await load(now: now, fetch: fetch).first { Self.fits($0, keyID: keyID, algorithm: algorithm) }
+        var refetchRefused = false
+        if candidates.isEmpty, !fetchedJustNow {
+            if refetchAllowed(now: now) {
+                candidates = try await load(now: now, fetch: fetch).filter {
+                    Self.fits($0, keyID: keyID, algorithm: algorithm)
+                }
+            } else {
+                refetchRefused = true
+            }
         }
-        guard let key else {
+        guard !candidates.isEmpty else {
             throw OpenIDConnectError(
-                .keyUnknown, "no key of the provider's JWKS fits \(what) (kid \(keyID ?? "none"), \(algorithm))")
+                .keyUnknown,
+                "no key of the provider's JWKS fits \(what) (kid \(keyID ?? "none"), \(algorithm))"
+                    + (refetchRefused ? "; the JWKS was refetched less than the refetch interval ago" : ""),
+                failureClass: refetchRefused ? .transient : nil)
         }
-        let collection = JWTKeyCollection()
-        let payload: ClaimsPayload
-        do {
-            try await collection.add(jwk: key.jwk, isDefault: true)
-            payload = try await collection.verify(token, as: ClaimsPayload.self)
-        } catch let error as JWTError where error.errorType == .signatureVerificationFailed {
-            throw OpenIDConnectError(.signatureInvalid, "the signature of \(what) does not verify")
-        } catch {
-            throw OpenIDConnectError(.signatureInvalid, "\(what) could not be verified (\(type(of: error)))")
+        // With a kid there is one candidate; without one, every key that fits the algorithm is tried (OpenID
+        // Connect Core §10.1), so the order of the key set never decides whether a valid token is accepted.
+        var lastFailure = OpenIDConnectError(.signatureInvalid, "the signature of \(what) does not verify")
+        for key in candidates {
+            let collection = JWTKeyCollection()
+            do {
+                try await collection.add(jwk: key.jwk, isDefault: true)
+                let payload = try await collection.verify(token, as: ClaimsPayload.self)
+                return (OpenIDClaims(payload.values), algorithm)
+            } catch let error as JWTError where error.errorType == .signatureVerificationFailed {
+                continue
+            } catch {
+                lastFailure = OpenIDConnectError(
+                    .signatureInvalid, "\(what) could not be verified (\(type(of: error)))")
+            }
         }
-        return (OpenIDClaims(payload.values), algorithm)
+        throw lastFailure
     }
 
     /// The decoded JOSE header of `token`, refusing anything but three base64url parts (a JWE is malformed).

@@ -7,6 +7,7 @@ at /usr/bin/chromedriver and Debian's Chromium binary, and Selenium Manager is s
 Ordering never relies on sleeping: a process is ready when it prints its ready line (read from its stdout with a
 timeout), and every other wait is a WebDriverWait on a condition, with a timeout.
 """
+import base64
 import json
 import os
 import queue
@@ -187,7 +188,7 @@ class Example:
     def argv(self):
         argv = [self.binary, "serve", "--port", str(self.port), "--issuer", self.provider.base,
                 "--client-id", "example-app", "--client-secret", "example-secret", "--public-url", self.base,
-                "--upstream", self.provider.base + "/api"]
+                "--upstream", self.provider.base + "/api", "--sign-in-key", SIGN_IN_KEY]
         if self.postgres_url:
             argv += ["--postgres-url", self.postgres_url]
         return argv
@@ -207,6 +208,19 @@ class Example:
     def close(self):
         if self.process:
             self.process.close()
+
+
+# The key every example instance seals pending sign-ins with (a fleet shares one), fresh for each run.
+SIGN_IN_KEY = base64.b64encode(os.urandom(32)).decode()
+
+
+def resident_kib(pid):
+    """The resident memory of process `pid` in KiB (VmRSS)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return -1
 
 
 class AttackerSite:

@@ -39,6 +39,7 @@ from harness import (  # noqa: E402
     Provider,
     new_browser,
     remove_tree,
+    resident_kib,
     tail,
     wait_until,
 )
@@ -329,11 +330,18 @@ def scenario_sign_out_ends_local_and_provider_sessions(ctx, browser):
     driver.find_element(By.ID, "logout").click()
     browser.wait(lambda d: d.current_url.startswith(a.base + "/signed-out") and d.find_elements(By.ID, "signed-out"),
                  30, "the signed-out page")
+    confirmation = driver.find_element(By.ID, "logout-state").text
+    assert confirmation == "confirmed by the provider", f"the post-logout state was not checked: {confirmation!r}"
     assert session_cookie(browser) is None, "the session cookie is still in the browser"
     user_json(browser, expected_status=401)
     wait_stat(ctx, "provider_sessions", lambda n: n == sessions - 1, f"provider_sessions back to {sessions - 1}")
     remaining = [c["name"] for c in browser.all_cookies() if c["name"] in PROVIDER_COOKIES]
     assert not remaining, f"the provider's cookies {remaining} are still in the browser"
+    # The back button never shows the signed-in page again (pages behind the session are no-store).
+    driver.back()
+    browser.wait(lambda d: not d.current_url.startswith(a.base + "/signed-out"), 30, "went back")
+    shown = [e.text for e in driver.find_elements(By.ID, "user-name")]
+    assert not shown, f"the back button showed the signed-in page again: {shown}"
     driver.get(a.base + "/auth/login?returnTo=%2F")
     browser.wait(lambda d: d.current_url.startswith(provider.base + "/authorize")
                  and d.find_elements(By.NAME, "username"), 30, "the provider's login form (no silent sign-in)")
@@ -410,7 +418,107 @@ def scenario_restart_keeps_browser_signed_in(ctx, browser):
     assert after["authorizations"] == before["authorizations"], "the browser signed in again at the provider"
 
 
+def _callback_url_stopped_in(ctx, browser, example):
+    """Signs in as alice in `browser` but stops at the provider's redirect back: the provider shows the callback
+    URL as a link instead of redirecting (fault hold_redirect), so its code stays unused. Returns the URL."""
+    driver = browser.driver
+    ctx.provider.control("/control/misbehave", {"hold_redirect": True})
+    driver.get(example.base + "/auth/login?returnTo=%2F")
+    browser.wait(lambda d: d.find_elements(By.NAME, "username"), 30, "the provider's login form")
+    driver.find_element(By.NAME, "username").send_keys(ALICE["username"])
+    driver.find_element(By.NAME, "password").send_keys(ALICE["password"])
+    driver.find_element(By.CSS_SELECTOR, "form button, form [type=submit]").click()
+    link = browser.wait(lambda d: d.find_elements(By.ID, "callback"), 30, "the provider's held redirect")[0]
+    url = link.get_attribute("href")
+    assert "/auth/callback?" in url, f"the held redirect is {url}"
+    return url
+
+
+def scenario_login_csrf_callback_from_another_profile_signs_nobody_in(ctx, browser):
+    """The attacker's browser stops at the redirect back; the victim's browser (another profile) opens that
+    callback URL: nobody is signed in there, and the page says why. The attacker's own browser still could."""
+    a = ctx.a
+    url = _callback_url_stopped_in(ctx, browser, a)
+    tokens_before = require_stat(ctx.provider.stats(), "token_requests")
+    victim = new_browser()
+    try:
+        victim.driver.get(url)
+        code = victim.wait(lambda d: d.find_elements(By.ID, "code") and d.find_element(By.ID, "code").text, 30,
+                           "the sign-in failed page")
+        assert code == "pendingSignInMissing", f"the page names {code!r}"
+        reason = victim.driver.find_element(By.ID, "reason").text
+        assert "not started in this browser" in reason, f"the page says {reason!r}"
+        assert session_cookie(victim) is None, "the victim's browser got a session cookie"
+        # (The failed page's own policy forbids fetch(), so /auth/user is opened as a page.)
+        victim.driver.get(a.base + "/auth/user")
+        body = victim.wait(lambda d: d.find_element(By.TAG_NAME, "body").text, 10, "/auth/user answered")
+        assert "unauthenticated" in body, f"/auth/user in the victim's browser: {body[:200]}"
+        # The victim opens the app: not signed in as anybody, sent to the provider's login form.
+        victim.driver.get(a.base + "/")
+        victim.wait(lambda d: d.current_url.startswith(ctx.provider.base + "/authorize"), 30,
+                    "the victim is signed out")
+    finally:
+        victim.quit()
+    tokens_after = require_stat(ctx.provider.stats(), "token_requests")
+    assert tokens_after == tokens_before, "the attacker's code reached the token endpoint"
+    # In the browser that started it, the same URL completes (it was a valid callback all along).
+    browser.driver.find_element(By.ID, "callback").click()
+    browser.wait(lambda d: d.current_url == a.base + "/", 30, "the attacker's own browser completes")
+    assert_signed_in_page(browser, a)
+
+
+def scenario_login_flood_keeps_nothing_and_a_real_sign_in_succeeds(ctx, browser):
+    """10,000 GET /auth/login from a script on loopback: every one answered, no pending sign-in stored anywhere
+    (the PostgreSQL table the server-side mode would use stays empty), and then a real sign-in succeeds."""
+    from concurrent.futures import ThreadPoolExecutor
+    a = ctx.a
+    before = resident_kib(a.process.popen.pid)
+
+    import urllib.error
+    import urllib.request
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None  # the 302 to the provider is the answer looked at
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), NoRedirect)
+
+    def login(_):
+        try:
+            with opener.open(a.base + "/auth/login?returnTo=%2F", timeout=10):
+                return False
+        except urllib.error.HTTPError as answer:
+            return answer.code == 302 and "user_session_signin=" in (answer.headers.get("Set-Cookie") or "")
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answered = sum(pool.map(login, range(10_000)))
+    assert answered == 10_000, f"{answered} of 10,000 logins were redirected with the sign-in cookie"
+    after = resident_kib(a.process.popen.pid)
+    pending = _pending_rows()
+    assert pending == 0, f"{pending} pending sign-ins stored on the server"
+    print(f"  login flood: example A resident memory {before} KiB before, {after} KiB after 10,000 logins; "
+          f"{pending} pending sign-ins stored", flush=True)
+    sign_in(ctx, browser, a, "/")
+    assert_signed_in_page(browser, a)
+
+
+def _pending_rows():
+    """The rows of user_sessions_oidc_pending in the test database (0 when the table was never created)."""
+    import glob
+    import shutil
+    import subprocess
+    psql = shutil.which("psql") or (sorted(glob.glob("/usr/lib/postgresql/*/bin/psql")) or ["psql"])[-1]
+    url = os.environ["USER_SESSIONS_POSTGRES_URL"]
+    query = "SELECT count(*) FROM pg_tables WHERE tablename = 'user_sessions_oidc_pending'"
+    exists = subprocess.run([psql, url, "-tAc", query], capture_output=True, text=True, check=True).stdout
+    if exists.strip() == "0":
+        return 0
+    out = subprocess.run([psql, url, "-tAc", "SELECT count(*) FROM user_sessions_oidc_pending"],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out.strip())
+
+
 SCENARIOS = [
+    scenario_login_csrf_callback_from_another_profile_signs_nobody_in,
+    scenario_login_flood_keeps_nothing_and_a_real_sign_in_succeeds,
     scenario_sign_in_lands_on_return_to,
     scenario_proxied_api_survives_access_token_expiry,
     scenario_cookie_attributes_and_no_token_in_browser,

@@ -72,6 +72,10 @@ struct SignInRouteTests {
                     ("https://evil.example/x", "/"), ("//evil.example", "/"), ("/\\evil.example", "/"),
                     ("\\\\evil.example", "/"), ("javascript:alert(1)", "/"), ("/ok path", "/"),
                     ("evil.example", "/"), ("/app/page?x=1", "/app/page?x=1"),
+                    // Normalized as the browser would resolve them: never a network-path reference.
+                    ("/.//evil.example", "/evil.example"), ("/a/../..//evil.example", "/evil.example"),
+                    ("/%2F%2Fevil.example", "/"), ("/%2e/%2fevil.example", "/"), ("/%5Cevil.example", "/"),
+                    ("/app/./page/", "/app/page/"),
                 ]
                 for (returnTo, expected) in cases {
                     let callback = try await provider.signIn(through: client, returnTo: returnTo)
@@ -103,7 +107,13 @@ struct SignInRouteTests {
                             $0.name == "post_logout_redirect_uri" && $0.value == "\(client.origin)/signed-out"
                         })
                     #expect(items.contains { $0.name == "id_token_hint" })
-                    #expect(logout.setCookie?.contains("Max-Age=0") == true, "the cookie is cleared")
+                    #expect(
+                        logout.setCookie(named: "user_session")?.contains("Max-Age=0") == true,
+                        "the cookie is cleared: \(logout.setCookies)")
+                    // The logout's state is kept in the browser for the post-logout page to check.
+                    let state = try #require(items.first { $0.name == "state" }?.value)
+                    let kept = try #require(logout.setCookie(named: "user_session_signout"))
+                    #expect(kept.first == "user_session_signout=" + state && kept.contains("HttpOnly"))
                     #expect(refresher.revocations == 1, "closeAndClear revoked the credentials")
                     #expect(try await harness.registry.storedIdentifiers().isEmpty)
                     #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path).isEmpty)

@@ -91,6 +91,18 @@ struct Reply {
         guard let pair = setCookie?.first, pair.hasPrefix(name + "=") else { return nil }
         return String(pair.dropFirst(name.count + 1))
     }
+
+    /// Every `Set-Cookie` of the reply (headers a transport joined with `, ` are split again), each as its parts.
+    var setCookies: [[String]] {
+        headers.values(for: "Set-Cookie").flatMap { $0.components(separatedBy: ", ") }.map {
+            $0.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }
+        }
+    }
+
+    /// The parts of the `Set-Cookie` for `name`, if any.
+    func setCookie(named name: String) -> [String]? {
+        setCookies.first { $0.first?.hasPrefix(name + "=") == true }
+    }
 }
 
 /// A browser stand-in: sends requests with its one cookie and follows nothing.
@@ -98,6 +110,8 @@ struct Client {
     let base: URL
     var cookie: String?
     var cookieName = "user_session"
+    /// Other cookies the browser holds (the pending sign-in's), sent after the session cookie.
+    var otherCookies: [String: String] = [:]
 
     func send(
         _ method: String, _ path: String, headers: [(String, String)] = [], body: Data? = nil,
@@ -105,7 +119,10 @@ struct Client {
     ) async throws -> Reply {
         var fields = HTTPTransportHeaders()
         for (name, value) in headers { fields.add(name: name, value: value) }
-        if let cookie = overriding ?? cookie { fields.add(name: "Cookie", value: "\(cookieName)=\(cookie)") }
+        var pairs: [String] = []
+        if let cookie = overriding ?? cookie { pairs.append("\(cookieName)=\(cookie)") }
+        for name in otherCookies.keys.sorted() { pairs.append("\(name)=\(otherCookies[name] ?? "")") }
+        if !pairs.isEmpty { fields.add(name: "Cookie", value: pairs.joined(separator: "; ")) }
         let url = try #require(URL(string: base.absoluteString + path))
         let response = try await URLSessionHTTPTransport().send(
             HTTPTransportRequest(
@@ -157,6 +174,9 @@ struct Provider {
             stateStore: stateStore)
     }
 
+    /// The name of the cookie that holds the pending sign-in on loopback HTTP.
+    static let signInCookie = "user_session_signin"
+
     /// A refresher of the fixture's `example-app` at its token endpoint.
     func refresher() throws -> OAuth2TokenRefresher {
         try OAuth2TokenRefresher(tokenEndpoint: server.url("/token"), clientAuthentication: Self.exampleApp)
@@ -206,14 +226,24 @@ struct Provider {
         return try #require(answer?["status"] as? Int)
     }
 
-    /// Signs alice in through the server at `client.base`: login, the provider's form, the callback. Returns the
-    /// callback's reply (its cookie is the new session).
+    /// Signs alice in through the server at `client.base`: login, the provider's form, the callback (with the
+    /// pending sign-in's cookie the login set). Returns the callback's reply (its cookie is the new session).
     func signIn(through client: Client, returnTo: String = "/") async throws -> Reply {
+        let (query, browser) = try await startSignIn(through: client, returnTo: returnTo)
+        return try await browser.get("/auth/callback?" + query)
+    }
+
+    /// Starts a sign-in through the server and logs in at the provider, stopping at the redirect back: the
+    /// callback's query, and the browser holding the pending sign-in's cookie.
+    func startSignIn(through client: Client, returnTo: String = "/") async throws -> (query: String, browser: Client) {
         let encoded = returnTo.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
         let login = try await client.get("/auth/login?returnTo=" + encoded)
         #expect(login.status == 302, "login redirects to the provider")
+        var browser = client
+        let pair = try #require(login.setCookie(named: Self.signInCookie)?.first, "login sets the sign-in cookie")
+        browser.otherCookies[Self.signInCookie] = String(pair.dropFirst(Self.signInCookie.count + 1))
         let query = try await logIn(try #require(login.location))
-        return try await client.get("/auth/callback?" + query)
+        return (query, browser)
     }
 }
 

@@ -75,15 +75,17 @@ final class OpenIDProviderFixture: Sendable {
         #expect(response.statusCode == 302, "the login form redirects back")
         let location = try #require(response.headers["Location"], "the provider answered with a Location")
         let components = try #require(URLComponents(string: location))
-        #expect(components.host == "127.0.0.1" && components.path == "/callback")
+        #expect(components.host == "127.0.0.1" && components.path.hasSuffix("/callback"))
         return components.percentEncodedQuery ?? ""
     }
 
-    /// Starts a sign-in with `client` and logs in: the callback's query.
+    /// Starts a sign-in with `client` and logs in: the callback's query, and the sealed pending sign-in the
+    /// browser that started it keeps.
     func callback(for client: OpenIDConnectClient, options: AuthorizationOptions = AuthorizationOptions())
-        async throws -> String
+        async throws -> Callback
     {
-        try await logIn(try await client.authorizationRedirect(options).url)
+        let redirect = try await client.authorizationRedirect(options)
+        return Callback(query: try await logIn(redirect.url), sealed: redirect.sealedPendingSignIn)
     }
 
     /// Asks the provider to misbehave on its next answers, for example `["id_token": "alg_none"]`.
@@ -136,6 +138,51 @@ final class OpenIDProviderFixture: Sendable {
         let (data, response) = try await URLSession.shared.data(for: request)
         #expect((response as? HTTPURLResponse)?.statusCode == expected, "the provider answered \(path)")
         return try JSONSerialization.jsonObject(with: data) as? [String: Any] ?? [:]
+    }
+}
+
+/// What a browser brings to the callback: the callback URL's query and its cookie (the sealed pending sign-in).
+struct Callback: Sendable {
+    var query: String
+    var sealed: String?
+
+    /// The same callback with the query's parameters rewritten by `change` (`name=value` pairs, still encoded).
+    func rewritingQuery(_ change: ([String]) -> [String]) -> Callback {
+        Callback(query: change(query.split(separator: "&").map(String.init)).joined(separator: "&"), sealed: sealed)
+    }
+}
+
+extension OpenIDConnectClient {
+    /// Completes the sign-in of `callback`, as the browser that brought it.
+    func completeSignIn(_ callback: Callback) async throws(OpenIDConnectError) -> OpenIDSignIn {
+        try await completeSignIn(callbackQuery: callback.query, sealedPendingSignIn: callback.sealed)
+    }
+}
+
+/// The pending-sign-in keys every instance of a test fleet shares.
+enum FleetKeys {
+    /// 32 fixed bytes (a test key, never a real one).
+    static let keys = make(0x5A)
+
+    /// Keys of 32 bytes `current` each, opening those of 32 bytes `previous` too.
+    static func make(_ current: UInt8, previous: [UInt8] = []) -> PendingSignInKeys {
+        do {
+            return try PendingSignInKeys(
+                current: Data(repeating: current, count: 32), previous: previous.map { Data(repeating: $0, count: 32) })
+        } catch {
+            preconditionFailure("32 bytes are a valid key")
+        }
+    }
+
+    /// The shared keys, with pending sign-ins kept in the state store too.
+    static func inStateStore(_ configuration: inout OpenIDConnectConfiguration) {
+        configuration.pendingSignInKeys = keys
+        configuration.pendingSignInStorage = .stateStore
+    }
+
+    /// The shared keys, with pending sign-ins kept only in the browser.
+    static func inBrowser(_ configuration: inout OpenIDConnectConfiguration) {
+        configuration.pendingSignInKeys = keys
     }
 }
 

@@ -46,12 +46,14 @@ struct PostgresStateStoreTests {
             let namespace = String("t" + UUID().uuidString.lowercased().prefix(12))
             try await OpenIDProviderFixture.with { provider in
                 let first = try provider.client(
-                    stateStore: try PostgresOpenIDConnectStateStore(client: client, namespace: namespace))
+                    stateStore: try PostgresOpenIDConnectStateStore(client: client, namespace: namespace),
+                    configure: FleetKeys.inStateStore)
                 let second = try provider.client(
-                    stateStore: try PostgresOpenIDConnectStateStore(client: client, namespace: namespace))
+                    stateStore: try PostgresOpenIDConnectStateStore(client: client, namespace: namespace),
+                    configure: FleetKeys.inStateStore)
                 let query = try await provider.callback(for: first)
-                let signIn = try await second.completeSignIn(callbackQuery: query)
-                await expectRefusal(.stateUnknown) { _ = try await first.completeSignIn(callbackQuery: query) }
+                let signIn = try await second.completeSignIn(query)
+                await expectRefusal(.stateUnknown) { _ = try await first.completeSignIn(query) }
                 try await withRegistry { registry in
                     _ = try await registry.open(signIn.prototype)
                     let token = try await provider.logoutToken(["sid": try #require(signIn.claims.sessionID)])

@@ -22,7 +22,7 @@ private struct Browser {
 
 /// The README's program; returns what it produced.
 private func readmeServerQuickStart(storeDirectory: URL, issuer: URL, browser: Browser) async throws
-    -> (signIn: OpenIDSignIn, token: String, logoutURL: URL?, registry: UserSessionRegistry)
+    -> (signIn: OpenIDSignIn, token: String, logout: ProviderLogout, registry: UserSessionRegistry)
 {
     // BEGIN README SERVER QUICK START
     let registry = UserSessionRegistry(store: FileTokenStore(directory: storeDirectory))
@@ -32,23 +32,26 @@ private func readmeServerQuickStart(storeDirectory: URL, issuer: URL, browser: B
             clientAuthentication: .clientSecretBasic(id: "web-app", secret: "web-secret"),
             redirectURI: OpenIDProviderFixture.redirectURI))
 
-    // GET /login: redirect the browser to the provider; it comes back to /callback with a code.
+    // GET /login: redirect the browser to the provider, and keep the sealed pending sign-in in that browser.
     let redirect = try await oidc.authorizationRedirect()
+    let cookie = redirect.sealedPendingSignIn  // your route: Set-Cookie (HttpOnly, SameSite=Lax, short-lived)
     let callbackQuery = try await browser.signIn(at: redirect.url)  // your routes: 302 out, then GET /callback?…
 
-    // GET /callback: state, PKCE, the ID token's signature and claims are all checked, or nothing is opened.
-    let signIn = try await oidc.completeSignIn(callbackQuery: callbackQuery)
+    // GET /callback: only with the cookie of the browser that started it (no login CSRF); state, PKCE, the ID
+    // token's signature and claims are all checked, or nothing is opened.
+    let signIn = try await oidc.completeSignIn(callbackQuery: callbackQuery, sealedPendingSignIn: cookie)
     let controller = try await registry.open(signIn.prototype)
 
     // Every request of that user: a valid access token (refreshed when needed, once).
     let token = try await controller.accessToken()
 
-    // POST /logout: close and clear the session, then redirect the browser to the provider's logout.
-    let logoutURL = try await oidc.signOut(
+    // POST /logout: close and clear the session, then redirect the browser to the provider's logout
+    // (`.notOffered` when it has none, `.unavailable(error)` when its metadata could not be read).
+    let logout = try await oidc.signOut(
         identifier: signIn.prototype.identifier, registry: registry,
         postLogoutRedirectURI: OpenIDProviderFixture.postLogoutRedirectURI)
     // END README SERVER QUICK START
-    return (signIn, token, logoutURL, registry)
+    return (signIn, token, logout, registry)
 }
 
 struct ServerQuickStartTests {
@@ -72,12 +75,12 @@ struct ServerQuickStartTests {
         let directory = FileManager.default.temporaryDirectory.appending(path: "server-quick-start-\(UUID())")
         defer { try? FileManager.default.removeItem(at: directory) }
         try await OpenIDProviderFixture.with { provider in
-            let (signIn, token, logoutURL, registry) = try await readmeServerQuickStart(
+            let (signIn, token, logout, registry) = try await readmeServerQuickStart(
                 storeDirectory: directory, issuer: provider.issuer,
                 browser: Browser(provider: provider))
             #expect(token == signIn.prototype.credentials?.accessToken)
             #expect(try await registry.storedIdentifiers().isEmpty, "signed out locally")
-            let url = try #require(logoutURL)
+            let url = try #require(logout.url)
             let query = URLComponents(url: url, resolvingAgainstBaseURL: false)?.queryItems ?? []
             #expect(query.contains { $0.name == "id_token_hint" && $0.value == signIn.prototype.credentials?.idToken })
             await registry.shutdown()

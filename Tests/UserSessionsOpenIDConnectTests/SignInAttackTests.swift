@@ -19,11 +19,11 @@ struct SignInAttackTests {
                 try await provider.misbehave(["id_token": fault])
                 let query = try await provider.callback(for: client)
                 let error = await expectRefusal(code, sourceLocation: sourceLocation) {
-                    _ = try await registry.open(try await client.completeSignIn(callbackQuery: query).prototype)
+                    _ = try await registry.open(try await client.completeSignIn(query).prototype)
                 }
                 #expect(error?.failureClass == nil, "a refusal, not a failure to retry", sourceLocation: sourceLocation)
                 // The error names what failed, never the callback's code or state.
-                for secret in query.split(separator: "&").compactMap({ $0.split(separator: "=").last }) {
+                for secret in query.query.split(separator: "&").compactMap({ $0.split(separator: "=").last }) {
                     #expect(!"\(error.map { String(reflecting: $0) } ?? "")".contains(secret))
                 }
                 #expect(
@@ -32,15 +32,17 @@ struct SignInAttackTests {
         }
     }
 
-    @Test func anIDTokenWithAlgNoneIsRefused() async throws {
+    @Test("oidcc-client-test-idtoken-sig-none") func anIDTokenWithAlgNoneIsRefused() async throws {
         try await expectIDTokenRefused("alg_none", .algorithmRefused)
     }
 
-    @Test func anIDTokenSignedWithHS256KeyedByTheRSAPublicKeyIsRefused() async throws {
+    @Test("oidcc-client-test-invalid-sig-hs256") func anIDTokenSignedWithHS256KeyedByTheRSAPublicKeyIsRefused()
+        async throws
+    {
         try await expectIDTokenRefused("hs256_public_key", .algorithmRefused)
     }
 
-    @Test func anIDTokenWithAWrongAudienceIsRefused() async throws {
+    @Test("oidcc-client-test-invalid-aud") func anIDTokenWithAWrongAudienceIsRefused() async throws {
         try await expectIDTokenRefused("wrong_aud", .audienceMismatch)
     }
 
@@ -48,11 +50,11 @@ struct SignInAttackTests {
         try await expectIDTokenRefused("multiple_aud_without_azp", .audienceMismatch)
     }
 
-    @Test func anIDTokenFromAnotherIssuerIsRefused() async throws {
+    @Test("oidcc-client-test-invalid-iss") func anIDTokenFromAnotherIssuerIsRefused() async throws {
         try await expectIDTokenRefused("wrong_iss", .issuerMismatch)
     }
 
-    @Test func anIDTokenWithAnotherNonceIsRefused() async throws {
+    @Test("oidcc-client-test-nonce-invalid") func anIDTokenWithAnotherNonceIsRefused() async throws {
         try await expectIDTokenRefused("wrong_nonce", .nonceMismatch)
     }
 
@@ -68,23 +70,23 @@ struct SignInAttackTests {
         try await expectIDTokenRefused("iat_future", .issuedAtInvalid)
     }
 
-    @Test func anIDTokenWhoseAtHashIsAnotherTokensIsRefused() async throws {
+    @Test("oidcc-client-test-invalid-athash") func anIDTokenWhoseAtHashIsAnotherTokensIsRefused() async throws {
         try await expectIDTokenRefused("wrong_at_hash", .accessTokenHashMismatch)
     }
 
     @Test func anUnknownKidIsRefusedAfterExactlyOneRefetch() async throws {
         try await OpenIDProviderFixture.with { provider in
             let client = try provider.client()
-            _ = try await client.completeSignIn(callbackQuery: try await provider.callback(for: client))
+            _ = try await client.completeSignIn(try await provider.callback(for: client))
             #expect(try await provider.count("jwks_requests") == 1)
             try await provider.misbehave(["id_token": "unknown_kid"])
             let query = try await provider.callback(for: client)
-            await expectRefusal(.keyUnknown) { _ = try await client.completeSignIn(callbackQuery: query) }
+            await expectRefusal(.keyUnknown) { _ = try await client.completeSignIn(query) }
             #expect(try await provider.count("jwks_requests") == 2, "one refetch")
             // Another unknown kid within the refetch interval: refused without asking the provider again.
             try await provider.misbehave(["id_token": "unknown_kid"])
             let again = try await provider.callback(for: client)
-            await expectRefusal(.keyUnknown) { _ = try await client.completeSignIn(callbackQuery: again) }
+            await expectRefusal(.keyUnknown) { _ = try await client.completeSignIn(again) }
             #expect(try await provider.count("jwks_requests") == 2, "rate-limited")
         }
     }
@@ -94,19 +96,29 @@ struct SignInAttackTests {
             let client = try provider.client()
             try await provider.misbehave(["id_token": "unknown_kid"])
             let query = try await provider.callback(for: client)
-            await expectRefusal(.keyUnknown) { _ = try await client.completeSignIn(callbackQuery: query) }
+            await expectRefusal(.keyUnknown) { _ = try await client.completeSignIn(query) }
             #expect(try await provider.count("jwks_requests") == 1, "the key set just fetched is not fetched again")
         }
     }
 
-    @Test func rotatedKeysAreAcceptedAfterOneRefetch() async throws {
+    @Test("oidcc-client-test-signing-key-rotation") func rotatedKeysAreAcceptedAfterOneRefetch() async throws {
         try await OpenIDProviderFixture.with { provider in
             let client = try provider.client()
-            _ = try await client.completeSignIn(callbackQuery: try await provider.callback(for: client))
+            _ = try await client.completeSignIn(try await provider.callback(for: client))
             try await provider.rotateKeys()
-            let signIn = try await client.completeSignIn(callbackQuery: try await provider.callback(for: client))
+            let signIn = try await client.completeSignIn(try await provider.callback(for: client))
             #expect(signIn.prototype.identifier == "248289761001")
             #expect(try await provider.count("jwks_requests") == 2)
+        }
+    }
+
+    @Test func aDiscoveryDocumentWithADuplicateMemberIsRefusedByTheStrictReader() async throws {
+        try await OpenIDProviderFixture.with { provider in
+            let client = try provider.client()
+            try await provider.misbehave(["discovery_duplicate": true])
+            let error = await expectRefusal(.discoveryFailed) { _ = try await client.providerMetadata() }
+            #expect(error?.message.contains("appears twice") == true, "\(error.map { "\($0)" } ?? "")")
+            #expect(try await client.providerMetadata().issuer == provider.issuer.absoluteString)
         }
     }
 
@@ -114,9 +126,9 @@ struct SignInAttackTests {
         try await OpenIDProviderFixture.with { provider in
             let client = try provider.client()
             let query = try await provider.callback(for: client)
-            _ = try await client.completeSignIn(callbackQuery: query)
+            _ = try await client.completeSignIn(query)
             let tokenRequests = try await provider.count("token_requests")
-            await expectRefusal(.stateUnknown) { _ = try await client.completeSignIn(callbackQuery: query) }
+            await expectRefusal(.stateUnknown) { _ = try await client.completeSignIn(query) }
             #expect(try await provider.count("token_requests") == tokenRequests, "no second exchange")
         }
     }
@@ -125,11 +137,11 @@ struct SignInAttackTests {
         try await OpenIDProviderFixture.with { provider in
             let client = try provider.client()
             let query = try await provider.callback(for: client)
-            // The same callback with the state replaced by one this client never issued (login CSRF).
-            let forged = query.split(separator: "&").map {
-                $0.hasPrefix("state=") ? "state=never-issued-by-this-client" : String($0)
-            }.joined(separator: "&")
-            await expectRefusal(.stateUnknown) { _ = try await client.completeSignIn(callbackQuery: forged) }
+            // The same callback with the state replaced by one this client never issued.
+            let forged = query.rewritingQuery {
+                $0.map { $0.hasPrefix("state=") ? "state=never-issued-by-this-client" : $0 }
+            }
+            await expectRefusal(.stateMismatch) { _ = try await client.completeSignIn(forged) }
             #expect(try await provider.count("token_requests") == 0)
         }
     }
@@ -141,19 +153,19 @@ struct SignInAttackTests {
             let client = try provider.client(clock: clock)
             let query = try await provider.callback(for: client)
             offset.withLock { $0 = 601 }
-            await expectRefusal(.stateUnknown) { _ = try await client.completeSignIn(callbackQuery: query) }
+            await expectRefusal(.stateUnknown) { _ = try await client.completeSignIn(query) }
         }
     }
 
     @Test func aReplayedAuthorizationCodeIsRefusedByTheProvider() async throws {
         try await OpenIDProviderFixture.with { provider in
             let client = try provider.client()
-            _ = try await client.completeSignIn(callbackQuery: try await provider.callback(for: client))
+            _ = try await client.completeSignIn(try await provider.callback(for: client))
             // The next callback carries the code already redeemed (an attacker injecting a used code).
             try await provider.misbehave(["replay_code": true])
             let query = try await provider.callback(for: client)
             let error = await expectRefusal(.tokenExchangeFailed) {
-                _ = try await client.completeSignIn(callbackQuery: query)
+                _ = try await client.completeSignIn(query)
             }
             #expect(error?.providerErrorCode == "invalid_grant")
             #expect(error?.failureClass == .terminal)
@@ -168,7 +180,8 @@ struct SignInAttackTests {
             let redirect = try await client.authorizationRedirect()
             let query = try await provider.logIn(redirect.url)
             let error = await expectRefusal(.authorizationDenied) {
-                _ = try await client.completeSignIn(callbackQuery: query)
+                _ = try await client.completeSignIn(
+                    callbackQuery: query, sealedPendingSignIn: redirect.sealedPendingSignIn)
             }
             #expect(error?.providerErrorCode == "access_denied")
         }
@@ -179,7 +192,7 @@ struct SignInAttackTests {
             let client = try provider.client()
             try await provider.misbehave(["mixup_iss": true])
             let query = try await provider.callback(for: client)
-            await expectRefusal(.callbackIssuerMismatch) { _ = try await client.completeSignIn(callbackQuery: query) }
+            await expectRefusal(.callbackIssuerMismatch) { _ = try await client.completeSignIn(query) }
             #expect(try await provider.count("token_requests") == 0, "the code never went to a token endpoint")
         }
     }
@@ -188,10 +201,8 @@ struct SignInAttackTests {
         try await OpenIDProviderFixture.with { provider in
             let client = try provider.client()
             let query = try await provider.callback(for: client)
-            let stripped = query.split(separator: "&").filter { !$0.hasPrefix("iss=") }.joined(separator: "&")
-            await expectRefusal(.callbackIssuerMismatch) {
-                _ = try await client.completeSignIn(callbackQuery: stripped)
-            }
+            let stripped = query.rewritingQuery { $0.filter { !$0.hasPrefix("iss=") } }
+            await expectRefusal(.callbackIssuerMismatch) { _ = try await client.completeSignIn(stripped) }
         }
     }
 
@@ -199,14 +210,19 @@ struct SignInAttackTests {
         try await OpenIDProviderFixture.with { provider in
             let client = try provider.client()
             for query in ["", "code=abc", "state=a&state=b&code=c", "state=%ZZ"] {
-                await expectRefusal(.malformedCallback) { _ = try await client.completeSignIn(callbackQuery: query) }
+                await expectRefusal(.malformedCallback) {
+                    _ = try await client.completeSignIn(callbackQuery: query, sealedPendingSignIn: nil)
+                }
             }
         }
     }
 
-    @Test func tooManyPendingSignInsAreRefused() async throws {
+    @Test func tooManyPendingSignInsInTheStateStoreAreRefused() async throws {
         try await OpenIDProviderFixture.with { provider in
-            let client = try provider.client { $0.maximumPendingSignIns = 2 }
+            let client = try provider.client {
+                $0.maximumPendingSignIns = 2
+                $0.pendingSignInStorage = .stateStore
+            }
             _ = try await client.authorizationRedirect()
             _ = try await client.authorizationRedirect()
             let error = await expectRefusal(.tooManyPendingSignIns) { _ = try await client.authorizationRedirect() }

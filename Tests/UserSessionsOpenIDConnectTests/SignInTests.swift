@@ -18,12 +18,12 @@ struct OpenIDProviderRequirementTests {
 
 @Suite(.enabled(if: OpenIDProviderFixture.isAvailable, "python3 with authlib and flask"))
 struct SignInTests {
-    @Test(arguments: ["RS256", "ES256", "EdDSA"])
+    @Test("oidcc-client-test (and oidcc-client-test-idtoken-sig-rs256)", arguments: ["RS256", "ES256", "EdDSA"])
     func aSignInWithEachAlgorithmOpensTheSessionWithTheIDTokenKept(algorithm: String) async throws {
         try await OpenIDProviderFixture.with { provider in
             try await provider.signWith(algorithm)
             let client = try provider.client()
-            let signIn = try await client.completeSignIn(callbackQuery: try await provider.callback(for: client))
+            let signIn = try await client.completeSignIn(try await provider.callback(for: client))
             #expect(signIn.prototype.identifier == "248289761001")
             #expect(signIn.prototype.userInfo.email == "alice@example.com")
             #expect(signIn.prototype.userInfo.name == "Alice Liddell")
@@ -49,7 +49,7 @@ struct SignInTests {
     ) async throws {
         try await OpenIDProviderFixture.with { provider in
             let client = try provider.client(authentication)
-            let signIn = try await client.completeSignIn(callbackQuery: try await provider.callback(for: client))
+            let signIn = try await client.completeSignIn(try await provider.callback(for: client))
             #expect(signIn.claims.audience == [client.configuration.clientID])
             let expected =
                 switch authentication {
@@ -84,7 +84,9 @@ struct SignInTests {
             #expect(query["state"] != query["nonce"])
             #expect(!"\(redirect)".contains(query["state"] ?? "?"))
             // max_age was asked and the user just authenticated: the sign-in completes.
-            let signIn = try await client.completeSignIn(callbackQuery: try await provider.logIn(redirect.url))
+            let signIn = try await client.completeSignIn(
+                callbackQuery: try await provider.logIn(redirect.url), sealedPendingSignIn: redirect.sealedPendingSignIn
+            )
             #expect(signIn.claims.date("auth_time") != nil)
         }
     }
@@ -98,14 +100,14 @@ struct SignInTests {
         }
     }
 
-    @Test func theUserInfoIsReadWhenAskedAndItsSubMustMatch() async throws {
+    @Test("oidcc-client-test-userinfo-invalid-sub") func theUserInfoIsReadWhenAskedAndItsSubMustMatch() async throws {
         try await OpenIDProviderFixture.with { provider in
             let client = try provider.client { $0.readsUserInfo = true }
-            let signIn = try await client.completeSignIn(callbackQuery: try await provider.callback(for: client))
+            let signIn = try await client.completeSignIn(try await provider.callback(for: client))
             #expect(signIn.userInfoClaims?.subject == "248289761001")
             try await provider.misbehave(["userinfo_sub": "someone-else"])
             let query = try await provider.callback(for: client)
-            await expectRefusal(.userInfoFailed) { _ = try await client.completeSignIn(callbackQuery: query) }
+            await expectRefusal(.userInfoFailed) { _ = try await client.completeSignIn(query) }
         }
     }
 
@@ -113,21 +115,24 @@ struct SignInTests {
         try await OpenIDProviderFixture.with { provider in
             let client = try provider.client()
             let query = try await provider.callback(for: client, options: AuthorizationOptions(context: ["to": "/a"]))
-            let signIn = try await client.completeSignIn(callbackQuery: query)
+            let signIn = try await client.completeSignIn(query)
             #expect(signIn.context == ["to": "/a"])
         }
     }
 
-    @Test func signingOutClearsTheSessionAndGivesAURLTheProviderAccepts() async throws {
+    @Test("oidcc-client-test-rp-init-logout") func signingOutClearsTheSessionAndGivesAURLTheProviderAccepts()
+        async throws
+    {
         try await OpenIDProviderFixture.with { provider in
             let client = try provider.client()
-            let signIn = try await client.completeSignIn(callbackQuery: try await provider.callback(for: client))
+            let signIn = try await client.completeSignIn(try await provider.callback(for: client))
             try await withRegistry { registry in
                 _ = try await registry.open(signIn.prototype)
                 let url = try #require(
                     try await client.signOut(
                         identifier: signIn.prototype.identifier, registry: registry,
-                        postLogoutRedirectURI: OpenIDProviderFixture.postLogoutRedirectURI, state: "bye"))
+                        postLogoutRedirectURI: OpenIDProviderFixture.postLogoutRedirectURI, state: "bye"
+                    ).url)
                 #expect(try await registry.storedIdentifiers().isEmpty)
                 let response = try await URLSessionHTTPTransport().send(
                     HTTPTransportRequest(method: .get, url: url, timeout: .seconds(20), maximumResponseBytes: 1 << 20))
@@ -138,17 +143,18 @@ struct SignInTests {
         }
     }
 
-    @Test func discoveryIsCachedAndTheKeySetFetchedOnce() async throws {
+    @Test("oidcc-client-test-discovery-openid-config") func discoveryIsCachedAndTheKeySetFetchedOnce() async throws {
         try await OpenIDProviderFixture.with { provider in
             let client = try provider.client()
             for _ in 0..<3 {
-                _ = try await client.completeSignIn(callbackQuery: try await provider.callback(for: client))
+                _ = try await client.completeSignIn(try await provider.callback(for: client))
             }
             #expect(try await provider.count("jwks_requests") == 1)
         }
     }
 
-    @Test func aDiscoveryDocumentOfAnotherIssuerIsRefused() async throws {
+    @Test("oidcc-client-test-discovery-issuer-mismatch") func aDiscoveryDocumentOfAnotherIssuerIsRefused() async throws
+    {
         try await OpenIDProviderFixture.with { provider in
             // Same server, but the issuer written with a trailing slash: not byte for byte the document's.
             let configuration = OpenIDConnectConfiguration(
@@ -180,7 +186,7 @@ struct SignInTests {
                 configuration: OpenIDConnectConfiguration(
                     clientAuthentication: .publicClient(id: "public-app"),
                     redirectURI: OpenIDProviderFixture.redirectURI))
-            let signIn = try await client.completeSignIn(callbackQuery: try await provider.callback(for: client))
+            let signIn = try await client.completeSignIn(try await provider.callback(for: client))
             #expect(signIn.prototype.identifier == "248289761001")
         }
     }

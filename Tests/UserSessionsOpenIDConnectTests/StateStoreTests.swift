@@ -112,12 +112,14 @@ struct SharedStateStoreSignInTests {
         let directory = FileManager.default.temporaryDirectory.appending(path: "oidc-fleet-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: directory) }
         try await OpenIDProviderFixture.with { provider in
-            let first = try provider.client(stateStore: FileOpenIDConnectStateStore(directory: directory))
-            let second = try provider.client(stateStore: FileOpenIDConnectStateStore(directory: directory))
+            let first = try provider.client(
+                stateStore: FileOpenIDConnectStateStore(directory: directory), configure: FleetKeys.inStateStore)
+            let second = try provider.client(
+                stateStore: FileOpenIDConnectStateStore(directory: directory), configure: FleetKeys.inStateStore)
             let query = try await provider.callback(for: first)
-            let signIn = try await second.completeSignIn(callbackQuery: query)
+            let signIn = try await second.completeSignIn(query)
             #expect(signIn.prototype.identifier == "248289761001")
-            await expectRefusal(.stateUnknown) { _ = try await first.completeSignIn(callbackQuery: query) }
+            await expectRefusal(.stateUnknown) { _ = try await first.completeSignIn(query) }
             // A back-channel logout reaching the first instance finds the sign-in the second recorded.
             try await withRegistry { registry in
                 _ = try await registry.open(signIn.prototype)

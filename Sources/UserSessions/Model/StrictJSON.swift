@@ -5,9 +5,9 @@ import Foundation
 /// Every parser of a response, a stored record or a file goes through here, so no document reaches a decoder
 /// without the scan that refuses duplicate members, nesting deeper than 128 levels and anything that is not JSON.
 /// Each caller turns a ``Failure`` into its own ``UserSessionError`` (its own code and wording).
-enum StrictJSON {
+package enum StrictJSON {
     /// Why a document could not be read.
-    enum Failure: Error {
+    package enum Failure: Error {
         /// The strict scan refused it; the scan's failure names the problem without quoting the document.
         case refused(StrictJSONScan.Failure)
         /// The scan accepted it, but the decoder could not read it (a wrong shape, a number out of range…).
@@ -20,7 +20,7 @@ enum StrictJSON {
     }
 
     /// Scans `data` and decodes a `Value` from it with `decoder`.
-    static func decode<Value: Decodable>(
+    package static func decode<Value: Decodable>(
         _ type: Value.Type, from data: Data, using decoder: JSONDecoder = JSONDecoder()
     ) throws(Failure) -> Value {
         try check(data)
@@ -33,7 +33,7 @@ enum StrictJSON {
 
     /// Scans `data` and returns its top-level object as Foundation values, or `nil` when the document is JSON but
     /// not an object.
-    static func foundationObject(_ data: Data) throws(Failure) -> [String: Any]? {
+    package static func foundationObject(_ data: Data) throws(Failure) -> [String: Any]? {
         try check(data)
         do {
             return try JSONSerialization.jsonObject(with: data) as? [String: Any]

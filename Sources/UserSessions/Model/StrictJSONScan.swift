@@ -26,7 +26,7 @@ import Darwin
 /// The scan does not recurse and allocates nothing per value beyond the names of the members of the objects that
 /// are open (one `Set<String>` per open object), plus one reused buffer for decoding names. Strings are skipped
 /// with `memchr`, so a 50 MB string costs a few milliseconds even in a debug build.
-enum StrictJSONScan {
+package enum StrictJSONScan {
     /// The deepest nesting accepted: 128 arrays or objects.
     static let maximumDepth = 128
 
@@ -37,7 +37,7 @@ enum StrictJSONScan {
     }
 
     /// Why a document was refused.
-    struct Failure: Error, Sendable, Equatable, CustomStringConvertible {
+    package struct Failure: Error, Sendable, Equatable, CustomStringConvertible {
         enum Problem: Sendable, Hashable {
             /// An object has two members with equal names; ``Failure/path`` leads to the second one.
             case duplicateMember
@@ -55,7 +55,7 @@ enum StrictJSONScan {
         var offset: Int
 
         /// The problem and where it is, without any name from the document (one may be a secret).
-        var description: String {
+        package var description: String {
             switch problem {
             case .duplicateMember: "a member name appears twice in one object (byte \(offset))"
             case .tooDeep: "nested more than \(StrictJSONScan.maximumDepth) levels deep (byte \(offset))"

@@ -36,6 +36,14 @@ POST /control/misbehave  {"id_token": fault, "mixup_iss": bool, "replay_code": b
                           no_nonce, expired, iat_future, multiple_aud_without_azp, wrong_at_hash
 POST /control/sign-with  {"alg": "RS256" | "ES256" | "EdDSA"}: the algorithm of later ID tokens
 POST /control/rotate     new keys (new kids) for every algorithm; the JWKS serves only the new ones
+POST /control/without-kid {"decoys": n}: from now on no key of the JWKS has a kid and no token header carries one;
+                          the JWKS lists n other RSA keys (decoys, RS256) before the real ones
+POST /control/misbehave  {"refresh_id_token": fault}: the next refresh response's ID token (by default every
+                          refresh of example-app carries a valid one): none, wrong_sub, wrong_iss, wrong_aud,
+                          bad_signature, expired
+POST /control/misbehave  {"hold_redirect": true}: the next browser login answers a page linking to the callback
+                          (id "callback") instead of redirecting to it
+POST /control/misbehave  {"discovery_duplicate": true}: the next discovery document carries "issuer" twice
 POST /control/logout-token {"sub", "sid", "fault": nonce|no_event|wrong_aud|no_sub_or_sid|alg_none, "jti"}
                           -> {"logout_token": …}: a back-channel logout token, returned to the test
 POST /control/send-logout {"uri", and the fields of /control/logout-token} -> {"status": n}: mints the same token
@@ -115,6 +123,8 @@ class State:
         self.browser_sids = set()
         self.last_code = None
         self.faults = {}
+        self.without_kid = False
+        self.decoys = []
         self.stats = {"jwks_requests": 0, "token_requests": 0, "token_errors": 0, "last_auth": None,
                       "logouts": 0, "last_logout_state": None, "userinfo_requests": 0, "authorizations": 0,
                       "refreshes": 0, "refresh_reuse_detected": 0, "api_requests": 0, "api_unauthorized": 0,
@@ -290,6 +300,9 @@ class RotatingRefreshGrant(grants.RefreshTokenGrant):
 def sign(header, claims, alg):
     """Signs with the current key of `alg` (or misbehaves when the header asks for it)."""
     key = STATE.keys[alg]
+    with STATE.lock:
+        if STATE.without_kid:
+            header = {name: value for name, value in header.items() if name != "kid"}
     return jwt.encode(header, claims, key, algorithms=[alg])
 
 
@@ -420,7 +433,16 @@ def bearer_user():
 @app.get("/.well-known/openid-configuration")
 def discovery():
     issuer = STATE.issuer
-    return jsonify({
+    document = discovery_document(issuer)
+    if STATE.take_fault("discovery_duplicate"):
+        # The same member twice: a lenient parser keeps the second, the attacker's.
+        text = json.dumps(document)[:-1] + ', "issuer": "https://evil.example"}'
+        return app.response_class(text, mimetype="application/json")
+    return jsonify(document)
+
+
+def discovery_document(issuer):
+    return ({
         "issuer": issuer,
         "authorization_endpoint": issuer + "/authorize",
         "token_endpoint": issuer + "/token",
@@ -442,7 +464,9 @@ def discovery():
 def jwks():
     with STATE.lock:
         STATE.stats["jwks_requests"] += 1
-        keys = [key.as_dict(private=False) for key in STATE.keys.values()]
+        keys = [key.as_dict(private=False) for key in STATE.decoys + list(STATE.keys.values())]
+        if STATE.without_kid:
+            keys = [{name: value for name, value in key.items() if name != "kid"} for key in keys]
     return jsonify({"keys": keys})
 
 
@@ -483,6 +507,13 @@ def authorize():
         STATE.browser_sids.add(sid)
     response = finish_authorization(args["username"])
     response.set_cookie("op_session", cookie, httponly=True, samesite="Lax", path="/")
+    if STATE.take_fault("hold_redirect"):
+        # The browser stops at the redirect back: the callback URL is shown, its code unused.
+        location = response.headers["Location"]
+        held = app.response_class(f'<!doctype html><title>Held</title><a id="callback" href="{location}">back</a>',
+                                  mimetype="text/html")
+        held.headers["Set-Cookie"] = response.headers["Set-Cookie"]
+        return held
     return response
 
 
@@ -507,11 +538,42 @@ def finish_authorization(name):
 def token():
     with STATE.lock:
         STATE.stats["token_requests"] += 1
+    refreshing = request.form.get("grant_type") == "refresh_token"
     response = server.create_token_response()
     if response.status_code != 200:
         with STATE.lock:
             STATE.stats["token_errors"] += 1
+    elif refreshing:
+        add_refresh_id_token(response)
     return response
+
+
+def add_refresh_id_token(response):
+    """Adds the ID token of a refresh response (OpenID Connect Core §12.2), or the fault asked for."""
+    fault = STATE.take_fault("refresh_id_token")
+    if fault == "none":
+        return
+    body = json.loads(response.get_data())
+    with STATE.lock:
+        record = STATE.tokens.get(body["access_token"])
+        alg = STATE.sign_with
+    now = int(time.time())
+    claims = {"iss": STATE.issuer, "aud": BROWSER_CLIENT, "sub": USERS[record.user]["sub"], "iat": now,
+              "exp": now + 600}
+    if fault == "wrong_sub":
+        claims["sub"] = USERS["bob" if record.user == "alice" else "alice"]["sub"]
+    elif fault == "wrong_iss":
+        claims["iss"] = "https://evil.example"
+    elif fault == "wrong_aud":
+        claims["aud"] = "someone-else"
+    elif fault == "expired":
+        claims["iat"], claims["exp"] = now - 7200, now - 3600
+    token = sign({"alg": alg, "typ": "JWT", "kid": STATE.keys[alg].kid}, claims, alg)
+    if fault == "bad_signature":
+        head, payload, _ = token.split(".")
+        token = head + "." + payload + "." + b64url(secrets.token_bytes(256 if alg == "RS256" else 64))
+    body["id_token"] = token
+    response.set_data(json.dumps(body))
 
 
 @app.get("/userinfo")
@@ -605,6 +667,15 @@ def sign_with():
     alg = request.get_json(force=True)["alg"]
     with STATE.lock:
         STATE.sign_with = alg
+    return jsonify({"ok": True})
+
+
+@app.post("/control/without-kid")
+def without_kid():
+    decoys = int(request.get_json(force=True).get("decoys", 0))
+    with STATE.lock:
+        STATE.without_kid = True
+        STATE.decoys = [RSAKey.generate_key(2048, {"use": "sig", "alg": "RS256"}) for _ in range(decoys)]
     return jsonify({"ok": True})
 
 

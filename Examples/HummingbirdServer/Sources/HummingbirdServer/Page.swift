@@ -30,13 +30,16 @@ enum Page {
     }
 
     /// The public page the provider sends the browser back to after signing out.
-    static func signedOut() -> Response {
+    /// The post-logout page; `confirmed` when the provider sent the browser back with the logout's own state.
+    static func signedOut(confirmed: Bool) -> Response {
         html(
             """
             <!doctype html>
             <html lang="en">
             <head><meta charset="utf-8"><title>Signed out</title></head>
-            <body><h1 id="signed-out">You are signed out</h1><p><a href="/">Sign in again</a></p></body>
+            <body><h1 id="signed-out">You are signed out</h1>
+            <p id="logout-state">\(confirmed ? "confirmed by the provider" : "not confirmed")</p>
+            <p><a href="/">Sign in again</a></p></body>
             </html>
             """)
     }

@@ -4,6 +4,7 @@
 //       --client-secret example-secret --public-url http://127.0.0.1:P --upstream http://127.0.0.1:OP/api \
 //       [--postgres-url postgres://user@127.0.0.1:5432/db]   (a fleet shares browsers, tokens and sign-ins)
 //       [--store DIR]                                       (otherwise files under DIR; without either: memory)
+//       [--sign-in-key BASE64]    (32 bytes sealing the pending sign-ins browsers keep; a fleet shares one)
 //
 // The browser holds an opaque cookie; the tokens stay on the server. `/` shows the signed-in user and calls the
 // upstream API through the token-forwarding proxy at `/upstream`; `/auth/…` signs in and out. It listens on
@@ -50,7 +51,7 @@ struct Arguments {
 struct UsageError: Error, CustomStringConvertible {
     var description: String {
         "usage: HummingbirdServer serve --port P --issuer URL --client-id ID --client-secret SECRET "
-            + "--public-url URL --upstream URL [--postgres-url URL | --store DIR]"
+            + "--public-url URL --upstream URL [--postgres-url URL | --store DIR] [--sign-in-key BASE64]"
     }
 }
 
@@ -93,16 +94,20 @@ func serve(_ arguments: Arguments, logger: Logger) async throws {
         publicURL: try arguments.url("public-url"), postLogoutRedirectPath: "/signed-out")
     let client = OAuth2TokenRefresher.ClientAuthentication.clientSecretBasic(
         id: try arguments.required("client-id"), secret: try arguments.required("client-secret"))
+    // Pending sign-ins live sealed in the browser that started them; every instance must open them.
+    var signInKeys = PendingSignInKeys.random()
+    if let key = arguments.values["sign-in-key"] {
+        guard let bytes = Data(base64Encoded: key) else { throw UsageError() }
+        signInKeys = try PendingSignInKeys(current: bytes)
+    }
     let openID = try OpenIDConnectClient(
         issuer: try arguments.url("issuer"),
         configuration: OpenIDConnectConfiguration(
             clientAuthentication: client, redirectURI: configuration.callbackURL,
-            scopes: ["openid", "profile", "email", "offline_access"]),
+            scopes: ["openid", "profile", "email", "offline_access"], pendingSignInKeys: signInKeys),
         stateStore: stores.signIns)
-    let provider = try await openID.providerMetadata()
-    let refresher = try OAuth2TokenRefresher(
-        tokenEndpoint: provider.tokenEndpoint, revocationEndpoint: provider.revocationEndpoint,
-        clientAuthentication: client)
+    // Refreshes check the ID token a refresh response carries (OpenID Connect Core §12.2).
+    let refresher = try await openID.tokenRefresher()
     // The store is not wrapped in a LoggingTokenStore: the PostgreSQL store's coordination (refresh leases, change
     // notifications to the other instances) must reach the registry.
     let registry = UserSessionRegistry(store: stores.tokens, refresher: refresher, logger: logger)
@@ -110,9 +115,14 @@ func serve(_ arguments: Arguments, logger: Logger) async throws {
         openID: openID, registry: registry, store: stores.browsers, configuration: configuration, logger: logger)
 
     let router = Router(context: BasicWebSessionRequestContext.self)
+    router.add(middleware: sessions.securityHeadersMiddleware())
     router.add(middleware: sessions.crossSiteRequestMiddleware())
     sessions.addRoutes(to: router)
-    router.get("signed-out") { _, _ in Page.signedOut() }
+    router.get("signed-out") { request, _ in
+        // The provider sends the browser back with the state `POST /auth/logout` sent; a link from elsewhere has
+        // none.
+        Page.signedOut(confirmed: (try? sessions.verifyPostLogoutState(request)) != nil)
+    }
     router.group().add(middleware: sessions.middleware(.required))
         .get("/") { _, context in
             let user = try context.requireIdentity().record
