@@ -209,7 +209,9 @@ package enum TransportCheck: String, CaseIterable, Sendable, CustomStringConvert
 
     private func timeouts(_ transport: any HTTPTransport) async throws {
         try await OAuthFixtureServer.with { server in
-            try await server.configure(["mode": "normal", "delay": 3])
+            // The server answers after 20 s, far beyond the 200-ms deadline: only the deadline can end these
+            // requests in time, even on a loaded machine (3 s was once not enough headroom there).
+            try await server.configure(["mode": "normal", "delay": 20])
             do {
                 _ = try await transport.send(Self.request(server.tokenEndpoint, timeout: .milliseconds(200)))
                 throw TransportCheckFailure(description: "the transport did not time out")

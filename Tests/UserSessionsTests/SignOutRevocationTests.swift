@@ -279,6 +279,9 @@ struct SignOutRevocationTests {
             let observer = RecordingObserver()
             var configuration = UserSessionController.Configuration()
             configuration.observers = [observer]
+            // The refusal must arrive before the revocation deadline: on a loaded machine the default 5 s was
+            // sometimes too short, and the event then said transient (timed out) instead of misconfiguration.
+            configuration.revocationTimeout = .seconds(60)
             let registry = UserSessionRegistry(
                 store: store, refresher: try Self.refresher(server), configuration: configuration)
             let events = registry.events()
