@@ -95,6 +95,31 @@ struct StateStoreTests {
         #expect((folder[.posixPermissions] as? Int) == 0o700)
     }
 
+    @Test(arguments: ["symbolic link", "oversized"])
+    func aPlantedPendingSignInFileIsATypedErrorNeverFollowed(_ kind: String) async throws {
+        let directory = FileManager.default.temporaryDirectory.appending(path: "oidc-state-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let store = FileOpenIDConnectStateStore(directory: directory)
+        let now = Date()
+        try await store.insert(StateStoreConformance.pending("s", now: now), limit: 10, now: now)
+        let pending = directory.appending(path: "pending")
+        let name = try #require(try FileManager.default.contentsOfDirectory(atPath: pending.path).first)
+        let file = pending.appending(path: name)
+        let outside = directory.appending(path: "outside")
+        let valid = try Data(contentsOf: file)
+        try valid.write(to: outside)
+        try FileManager.default.removeItem(at: file)
+        if kind == "symbolic link" {
+            try FileManager.default.createSymbolicLink(at: file, withDestinationURL: outside)
+        } else {
+            try Data(repeating: 0x20, count: 70_000).write(to: file)
+        }
+        let error = await #expect(throws: OpenIDConnectError.self) { _ = try await store.take(state: "s", now: now) }
+        #expect(error?.code == .storeFailure)
+        #expect(try Data(contentsOf: outside) == valid, "the file a link pointed to is untouched")
+        #expect(try await store.take(state: "s", now: now) == nil, "the planted file is gone")
+    }
+
     @Test func theInMemoryStoreBoundsItsSignInRecords() async throws {
         let store = InMemoryOpenIDConnectStateStore(maximumRecords: 2)
         for index in 0..<3 {
