@@ -15,8 +15,8 @@ import Darwin
 /// Each pending sign-in, sign-in record and remembered logout token is one file (mode 0600, in folders of mode
 /// 0700) named by the SHA-256 of its key, so no `state` or `jti` appears in a file name. Single use holds across
 /// processes: taking a pending sign-in renames its file first, and exactly one rename succeeds. The bound on
-/// pending sign-ins is checked by counting files, so processes inserting at the same instant may pass it by a
-/// few. For a fleet of machines, use the PostgreSQL store.
+/// pending sign-ins is kept by counting files and dropping the ones that expire first, so processes inserting at the
+/// same instant may pass it by a few. For a fleet of machines, use the PostgreSQL store.
 public final class FileOpenIDConnectStateStore: OpenIDConnectStateStore {
     /// The shared directory.
     public let directory: URL
@@ -30,23 +30,27 @@ public final class FileOpenIDConnectStateStore: OpenIDConnectStateStore {
     private var recordsDirectory: URL { directory.appending(path: "sign-ins") }
     private var tokensDirectory: URL { directory.appending(path: "logout-tokens") }
 
-    /// Records `pending` unless `limit` unexpired ones are pending.
+    /// Records `pending`; when `limit` unexpired ones are pending, the ones that expire first are dropped.
     public func insert(_ pending: PendingSignIn, limit: Int, now: Date) async throws {
         let folder = pendingDirectory
         try await BlockingIO.run {
             try Self.makeDirectory(folder)
-            var count = 0
+            var unexpired: [(pending: PendingSignIn, file: URL)] = []
             for file in try Self.files(in: folder) {
                 if let data = try? Self.read(file),
                     let other = try? StateStoreCoding.decoder.decode(PendingSignIn.self, from: data),
                     !other.isExpired(at: now)
                 {
-                    count += 1
+                    unexpired.append((other, file))
                 } else {
                     Self.remove(file)
                 }
             }
-            guard count < limit else { throw OpenIDConnectError.tooManyPending(limit) }
+            let excess = unexpired.count - max(1, limit) + 1
+            if excess > 0 {
+                unexpired.sort { PendingSignIn.expiresFirst($0.pending, $1.pending) }
+                for oldest in unexpired.prefix(excess) { Self.remove(oldest.file) }
+            }
             try Self.write(try StateStoreCoding.encoder.encode(pending), named: Self.name(pending.state), in: folder)
         }
     }

@@ -71,29 +71,29 @@ public final class PostgresOpenIDConnectStateStore: OpenIDConnectStateStore {
         """,
     ]
 
-    /// Records `pending` unless `limit` unexpired ones are pending.
+    /// Records `pending`; when `limit` unexpired ones are pending, the ones that expire first are dropped.
     public func insert(_ pending: PendingSignIn, limit: Int, now: Date) async throws {
         try await prepare()
         let (namespace, logger) = (self.namespace, self.logger)
         let key = Self.hash(pending.state)
         let record = ByteBuffer(bytes: try StateStoreCoding.encoder.encode(pending))
-        let (expiresAt, limit) = (pending.expiresAt, Int64(limit))
-        let inserted = try await run("recording a pending sign-in") { client in
+        let (expiresAt, limit) = (pending.expiresAt, Int64(max(1, limit)))
+        try await run("recording a pending sign-in") { client in
+            // The newest `limit - 1` unexpired ones stay; the expired ones and the older unexpired ones go.
             let rows = try await client.query(
                 """
                 WITH purged AS (
-                    DELETE FROM user_sessions_oidc_pending WHERE namespace = \(namespace) AND expires_at <= \(now))
+                    DELETE FROM user_sessions_oidc_pending WHERE namespace = \(namespace) AND expires_at <= \(now)),
+                dropped AS (
+                    DELETE FROM user_sessions_oidc_pending WHERE namespace = \(namespace) AND state_hash IN (
+                        SELECT state_hash FROM user_sessions_oidc_pending
+                        WHERE namespace = \(namespace) AND expires_at > \(now)
+                        ORDER BY expires_at DESC, state_hash DESC OFFSET \(limit - 1)))
                 INSERT INTO user_sessions_oidc_pending (namespace, state_hash, record, expires_at)
-                SELECT \(namespace), \(key), \(record), \(expiresAt)
-                WHERE (SELECT count(*) FROM user_sessions_oidc_pending
-                       WHERE namespace = \(namespace) AND expires_at > \(now)) < \(limit)
-                RETURNING 1
+                VALUES (\(namespace), \(key), \(record), \(expiresAt))
                 """, logger: logger)
-            var count = 0
-            for try await _ in rows { count += 1 }
-            return count == 1
+            for try await _ in rows {}
         }
-        if !inserted { throw OpenIDConnectError.tooManyPending(Int(limit)) }
     }
 
     /// Removes and returns the unexpired pending sign-in named `state`; exactly one instance gets it.

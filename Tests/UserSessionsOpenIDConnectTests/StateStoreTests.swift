@@ -28,13 +28,16 @@ enum StateStoreConformance {
         try await store.insert(pending("e", now: now, lifetime: 10), limit: 3, now: now)
         try await store.insert(pending("a", now: now), limit: 3, now: now)
         try await store.insert(pending("b", now: now), limit: 3, now: now)
-        do {
-            try await store.insert(pending("c", now: now), limit: 3, now: now)
-            Issue.record("a fourth pending sign-in passed the bound of 3")
-        } catch let error as OpenIDConnectError {
-            #expect(error.code == .tooManyPendingSignIns)
-        }
-        try await store.insert(pending("c", now: now.addingTimeInterval(11)), limit: 3, now: now.addingTimeInterval(11))
+        // A full store never refuses a new one: the one that expires first makes room.
+        try await store.insert(pending("c", now: now), limit: 3, now: now)
+        #expect(try await store.take(state: "e", now: now) == nil, "the oldest was dropped")
+        #expect(try await store.take(state: "a", now: now) == pending("a", now: now))
+        #expect(try await store.take(state: "c", now: now) == pending("c", now: now))
+        try await store.insert(pending("d", now: now + 1), limit: 3, now: now)
+        try await store.insert(pending("f", now: now + 2), limit: 3, now: now)
+        try await store.insert(pending("g", now: now + 3), limit: 3, now: now)
+        #expect(try await store.take(state: "b", now: now) == nil, "b expires first")
+        #expect(try await store.take(state: "d", now: now) == pending("d", now: now + 1))
         // Concurrent takes of one state: exactly one wins.
         try await store.insert(pending("race", now: now), limit: 10, now: now)
         let winners = try await withThrowingTaskGroup(of: Bool.self) { group in
