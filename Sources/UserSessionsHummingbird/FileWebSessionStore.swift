@@ -14,8 +14,9 @@ import Darwin
 /// machine share it. For a fleet of machines, use the PostgreSQL store.
 ///
 /// Each record is one JSON file (mode 0600, in a folder of mode 0700) named by its ``WebSessionKey``'s hash, written
-/// to a temporary file and renamed into place, so a reader never sees half a record. A file that cannot be read as
-/// a record is reported as ``WebSessionError/Code/storeCorrupt``, never trusted.
+/// to a temporary file, synced to the disk and renamed into place, so a reader never sees half a record, even after
+/// a crash. A file that cannot be read as a record (larger than 64 KiB, not a record, or a symbolic link planted in
+/// its place, which is never followed) is reported as ``WebSessionError/Code/storeCorrupt``, never trusted.
 public final class FileWebSessionStore: WebSessionStore {
     /// The directory of the records.
     public let directory: URL
@@ -48,7 +49,7 @@ public final class FileWebSessionStore: WebSessionStore {
         let (data, file, directory) = (try record.encoded(), file(key), directory)
         try await BlockingIO.run {
             // Only a record that is still there is rewritten: a sign-out between the read and this write wins.
-            guard FileManager.default.fileExists(atPath: file.path(percentEncoded: false)) else { return }
+            guard PrivateFiles.exists(file.path(percentEncoded: false)) else { return }
             try Self.write(data, to: file, in: directory)
         }
     }
@@ -78,10 +79,9 @@ public final class FileWebSessionStore: WebSessionStore {
         return try await BlockingIO.run { () throws(WebSessionError) -> Int in
             let files: [URL]
             do {
-                files = try FileManager.default.contentsOfDirectory(at: directory, includingPropertiesForKeys: nil)
-                    .filter { $0.pathExtension == "json" && !$0.lastPathComponent.hasPrefix(".") }
+                files = (try PrivateFiles.listDirectory(directory.path(percentEncoded: false)) ?? [])
+                    .filter { $0.hasSuffix(".json") && !$0.hasPrefix(".") }.map { directory.appending(path: $0) }
             } catch {
-                if (error as? CocoaError)?.code == .fileReadNoSuchFile { return 0 }
                 throw WebSessionError(.storeFailure, "cannot list the browser records")
             }
             var removed = 0
@@ -105,44 +105,44 @@ public final class FileWebSessionStore: WebSessionStore {
         }
     }
 
+    /// The largest record the store reads; a record is far smaller, so a larger file was not written by the store.
+    static let maximumRecordSize = 64 * 1024
+
+    /// The bytes of `file` (never through a symbolic link, at most 64 KiB), or `nil` when it is not there.
     private static func read(_ file: URL) throws(WebSessionError) -> Data? {
-        let path = file.path(percentEncoded: false)
-        guard FileManager.default.fileExists(atPath: path) else { return nil }
-        guard let data = FileManager.default.contents(atPath: path) else {
-            // Removed between the two calls, or unreadable.
-            if !FileManager.default.fileExists(atPath: path) { return nil }
-            throw WebSessionError(.storeFailure, "cannot read a browser record")
+        do {
+            return try PrivateFiles.readFile(file.path(percentEncoded: false), limit: maximumRecordSize)
+                .map { Data($0) }
+        } catch let error as FileTooLargeError {
+            throw WebSessionError(.storeCorrupt, "a browser record is larger than \(error.limit / 1024) KiB")
+        } catch let error as SystemCallError where error.isSymbolicLink {
+            throw WebSessionError(.storeCorrupt, "a symbolic link stands in place of a browser record")
+        } catch {
+            throw WebSessionError(.storeFailure, "cannot read a browser record (\(error))")
         }
-        guard data.count <= 64 * 1024 else {
-            throw WebSessionError(.storeCorrupt, "a browser record is larger than 64 KiB")
-        }
-        return data
     }
 
     private static func remove(_ file: URL) throws(WebSessionError) {
-        guard unlink(file.path(percentEncoded: false)) == 0 || errno == ENOENT else {
-            throw WebSessionError(.storeFailure, "cannot remove a browser record (errno \(errno))")
+        do {
+            try PrivateFiles.removeFile(
+                file.lastPathComponent, in: file.deletingLastPathComponent().path(percentEncoded: false))
+        } catch {
+            throw WebSessionError(.storeFailure, "cannot remove a browser record (\(error))")
         }
     }
 
-    /// Writes `data` to a temporary file of mode 0600 and renames it over `file`.
+    /// Replaces `file` with `data` atomically (mode 0600 in a folder of mode 0700, synced to the disk).
     private static func write(_ data: Data, to file: URL, in directory: URL) throws(WebSessionError) {
+        let path = directory.path(percentEncoded: false)
         do {
-            try FileManager.default.createDirectory(
-                at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            try PrivateFiles.makeDirectory(path)
         } catch {
-            throw WebSessionError(.storeFailure, "cannot create the directory of the browser records")
+            throw WebSessionError(.storeFailure, "cannot create the directory of the browser records (\(error))")
         }
-        let temporary = directory.appending(path: ".write-" + UUID().uuidString)
-        guard
-            FileManager.default.createFile(
-                atPath: temporary.path(percentEncoded: false), contents: data, attributes: [.posixPermissions: 0o600])
-        else {
-            throw WebSessionError(.storeFailure, "cannot write a browser record")
-        }
-        guard rename(temporary.path(percentEncoded: false), file.path(percentEncoded: false)) == 0 else {
-            try? FileManager.default.removeItem(at: temporary)
-            throw WebSessionError(.storeFailure, "cannot write a browser record (errno \(errno))")
+        do {
+            try PrivateFiles.writeAtomically([UInt8](data), to: file.lastPathComponent, in: path)
+        } catch {
+            throw WebSessionError(.storeFailure, "cannot write a browser record (\(error))")
         }
     }
 }

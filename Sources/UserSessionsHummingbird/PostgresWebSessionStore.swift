@@ -16,6 +16,9 @@ import UserSessionsPostgres
 public final class PostgresWebSessionStore: WebSessionStore {
     /// The namespace every row of this store belongs to.
     public let namespace: String
+    /// How long one operation may take before it fails with ``WebSessionError/Code/storeFailure``, without waiting
+    /// for PostgreSQL any longer.
+    public let operationTimeout: Duration
     let client: PostgresClient
     private let logger = Logger(label: "UserSessionsHummingbird", factory: { _ in SwiftLogNoOpLogHandler() })
     private let prepared = Locked(false)
@@ -23,14 +26,22 @@ public final class PostgresWebSessionStore: WebSessionStore {
     /// Creates a store over `client`, which the caller runs, for the browsers of `namespace` (1 to 40 characters
     /// among `a`–`z`, `0`–`9`, `_` and `-`).
     ///
-    /// - Throws: ``WebSessionError/Code/invalidConfiguration`` for another namespace.
-    public init(client: PostgresClient, namespace: String) throws(WebSessionError) {
+    /// - Parameter operationTimeout: How long one operation may take (positive). Default 10 seconds, as the
+    ///   PostgreSQL token store's.
+    /// - Throws: ``WebSessionError/Code/invalidConfiguration`` for another namespace or timeout.
+    public init(client: PostgresClient, namespace: String, operationTimeout: Duration = .seconds(10))
+        throws(WebSessionError)
+    {
         guard StoreNamespace.isValid(namespace) else {
             throw WebSessionError(
                 .invalidConfiguration, "the namespace must be 1 to 40 characters among a-z, 0-9, _ and -")
         }
+        guard operationTimeout > .zero else {
+            throw WebSessionError(.invalidConfiguration, "the operation timeout must be positive")
+        }
         self.client = client
         self.namespace = namespace
+        self.operationTimeout = operationTimeout
     }
 
     /// Creates the table now instead of on first use.
@@ -158,18 +169,25 @@ public final class PostgresWebSessionStore: WebSessionStore {
         }
     }
 
+    /// Runs `body` against ``operationTimeout`` (the PostgreSQL stores' one deadline) and maps what PostgresNIO
+    /// throws (their one mapping) to ``WebSessionError``.
     private func run<Value: Sendable>(
-        _ operation: String, _ body: @Sendable (PostgresClient) async throws -> Value
-    ) async throws(WebSessionError) -> Value {
+        _ operation: String, _ body: @escaping @Sendable (PostgresClient) async throws -> Value
+    ) async throws -> Value {
+        let (client, timeout) = (client, operationTimeout)
         do {
-            return try await body(client)
-        } catch let error as PSQLError {
-            let state = error.serverInfo?[.sqlState].map { " (SQLSTATE \($0))" } ?? ""
-            throw WebSessionError(.storeFailure, "PostgreSQL failed \(operation)\(state)")
+            return try await PostgresOperationDeadline.run(
+                timeout,
+                timedOut: { WebSessionError(.storeFailure, PostgresOperationDeadline.message(timeout, operation)) }
+            ) { try await body(client) }
         } catch let error as WebSessionError {
             throw error
         } catch {
-            throw WebSessionError(.storeFailure, "PostgreSQL failed \(operation) (\(type(of: error)))")
+            switch PostgresStoreErrors.classify(error, while: operation) {
+            case .cancelled: throw CancellationError()
+            case .failure(let message): throw WebSessionError(.storeFailure, message)
+            case .corrupt(let message): throw WebSessionError(.storeCorrupt, message)
+            }
         }
     }
 }

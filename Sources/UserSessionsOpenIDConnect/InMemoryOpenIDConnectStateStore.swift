@@ -22,15 +22,17 @@ public final class InMemoryOpenIDConnectStateStore: OpenIDConnectStateStore {
         self.maximumRecords = max(1, maximumRecords)
     }
 
-    /// Records `pending` unless `limit` unexpired ones are pending.
+    /// Records `pending`; when `limit` unexpired ones are pending, the one that expires first is dropped.
     public func insert(_ pending: PendingSignIn, limit: Int, now: Date) async throws {
-        let inserted = state.withLock { state in
+        state.withLock { state in
             state.pending = state.pending.filter { !$0.value.isExpired(at: now) }
-            guard state.pending.count < limit else { return false }
+            while state.pending.count >= max(1, limit),
+                let oldest = state.pending.values.min(by: PendingSignIn.expiresFirst)
+            {
+                state.pending[oldest.state] = nil
+            }
             state.pending[pending.state] = pending
-            return true
         }
-        if !inserted { throw OpenIDConnectError.tooManyPending(limit) }
     }
 
     /// How many pending sign-ins are recorded (expired ones included until the next insert drops them).
@@ -81,8 +83,17 @@ public final class InMemoryOpenIDConnectStateStore: OpenIDConnectStateStore {
     }
 }
 
+extension PendingSignIn {
+    /// Whether `first` expires before `second` (the earlier `state` on a tie): the order in which a full state store
+    /// drops pending sign-ins.
+    static func expiresFirst(_ first: PendingSignIn, _ second: PendingSignIn) -> Bool {
+        (first.expiresAt, first.state) < (second.expiresAt, second.state)
+    }
+}
+
 extension OpenIDConnectError {
-    /// The error for a store that already holds `limit` pending sign-ins.
+    /// The error for a store that already holds `limit` pending sign-ins. The package's stores no longer throw it:
+    /// a full store drops its oldest pending sign-in instead.
     public static func tooManyPending(_ limit: Int) -> OpenIDConnectError {
         OpenIDConnectError(
             .tooManyPendingSignIns, "\(limit) sign-ins are already pending; try again when some complete or expire",

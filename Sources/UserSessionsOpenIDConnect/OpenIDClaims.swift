@@ -1,8 +1,12 @@
 #if OpenIDConnect
 import Foundation
 import JWTKit
+import UserSessions
 
 /// One JSON value of a token's claims.
+///
+/// A public view of the core's parsed JSON value, which reads and writes it: a number is a `Double` here whether or
+/// not it was written with a fraction.
 public enum ClaimValue: Sendable, Hashable, Codable {
     /// A string.
     case string(String)
@@ -17,34 +21,38 @@ public enum ClaimValue: Sendable, Hashable, Codable {
     /// `null`.
     case null
 
-    /// Decodes any JSON value.
+    /// Decodes any JSON value (through the core's parsed JSON value).
     public init(from decoder: any Decoder) throws {
-        let container = try decoder.singleValueContainer()
-        if container.decodeNil() {
-            self = .null
-        } else if let value = try? container.decode(Bool.self) {
-            self = .bool(value)
-        } else if let value = try? container.decode(Double.self) {
-            self = .number(value)
-        } else if let value = try? container.decode(String.self) {
-            self = .string(value)
-        } else if let value = try? container.decode([ClaimValue].self) {
-            self = .array(value)
-        } else {
-            self = .object(try container.decode([String: ClaimValue].self))
+        self.init(try ParsedJSON(from: decoder))
+    }
+
+    /// Encodes the JSON value (through the core's parsed JSON value).
+    public func encode(to encoder: any Encoder) throws {
+        try parsed.encode(to: encoder)
+    }
+
+    /// The claim value of the core's `value`.
+    init(_ value: ParsedJSON) {
+        switch value {
+        case .null: self = .null
+        case .bool(let bool): self = .bool(bool)
+        case .integer(let integer): self = .number(Double(integer))
+        case .number(let number): self = .number(number)
+        case .string(let string): self = .string(string)
+        case .array(let array): self = .array(array.map(ClaimValue.init))
+        case .object(let object): self = .object(object.mapValues(ClaimValue.init))
         }
     }
 
-    /// Encodes the JSON value.
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
+    /// The core's value of this claim value.
+    var parsed: ParsedJSON {
         switch self {
-        case .string(let value): try container.encode(value)
-        case .number(let value): try container.encode(value)
-        case .bool(let value): try container.encode(value)
-        case .array(let value): try container.encode(value)
-        case .object(let value): try container.encode(value)
-        case .null: try container.encodeNil()
+        case .null: .null
+        case .bool(let bool): .bool(bool)
+        case .number(let number): .number(number)
+        case .string(let string): .string(string)
+        case .array(let array): .array(array.map(\.parsed))
+        case .object(let object): .object(object.mapValues(\.parsed))
         }
     }
 

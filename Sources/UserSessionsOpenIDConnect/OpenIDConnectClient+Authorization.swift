@@ -77,8 +77,7 @@ extension OpenIDConnectClient {
     /// - Parameters:
     ///   - options: The optional parameters of the request.
     ///   - earlier: The sealed pending sign-in the browser still holds from an earlier start, if any.
-    /// - Throws: ``OpenIDConnectError/Code/tooManyPendingSignIns`` (transient) and
-    ///   ``OpenIDConnectError/Code/storeFailure`` (state store only), the errors of ``providerMetadata()``, or
+    /// - Throws: ``OpenIDConnectError/Code/storeFailure`` (state store only), the errors of ``providerMetadata()``, or
     ///   ``OpenIDConnectError/Code/invalidConfiguration`` for an additional parameter the client sets itself or a
     ///   context too large to seal into a cookie.
     public func authorizationRedirect(

@@ -23,8 +23,8 @@ public struct OpenIDConnectConfiguration: Sendable {
     /// The keys that seal pending sign-ins for the browser. Default: one random key of this configuration, which
     /// only this process knows; give every instance of a fleet the same keys.
     public var pendingSignInKeys: PendingSignInKeys
-    /// The most sign-ins pending at once in the state store, with ``PendingSignInStorage/stateStore`` only.
-    /// Default 10,000.
+    /// The most sign-ins pending at once in the state store, with ``PendingSignInStorage/stateStore`` only: when it
+    /// is full, a new sign-in drops the pending sign-in that expires first. Default 10,000.
     public var maximumPendingSignIns: Int
     /// How long the discovery document is kept. Default 1 h.
     public var discoveryLifetime: Duration

@@ -43,8 +43,8 @@ public struct OpenIDConnectError: Error, Sendable, Equatable, CustomStringConver
         public static let stateMismatch = Code("stateMismatch")
         /// The callback's `iss` parameter (RFC 9207) is not the provider's issuer: a mix-up attack.
         public static let callbackIssuerMismatch = Code("callbackIssuerMismatch")
-        /// Too many sign-ins are pending in the state store (``PendingSignInStorage/stateStore`` only); new ones
-        /// are refused until some complete or expire.
+        /// Too many sign-ins are pending in a state store. The package's stores no longer report it: a full store
+        /// drops its oldest pending sign-in instead (``PendingSignInStorage/stateStore``). Kept for custom stores.
         public static let tooManyPendingSignIns = Code("tooManyPendingSignIns")
         /// The token endpoint refused the code or the client, or could not be reached; see
         /// ``OpenIDConnectError/failureClass``.

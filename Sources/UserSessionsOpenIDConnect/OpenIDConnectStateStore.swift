@@ -11,8 +11,9 @@ import Foundation
 ///
 /// Every method may throw; the client turns a failure into ``OpenIDConnectError/Code/storeFailure``.
 public protocol OpenIDConnectStateStore: Sendable {
-    /// Records `pending`, first dropping expired pending sign-ins. Throws
-    /// ``OpenIDConnectError/Code/tooManyPendingSignIns`` when `limit` unexpired ones are already recorded.
+    /// Records `pending`, first dropping expired pending sign-ins. When `limit` unexpired ones are already recorded,
+    /// drops the ones that expire first to make room: a full store never refuses a new sign-in (a flood can only
+    /// shorten how long the others stay pending).
     func insert(_ pending: PendingSignIn, limit: Int, now: Date) async throws
 
     /// Removes the pending sign-in named `state` and returns it, or `nil` when there is none or it has expired.

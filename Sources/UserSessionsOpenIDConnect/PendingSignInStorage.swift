@@ -24,11 +24,14 @@ public struct PendingSignInStorage: Sendable, Hashable, CustomStringConvertible 
     public static let browser = PendingSignInStorage(.browser)
 
     /// In the browser and in the ``OpenIDConnectStateStore`` too, which consumes it at the callback: a `state` is
-    /// used once across every process sharing the store. The store holds at most
-    /// ``OpenIDConnectConfiguration/maximumPendingSignIns`` and a browser's new sign-in replaces its earlier one
-    /// (``OpenIDConnectClient/authorizationRedirect(_:replacing:)``), but a client that drops its cookies can still
-    /// fill that bound and keep other users from starting a sign-in until entries expire: choose it only behind
-    /// rate limiting.
+    /// used once across every process sharing the store. A browser's new sign-in replaces its earlier one
+    /// (``OpenIDConnectClient/authorizationRedirect(_:replacing:)``), so a browser holds at most one there, and the
+    /// store holds at most ``OpenIDConnectConfiguration/maximumPendingSignIns``: when that is full, a new sign-in
+    /// drops the oldest pending one instead of being refused. Memory stays bounded and nobody is locked out, but
+    /// the trade-off remains: a client that drops its cookies and starts sign-ins faster than users finish theirs
+    /// pushes real users' pending sign-ins out before they complete (their callback then fails with
+    /// ``OpenIDConnectError/Code/stateUnknown`` and they start again). ``browser`` has none of this; choose this
+    /// mode only behind rate limiting.
     public static let stateStore = PendingSignInStorage(.stateStore)
 
     /// Whether the state store keeps the pending sign-ins.

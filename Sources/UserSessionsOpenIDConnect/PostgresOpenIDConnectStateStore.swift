@@ -19,6 +19,9 @@ import UserSessionsPostgres
 public final class PostgresOpenIDConnectStateStore: OpenIDConnectStateStore {
     /// The namespace every row of this store belongs to.
     public let namespace: String
+    /// How long one operation may take before it fails with ``OpenIDConnectError/Code/storeFailure`` (transient),
+    /// without waiting for PostgreSQL any longer.
+    public let operationTimeout: Duration
     let client: PostgresClient
     private let logger = Logger(label: "UserSessionsOpenIDConnect", factory: { _ in SwiftLogNoOpLogHandler() })
     private let prepared = Locked(false)
@@ -26,15 +29,24 @@ public final class PostgresOpenIDConnectStateStore: OpenIDConnectStateStore {
     /// Creates a store over `client`, which the caller runs, for the sessions of `namespace` (1 to 40 characters
     /// among `a`–`z`, `0`–`9`, `_` and `-`).
     ///
-    /// - Throws: ``OpenIDConnectError/Code/invalidConfiguration`` for another namespace.
-    public init(client: PostgresClient, namespace: String) throws(OpenIDConnectError) {
+    /// - Parameter operationTimeout: How long one operation may take (positive). Default 10 seconds, as the
+    ///   PostgreSQL token store's.
+    /// - Throws: ``OpenIDConnectError/Code/invalidConfiguration`` for another namespace or timeout.
+    public init(client: PostgresClient, namespace: String, operationTimeout: Duration = .seconds(10))
+        throws(OpenIDConnectError)
+    {
         guard StoreNamespace.isValid(namespace) else {
             throw OpenIDConnectError(
                 .invalidConfiguration, "the namespace must be 1 to 40 characters among a-z, 0-9, _ and -",
                 failureClass: .misconfiguration)
         }
+        guard operationTimeout > .zero else {
+            throw OpenIDConnectError(
+                .invalidConfiguration, "the operation timeout must be positive", failureClass: .misconfiguration)
+        }
         self.client = client
         self.namespace = namespace
+        self.operationTimeout = operationTimeout
     }
 
     /// Creates the tables now instead of on first use.
@@ -71,29 +83,29 @@ public final class PostgresOpenIDConnectStateStore: OpenIDConnectStateStore {
         """,
     ]
 
-    /// Records `pending` unless `limit` unexpired ones are pending.
+    /// Records `pending`; when `limit` unexpired ones are pending, the ones that expire first are dropped.
     public func insert(_ pending: PendingSignIn, limit: Int, now: Date) async throws {
         try await prepare()
         let (namespace, logger) = (self.namespace, self.logger)
         let key = Self.hash(pending.state)
         let record = ByteBuffer(bytes: try StateStoreCoding.encoder.encode(pending))
-        let (expiresAt, limit) = (pending.expiresAt, Int64(limit))
-        let inserted = try await run("recording a pending sign-in") { client in
+        let (expiresAt, limit) = (pending.expiresAt, Int64(max(1, limit)))
+        try await run("recording a pending sign-in") { client in
+            // The newest `limit - 1` unexpired ones stay; the expired ones and the older unexpired ones go.
             let rows = try await client.query(
                 """
                 WITH purged AS (
-                    DELETE FROM user_sessions_oidc_pending WHERE namespace = \(namespace) AND expires_at <= \(now))
+                    DELETE FROM user_sessions_oidc_pending WHERE namespace = \(namespace) AND expires_at <= \(now)),
+                dropped AS (
+                    DELETE FROM user_sessions_oidc_pending WHERE namespace = \(namespace) AND state_hash IN (
+                        SELECT state_hash FROM user_sessions_oidc_pending
+                        WHERE namespace = \(namespace) AND expires_at > \(now)
+                        ORDER BY expires_at DESC, state_hash DESC OFFSET \(limit - 1)))
                 INSERT INTO user_sessions_oidc_pending (namespace, state_hash, record, expires_at)
-                SELECT \(namespace), \(key), \(record), \(expiresAt)
-                WHERE (SELECT count(*) FROM user_sessions_oidc_pending
-                       WHERE namespace = \(namespace) AND expires_at > \(now)) < \(limit)
-                RETURNING 1
+                VALUES (\(namespace), \(key), \(record), \(expiresAt))
                 """, logger: logger)
-            var count = 0
-            for try await _ in rows { count += 1 }
-            return count == 1
+            for try await _ in rows {}
         }
-        if !inserted { throw OpenIDConnectError.tooManyPending(Int(limit)) }
     }
 
     /// Removes and returns the unexpired pending sign-in named `state`; exactly one instance gets it.
@@ -195,20 +207,28 @@ public final class PostgresOpenIDConnectStateStore: OpenIDConnectStateStore {
         }
     }
 
+    /// Runs `body` against ``operationTimeout`` (the PostgreSQL stores' one deadline) and maps what PostgresNIO
+    /// throws (their one mapping) to ``OpenIDConnectError/Code/storeFailure``.
     private func run<Value: Sendable>(
-        _ operation: String, _ body: @Sendable (PostgresClient) async throws -> Value
+        _ operation: String, _ body: @escaping @Sendable (PostgresClient) async throws -> Value
     ) async throws -> Value {
+        let (client, timeout) = (client, operationTimeout)
         do {
-            return try await body(client)
-        } catch let error as PSQLError {
-            let state = error.serverInfo?[.sqlState].map { " (SQLSTATE \($0))" } ?? ""
-            throw OpenIDConnectError(
-                .storeFailure, "PostgreSQL failed \(operation)\(state)", failureClass: .transient)
+            return try await PostgresOperationDeadline.run(
+                timeout,
+                timedOut: {
+                    OpenIDConnectError(
+                        .storeFailure, PostgresOperationDeadline.message(timeout, operation), failureClass: .transient)
+                }
+            ) { try await body(client) }
         } catch let error as OpenIDConnectError {
             throw error
         } catch {
-            throw OpenIDConnectError(
-                .storeFailure, "PostgreSQL failed \(operation) (\(type(of: error)))", failureClass: .transient)
+            switch PostgresStoreErrors.classify(error, while: operation) {
+            case .cancelled: throw CancellationError()
+            case .failure(let message), .corrupt(let message):
+                throw OpenIDConnectError(.storeFailure, message, failureClass: .transient)
+            }
         }
     }
 

@@ -134,6 +134,33 @@ struct MiddlewareTests {
         }
     }
 
+    @Test(arguments: ["symbolic link", "oversized"])
+    func aPlantedRecordFileIsStoreCorruptNeverFollowed(_ kind: String) async throws {
+        try await withTemporaryDirectory { directory in
+            let store = FileWebSessionStore(directory: directory.appending(path: "browsers"))
+            let now = Date(timeIntervalSince1970: 1_800_000_000)
+            let key = try #require(WebSessionKey(hash: String(repeating: "a", count: 64)))
+            let record = WebSessionRecord(
+                identifier: "alice", subject: "alice", sessionID: nil, claims: [:], createdAt: now, lastSeenAt: now,
+                absoluteExpiresAt: now + 3600)
+            try await store.insert(record, key: key)
+            let file = store.directory.appending(path: key.hash + ".json")
+            let outside = directory.appending(path: "outside.json")
+            let valid = try Data(contentsOf: file)
+            try valid.write(to: outside)
+            try FileManager.default.removeItem(at: file)
+            if kind == "symbolic link" {
+                try FileManager.default.createSymbolicLink(at: file, withDestinationURL: outside)
+            } else {
+                try Data(repeating: 0x20, count: 70_000).write(to: file)
+            }
+            await #expect(throws: WebSessionError(.storeCorrupt, "")) { try await store.load(key: key) }
+            #expect(try await store.removeExpired(now: now, idleTimeout: .seconds(600)) == 1)
+            #expect(try Data(contentsOf: outside) == valid, "the file a link pointed to is untouched")
+            #expect(try await store.load(key: key) == nil)
+        }
+    }
+
     @Test func theFileStoreRemovesByUserAndExpiryPastUnreadableFiles() async throws {
         try await withTemporaryDirectory { directory in
             let store = FileWebSessionStore(directory: directory)

@@ -217,16 +217,32 @@ struct SignInAttackTests {
         }
     }
 
-    @Test func tooManyPendingSignInsInTheStateStoreAreRefused() async throws {
+    @Test func aFullStateStoreDropsItsOldestPendingSignInAndNeverRefusesANewOne() async throws {
         try await OpenIDProviderFixture.with { provider in
-            let client = try provider.client {
+            // Each start one second after the previous one, so which one is the oldest is certain.
+            let offset = Locked<TimeInterval>(0)
+            let clock = SessionClock.custom { Date().addingTimeInterval(offset.withLock { $0 }) }
+            let store = InMemoryOpenIDConnectStateStore()
+            let client = try provider.client(stateStore: store, clock: clock) {
                 $0.maximumPendingSignIns = 2
                 $0.pendingSignInStorage = .stateStore
             }
-            _ = try await client.authorizationRedirect()
-            _ = try await client.authorizationRedirect()
-            let error = await expectRefusal(.tooManyPendingSignIns) { _ = try await client.authorizationRedirect() }
-            #expect(error?.failureClass == .transient)
+            let oldest = try await provider.callback(for: client)
+            offset.withLock { $0 += 1 }
+            let second = try await client.authorizationRedirect()
+            offset.withLock { $0 += 1 }
+            #expect(store.pendingCount == 2, "the bound is full")
+            // The same browser starting again replaces its own pending sign-in: still two, the oldest kept.
+            _ = try await client.authorizationRedirect(replacing: second.sealedPendingSignIn)
+            #expect(store.pendingCount == 2)
+            offset.withLock { $0 += 1 }
+            // Another browser's start is not refused: it drops the oldest pending sign-in and completes.
+            let newest = try await provider.callback(for: client)
+            #expect(store.pendingCount == 2)
+            let signIn = try await client.completeSignIn(newest)
+            #expect(signIn.prototype.identifier == "248289761001")
+            await expectRefusal(.stateUnknown) { _ = try await client.completeSignIn(oldest) }
+            #expect(store.pendingCount == 1, "only the replacing start is left")
         }
     }
 }

@@ -28,13 +28,16 @@ enum StateStoreConformance {
         try await store.insert(pending("e", now: now, lifetime: 10), limit: 3, now: now)
         try await store.insert(pending("a", now: now), limit: 3, now: now)
         try await store.insert(pending("b", now: now), limit: 3, now: now)
-        do {
-            try await store.insert(pending("c", now: now), limit: 3, now: now)
-            Issue.record("a fourth pending sign-in passed the bound of 3")
-        } catch let error as OpenIDConnectError {
-            #expect(error.code == .tooManyPendingSignIns)
-        }
-        try await store.insert(pending("c", now: now.addingTimeInterval(11)), limit: 3, now: now.addingTimeInterval(11))
+        // A full store never refuses a new one: the one that expires first makes room.
+        try await store.insert(pending("c", now: now), limit: 3, now: now)
+        #expect(try await store.take(state: "e", now: now) == nil, "the oldest was dropped")
+        #expect(try await store.take(state: "a", now: now) == pending("a", now: now))
+        #expect(try await store.take(state: "c", now: now) == pending("c", now: now))
+        try await store.insert(pending("d", now: now + 1), limit: 3, now: now)
+        try await store.insert(pending("f", now: now + 2), limit: 3, now: now)
+        try await store.insert(pending("g", now: now + 3), limit: 3, now: now)
+        #expect(try await store.take(state: "b", now: now) == nil, "b expires first")
+        #expect(try await store.take(state: "d", now: now) == pending("d", now: now + 1))
         // Concurrent takes of one state: exactly one wins.
         try await store.insert(pending("race", now: now), limit: 10, now: now)
         let winners = try await withThrowingTaskGroup(of: Bool.self) { group in
@@ -93,6 +96,31 @@ struct StateStoreTests {
         }
         let folder = try FileManager.default.attributesOfItem(atPath: pending.path(percentEncoded: false))
         #expect((folder[.posixPermissions] as? Int) == 0o700)
+    }
+
+    @Test(arguments: ["symbolic link", "oversized"])
+    func aPlantedPendingSignInFileIsATypedErrorNeverFollowed(_ kind: String) async throws {
+        let directory = FileManager.default.temporaryDirectory.appending(path: "oidc-state-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let store = FileOpenIDConnectStateStore(directory: directory)
+        let now = Date()
+        try await store.insert(StateStoreConformance.pending("s", now: now), limit: 10, now: now)
+        let pending = directory.appending(path: "pending")
+        let name = try #require(try FileManager.default.contentsOfDirectory(atPath: pending.path).first)
+        let file = pending.appending(path: name)
+        let outside = directory.appending(path: "outside")
+        let valid = try Data(contentsOf: file)
+        try valid.write(to: outside)
+        try FileManager.default.removeItem(at: file)
+        if kind == "symbolic link" {
+            try FileManager.default.createSymbolicLink(at: file, withDestinationURL: outside)
+        } else {
+            try Data(repeating: 0x20, count: 70_000).write(to: file)
+        }
+        let error = await #expect(throws: OpenIDConnectError.self) { _ = try await store.take(state: "s", now: now) }
+        #expect(error?.code == .storeFailure)
+        #expect(try Data(contentsOf: outside) == valid, "the file a link pointed to is untouched")
+        #expect(try await store.take(state: "s", now: now) == nil, "the planted file is gone")
     }
 
     @Test func theInMemoryStoreBoundsItsSignInRecords() async throws {

@@ -154,4 +154,33 @@ extension FileTokenStoreTests {
         #expect(error?.underlying is SystemCallError)
     }
 
+    /// The one writer and reader of every file store of the package (tokens, OpenID Connect state, web sessions).
+    @Test func privateFilesWriteAtomicallyAndReadBoundedWithoutFollowingLinks() throws {
+        let scratch = try FileStoreScratch()
+        defer { scratch.remove() }
+        let directory = scratch.url.appending(path: "a/b").path(percentEncoded: false)
+        try PrivateFiles.makeDirectory(directory)
+        try PrivateFiles.writeAtomically(Array("first".utf8), to: "record", in: directory)
+        try PrivateFiles.writeAtomically(Array("second".utf8), to: "record", in: directory)
+        let path = directory + "/record"
+        #expect(try PrivateFiles.readFile(path, limit: 6) == Array("second".utf8))
+        #expect(try PrivateFiles.readFile(directory + "/missing", limit: 6) == nil)
+        #expect(try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int == 0o600)
+        #expect(try FileManager.default.attributesOfItem(atPath: directory)[.posixPermissions] as? Int == 0o700)
+        #expect(try PrivateFiles.listDirectory(directory) == ["record"], "no temporary file is left behind")
+
+        let tooLarge = #expect(throws: FileTooLargeError.self) { try PrivateFiles.readFile(path, limit: 5) }
+        #expect(tooLarge?.limit == 5)
+
+        let outside = scratch.url.appending(path: "outside").path(percentEncoded: false)
+        try Data("outside".utf8).write(to: URL(fileURLWithPath: outside))
+        try FileManager.default.removeItem(atPath: path)
+        try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: outside)
+        let link = #expect(throws: SystemCallError.self) { try PrivateFiles.readFile(path, limit: 64) }
+        #expect(link?.isSymbolicLink == true)
+        // A write replaces the link itself; the file it pointed to is untouched.
+        try PrivateFiles.writeAtomically(Array("third".utf8), to: "record", in: directory)
+        #expect(try String(contentsOfFile: outside, encoding: .utf8) == "outside")
+        #expect(try PrivateFiles.readFile(path, limit: 64) == Array("third".utf8))
+    }
 }

@@ -6,7 +6,9 @@ import Foundation
 /// overflow), rejects numbers that do not fit a `Double`, and keeps booleans apart from numbers (`true` is never `1`).
 /// `JSONDecoder` silently keeps one of duplicate members: parse untrusted documents with ``StrictJSON/parse(_:)``,
 /// which runs ``StrictJSONScan`` first to refuse them (and nesting deeper than 128 levels).
-enum ParsedJSON: Sendable, Hashable {
+///
+/// The package's one JSON value: the OpenID Connect module's public `ClaimValue` is read and written through it.
+package enum ParsedJSON: Sendable, Hashable {
     case null
     case bool(Bool)
     /// A number written without a fraction that fits an `Int64`.
@@ -48,7 +50,7 @@ enum ParsedJSON: Sendable, Hashable {
 }
 
 extension ParsedJSON: Decodable {
-    init(from decoder: any Decoder) throws {
+    package init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
         if container.decodeNil() {
             self = .null
@@ -69,7 +71,7 @@ extension ParsedJSON: Decodable {
 }
 
 extension ParsedJSON: Encodable {
-    func encode(to encoder: any Encoder) throws {
+    package func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         switch self {
         case .null: try container.encodeNil()

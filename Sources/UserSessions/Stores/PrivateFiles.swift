@@ -9,29 +9,42 @@ import Darwin
 #endif
 
 /// A failed system call, with the `errno` it set.
-struct SystemCallError: Error, CustomStringConvertible, Sendable {
+package struct SystemCallError: Error, CustomStringConvertible, Sendable {
     /// The call, such as `rename`.
-    var call: String
+    package var call: String
     /// The path it was given.
-    var path: String
+    package var path: String
     /// The `errno` value.
-    var errno: Int32
+    package var errno: Int32
 
-    var description: String { "\(call)(\(path)): \(String(cString: strerror(errno))) (errno \(errno))" }
+    package init(call: String, path: String, errno: Int32) {
+        self.call = call
+        self.path = path
+        self.errno = errno
+    }
+
+    /// Whether the path named a symbolic link that the call refused to follow (`O_NOFOLLOW`): something planted in
+    /// place of a file, never a file the store wrote.
+    package var isSymbolicLink: Bool { errno == ELOOP }
+
+    package var description: String { "\(call)(\(path)): \(String(cString: strerror(errno))) (errno \(errno))" }
 }
 
 /// A file that is larger than the reader accepts.
-struct FileTooLargeError: Error, Sendable {
-    var path: String
-    var limit: Int
+package struct FileTooLargeError: Error, Sendable {
+    package var path: String
+    package var limit: Int
 }
 
 /// Blocking POSIX file operations for private (owner-only) files. Call them off the cooperative thread pool.
-enum PrivateFiles {
+///
+/// The one writer and reader of every file store of the package: the token store, the OpenID Connect state store and
+/// the web-session store.
+package enum PrivateFiles {
     /// Creates `path` and any missing parents with mode `0700`. An existing directory is left as it is.
     ///
     /// The mode is set explicitly after `mkdir`, so the process umask cannot make it looser or unusable.
-    static func makeDirectory(_ path: String) throws {
+    package static func makeDirectory(_ path: String) throws {
         var components: [String] = []
         var current = path
         // Walk up to the first existing ancestor, then create downwards.
@@ -64,7 +77,7 @@ enum PrivateFiles {
     }
 
     /// Reads a whole file without following a symbolic link; `nil` when it does not exist.
-    static func readFile(_ path: String, limit: Int) throws -> [UInt8]? {
+    package static func readFile(_ path: String, limit: Int) throws -> [UInt8]? {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
         guard descriptor >= 0 else {
             let error = errno
@@ -94,7 +107,7 @@ enum PrivateFiles {
     /// Writes a uniquely named temporary file in the same directory (`O_CREAT | O_EXCL`, mode `0600`), writes
     /// everything, `fsync`s it, renames it over the target and `fsync`s the directory. Concurrent writers each use
     /// their own temporary file; the last rename wins. The temporary file is removed on failure.
-    static func writeAtomically(_ bytes: [UInt8], to name: String, in directory: String) throws {
+    package static func writeAtomically(_ bytes: [UInt8], to name: String, in directory: String) throws {
         let target = directory + "/" + name
         var temporary = ""
         var descriptor: Int32 = -1
@@ -126,14 +139,14 @@ enum PrivateFiles {
     }
 
     /// Whether something exists at `path` (a symbolic link is not followed).
-    static func exists(_ path: String) -> Bool {
+    package static func exists(_ path: String) -> Bool {
         var status = stat()
         return lstat(path, &status) == 0
     }
 
     /// Removes `directory/name`; returns `false` when it did not exist.
     @discardableResult
-    static func removeFile(_ name: String, in directory: String) throws -> Bool {
+    package static func removeFile(_ name: String, in directory: String) throws -> Bool {
         let path = directory + "/" + name
         guard unlink(path) == 0 else {
             let error = errno
@@ -145,7 +158,7 @@ enum PrivateFiles {
     }
 
     /// The names in `directory`, or `nil` when it does not exist.
-    static func listDirectory(_ directory: String) throws -> [String]? {
+    package static func listDirectory(_ directory: String) throws -> [String]? {
         var status = stat()
         guard stat(directory, &status) == 0 else {
             let error = errno
@@ -156,7 +169,7 @@ enum PrivateFiles {
     }
 
     /// Names of temporary files start with this; a reader must skip them.
-    static let temporaryPrefix = ".tmp-"
+    package static let temporaryPrefix = ".tmp-"
 
     /// Removes the regular files in `directory` whose names start with ``temporaryPrefix`` and that were last
     /// modified more than `age` seconds before `now`: leftovers of writers that died between creating and renaming
@@ -164,7 +177,9 @@ enum PrivateFiles {
     ///
     /// - Returns: How many files were removed.
     @discardableResult
-    static func removeStaleTemporaryFiles(in directory: String, olderThan age: Int, now: Int = Int(time(nil))) -> Int {
+    package static func removeStaleTemporaryFiles(in directory: String, olderThan age: Int, now: Int = Int(time(nil)))
+        -> Int
+    {
         guard let names = try? listDirectory(directory) else { return 0 }
         var removed = 0
         for name in names where name.hasPrefix(temporaryPrefix) {
