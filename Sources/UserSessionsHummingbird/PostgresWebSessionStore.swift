@@ -26,8 +26,11 @@ public final class PostgresWebSessionStore: WebSessionStore {
     /// Creates a store over `client`, which the caller runs, for the browsers of `namespace` (1 to 40 characters
     /// among `a`–`z`, `0`–`9`, `_` and `-`).
     ///
-    /// - Parameter operationTimeout: How long one operation may take (positive). Default 10 seconds, as the
-    ///   PostgreSQL token store's.
+    /// - Parameters:
+    ///   - client: The client the queries run through.
+    ///   - namespace: The namespace of this store's rows.
+    ///   - operationTimeout: How long one operation may take (positive). Default 10 seconds, as the PostgreSQL
+    ///     token store's.
     /// - Throws: ``WebSessionError/Code/invalidConfiguration`` for another namespace or timeout.
     public init(client: PostgresClient, namespace: String, operationTimeout: Duration = .seconds(10))
         throws(WebSessionError)
