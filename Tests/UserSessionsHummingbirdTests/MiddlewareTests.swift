@@ -3,6 +3,7 @@ import Foundation
 import Testing
 import UserSessions
 import UserSessionsHummingbird
+import UserSessionsTestSupport
 
 /// The session middleware, CSRF checks and expiry against a real Hummingbird server on 127.0.0.1, with sessions
 /// opened directly (no provider) and scripted refreshers.
@@ -134,8 +135,8 @@ struct MiddlewareTests {
         }
     }
 
-    @Test(arguments: ["symbolic link", "oversized"])
-    func aPlantedRecordFileIsStoreCorruptNeverFollowed(_ kind: String) async throws {
+    @Test(arguments: PlantedFile.allCases)
+    func aPlantedRecordFileIsStoreCorruptNeverFollowed(_ kind: PlantedFile) async throws {
         try await withTemporaryDirectory { directory in
             let store = FileWebSessionStore(directory: directory.appending(path: "browsers"))
             let now = Date(timeIntervalSince1970: 1_800_000_000)
@@ -146,14 +147,7 @@ struct MiddlewareTests {
             try await store.insert(record, key: key)
             let file = store.directory.appending(path: key.hash + ".json")
             let outside = directory.appending(path: "outside.json")
-            let valid = try Data(contentsOf: file)
-            try valid.write(to: outside)
-            try FileManager.default.removeItem(at: file)
-            if kind == "symbolic link" {
-                try FileManager.default.createSymbolicLink(at: file, withDestinationURL: outside)
-            } else {
-                try Data(repeating: 0x20, count: 70_000).write(to: file)
-            }
+            let valid = try kind.plant(at: file, outside: outside)
             await #expect(throws: WebSessionError(.storeCorrupt, "")) { try await store.load(key: key) }
             #expect(try await store.removeExpired(now: now, idleTimeout: .seconds(600)) == 1)
             #expect(try Data(contentsOf: outside) == valid, "the file a link pointed to is untouched")

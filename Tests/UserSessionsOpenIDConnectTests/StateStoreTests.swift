@@ -3,6 +3,7 @@ import Foundation
 import Testing
 import UserSessions
 import UserSessionsOpenIDConnect
+import UserSessionsTestSupport
 
 /// What every ``OpenIDConnectStateStore`` must do; run against the in-memory, file and PostgreSQL stores.
 enum StateStoreConformance {
@@ -98,8 +99,8 @@ struct StateStoreTests {
         #expect((folder[.posixPermissions] as? Int) == 0o700)
     }
 
-    @Test(arguments: ["symbolic link", "oversized"])
-    func aPlantedPendingSignInFileIsATypedErrorNeverFollowed(_ kind: String) async throws {
+    @Test(arguments: PlantedFile.allCases)
+    func aPlantedPendingSignInFileIsATypedErrorNeverFollowed(_ kind: PlantedFile) async throws {
         let directory = FileManager.default.temporaryDirectory.appending(path: "oidc-state-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: directory) }
         let store = FileOpenIDConnectStateStore(directory: directory)
@@ -109,14 +110,7 @@ struct StateStoreTests {
         let name = try #require(try FileManager.default.contentsOfDirectory(atPath: pending.path).first)
         let file = pending.appending(path: name)
         let outside = directory.appending(path: "outside")
-        let valid = try Data(contentsOf: file)
-        try valid.write(to: outside)
-        try FileManager.default.removeItem(at: file)
-        if kind == "symbolic link" {
-            try FileManager.default.createSymbolicLink(at: file, withDestinationURL: outside)
-        } else {
-            try Data(repeating: 0x20, count: 70_000).write(to: file)
-        }
+        let valid = try kind.plant(at: file, outside: outside)
         let error = await #expect(throws: OpenIDConnectError.self) { _ = try await store.take(state: "s", now: now) }
         #expect(error?.code == .storeFailure)
         #expect(try Data(contentsOf: outside) == valid, "the file a link pointed to is untouched")
