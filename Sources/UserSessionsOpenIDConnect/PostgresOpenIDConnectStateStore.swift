@@ -32,7 +32,7 @@ public final class PostgresOpenIDConnectStateStore: OpenIDConnectStateStore {
     /// - Parameters:
     ///   - client: The client the queries run through.
     ///   - namespace: The namespace of this store's rows.
-    ///   - operationTimeout: How long one operation may take (positive; preparing the schema waits without it).
+    ///   - operationTimeout: How long one operation may take, preparing the schema included (positive).
     ///     Default 10 seconds, as the PostgreSQL
     ///     token store's.
     /// - Throws: ``OpenIDConnectError/Code/invalidConfiguration`` for another namespace or timeout.
@@ -57,9 +57,9 @@ public final class PostgresOpenIDConnectStateStore: OpenIDConnectStateStore {
     public func prepare() async throws {
         if prepared.withLock({ $0 }) { return }
         let logger = logger
-        try await run("preparing the tables", bounded: false) { client in
+        try await run("preparing the tables") { client in
             try await PostgresSchemaSetup.create(
-                Self.schema, lockClass: 0x5553_4F49, lockObject: 1, client: client, logger: logger)
+                Self.schema, lockClass: 0x5553_4F49, client: client, logger: logger)
         }
         prepared.withLock { $0 = true }
     }
@@ -213,15 +213,11 @@ public final class PostgresOpenIDConnectStateStore: OpenIDConnectStateStore {
 
     /// Runs `body` against ``operationTimeout`` (the PostgreSQL stores' one deadline) and maps what PostgresNIO
     /// throws (their one mapping) to ``OpenIDConnectError/Code/storeFailure``.
-    ///
-    /// Preparing the schema is not bounded (`bounded: false`): it waits for the schema lock that every store of the
-    /// database shares, which other instances' and suites' preparations may hold for a while on a loaded machine.
     private func run<Value: Sendable>(
-        _ operation: String, bounded: Bool = true, _ body: @escaping @Sendable (PostgresClient) async throws -> Value
+        _ operation: String, _ body: @escaping @Sendable (PostgresClient) async throws -> Value
     ) async throws -> Value {
         let (client, timeout) = (client, operationTimeout)
         do {
-            if !bounded { return try await body(client) }
             return try await PostgresOperationDeadline.run(
                 timeout,
                 timedOut: {

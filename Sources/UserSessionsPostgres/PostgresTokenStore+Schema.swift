@@ -6,31 +6,20 @@ extension PostgresTokenStore {
     /// The schema version this release creates, and the newest it works with.
     public static let schemaVersion = 1
 
-    /// The advisory lock (two-key form, so it never meets a lease's one-key lock) that serializes migrations.
+    /// The store kind's key of the schema lock (``PostgresSchemaSetup``) that serializes migrations in a schema.
     static let migrationLockClass: Int32 = 0x5553_5353  // "USSS"
-    static let migrationLockObject: Int32 = 1
 
-    /// Creates the tables, or checks the version of existing ones, in one transaction under an advisory lock.
+    /// Creates the tables, or checks the version of existing ones, in one transaction under the schema lock.
     func migrate() async throws {
         try await runUnprepared("preparing the schema") { client, logger in
-            try await client.withConnection { connection in
-                try await connection.query("BEGIN", logger: logger)
-                do {
-                    try await Self.migrate(on: connection, logger: logger)
-                    try await connection.query("COMMIT", logger: logger)
-                } catch {
-                    if !connection.isClosed { _ = try? await connection.query("ROLLBACK", logger: logger) }
-                    throw error
-                }
+            // Instances that start together queue on the lock; the first creates the tables, the others find them.
+            try await PostgresSchemaSetup.inTransaction(lockClass: Self.migrationLockClass, client: client, logger: logger) {
+                try await Self.migrate(on: $0, logger: logger)
             }
         }
     }
 
     private static func migrate(on connection: PostgresConnection, logger: Logger) async throws {
-        // Instances that start together queue here; the first creates the tables, the others then find them.
-        try await connection.query(
-            "SELECT pg_advisory_xact_lock(\(migrationLockClass), \(migrationLockObject))", logger: logger
-        ).drain()
         try await connection.query(
             """
             CREATE TABLE IF NOT EXISTS user_sessions_schema (

@@ -258,8 +258,10 @@ struct LedgerSeamTests {
         func observe(_ event: UserSessionEvent, context: UserSessionEventContext) {
             guard event.kind == .refreshStarted else { return }
             entered.arrive()
-            // Bounded, so that a lock held around this call fails the test instead of hanging the process.
-            if release.wait(timeout: .now() + 5) == .timedOut { timedOut.withLock { $0 = true } }
+            // Bounded, so that a lock held around this call fails the test instead of hanging the process. Generous:
+            // this blocks one of the cooperative pool's threads, and on a loaded 2-core machine running every suite
+            // at once the close needs more than 5 s of the other one.
+            if release.wait(timeout: .now() + 120) == .timedOut { timedOut.withLock { $0 = true } }
         }
 
         func letGo() { release.signal() }
