@@ -13,7 +13,9 @@ extension PostgresTokenStore {
     func migrate() async throws {
         try await runUnprepared("preparing the schema") { client, logger in
             // Instances that start together queue on the lock; the first creates the tables, the others find them.
-            try await PostgresSchemaSetup.inTransaction(lockClass: Self.migrationLockClass, client: client, logger: logger) {
+            try await PostgresSchemaSetup.inTransaction(
+                lockClass: Self.migrationLockClass, client: client, logger: logger
+            ) {
                 try await Self.migrate(on: $0, logger: logger)
             }
         }
