@@ -33,7 +33,8 @@ extension StoreSelection {
         let client = PostgresClient(
             configuration: configuration,
             backgroundLogger: Logger(label: "fleet-node", factory: { _ in SwiftLogNoOpLogHandler() }))
-        let store = try PostgresTokenStore(client: client, namespace: namespace)
+        // A generous deadline: the tests start several nodes at once on a loaded 2-core machine.
+        let store = try PostgresTokenStore(client: client, namespace: namespace, operationTimeout: .seconds(60))
         return try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await client.run() }
             defer { group.cancelAll() }

@@ -31,8 +31,10 @@ struct PostgresWebSessionTests {
 
     @Test func recordsAreKeptByTheCookiesHashAndRemovedByUserOrExpiry() async throws {
         try await withClient { client, namespace in
-            let store = try PostgresWebSessionStore(client: client, namespace: namespace)
-            let other = try PostgresWebSessionStore(client: client, namespace: namespace + "x")
+            let store = try PostgresWebSessionStore(
+                client: client, namespace: namespace, operationTimeout: PostgresTestClient.operationTimeout)
+            let other = try PostgresWebSessionStore(
+                client: client, namespace: namespace + "x", operationTimeout: PostgresTestClient.operationTimeout)
             let now = Date(timeIntervalSince1970: 1_800_000_000)
             let keys = (0..<3).compactMap { WebSessionKey(hash: String(repeating: "\($0)", count: 64)) }
             try #require(keys.count == 3)
@@ -54,7 +56,8 @@ struct PostgresWebSessionTests {
 
     @Test func aCorruptRowIsATypedError() async throws {
         try await withClient { client, namespace in
-            let store = try PostgresWebSessionStore(client: client, namespace: namespace)
+            let store = try PostgresWebSessionStore(
+                client: client, namespace: namespace, operationTimeout: PostgresTestClient.operationTimeout)
             let key = try #require(WebSessionKey(hash: String(repeating: "a", count: 64)))
             let now = Date()
             try await store.insert(Self.record("alice", lastSeenAt: now, absoluteExpiresAt: now + 60), key: key)
@@ -87,9 +90,14 @@ struct PostgresWebSessionTests {
                 func instance() throws -> WebHarness {
                     try WebHarness(
                         openID: try provider.client(
-                            stateStore: try PostgresOpenIDConnectStateStore(client: client, namespace: namespace)),
-                        tokenStore: try PostgresTokenStore(client: client, namespace: namespace),
-                        store: try PostgresWebSessionStore(client: client, namespace: namespace))
+                            stateStore: try PostgresOpenIDConnectStateStore(
+                                client: client, namespace: namespace,
+                                operationTimeout: PostgresTestClient.operationTimeout)),
+                        tokenStore: try PostgresTokenStore(
+                            client: client, namespace: namespace, operationTimeout: PostgresTestClient.operationTimeout),
+                        store: try PostgresWebSessionStore(
+                            client: client, namespace: namespace, operationTimeout: PostgresTestClient.operationTimeout)
+                    )
                 }
                 let first = try instance()
                 let second = try instance()

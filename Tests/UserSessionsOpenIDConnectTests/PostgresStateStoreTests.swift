@@ -22,16 +22,21 @@ struct PostgresStateStoreTests {
         try await withClient { client in
             let namespace = "t" + UUID().uuidString.lowercased().prefix(12)
             try await StateStoreConformance.check(
-                try PostgresOpenIDConnectStateStore(client: client, namespace: String(namespace)))
+                try PostgresOpenIDConnectStateStore(
+                    client: client, namespace: String(namespace), operationTimeout: PostgresTestClient.operationTimeout)
+            )
         }
     }
 
     @Test func twoInstancesShareOnePendingSignIn() async throws {
         try await withClient { client in
             let namespace = String("t" + UUID().uuidString.lowercased().prefix(12))
-            let first = try PostgresOpenIDConnectStateStore(client: client, namespace: namespace)
-            let second = try PostgresOpenIDConnectStateStore(client: client, namespace: namespace)
-            let other = try PostgresOpenIDConnectStateStore(client: client, namespace: namespace + "x")
+            let first = try PostgresOpenIDConnectStateStore(
+                client: client, namespace: namespace, operationTimeout: PostgresTestClient.operationTimeout)
+            let second = try PostgresOpenIDConnectStateStore(
+                client: client, namespace: namespace, operationTimeout: PostgresTestClient.operationTimeout)
+            let other = try PostgresOpenIDConnectStateStore(
+                client: client, namespace: namespace + "x", operationTimeout: PostgresTestClient.operationTimeout)
             let now = Date()
             try await first.insert(StateStoreConformance.pending("shared", now: now), limit: 5, now: now)
             #expect(try await other.take(state: "shared", now: now) == nil, "namespaces are separate")
@@ -46,10 +51,12 @@ struct PostgresStateStoreTests {
             let namespace = String("t" + UUID().uuidString.lowercased().prefix(12))
             try await OpenIDProviderFixture.with { provider in
                 let first = try provider.client(
-                    stateStore: try PostgresOpenIDConnectStateStore(client: client, namespace: namespace),
+                    stateStore: try PostgresOpenIDConnectStateStore(
+                        client: client, namespace: namespace, operationTimeout: PostgresTestClient.operationTimeout),
                     configure: FleetKeys.inStateStore)
                 let second = try provider.client(
-                    stateStore: try PostgresOpenIDConnectStateStore(client: client, namespace: namespace),
+                    stateStore: try PostgresOpenIDConnectStateStore(
+                        client: client, namespace: namespace, operationTimeout: PostgresTestClient.operationTimeout),
                     configure: FleetKeys.inStateStore)
                 let query = try await provider.callback(for: first)
                 let signIn = try await second.completeSignIn(query)

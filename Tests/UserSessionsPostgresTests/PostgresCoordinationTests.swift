@@ -21,9 +21,11 @@ struct PostgresCoordinationTests {
                 try await PostgresTestServer.withClient(schema: schema) { secondClient in
                     let namespace = PostgresTestServer.uniqueNamespace()
                     let first = try PostgresTokenStore(
-                        client: firstClient, namespace: namespace, leaseDeadline: leaseDeadline)
+                        client: firstClient, namespace: namespace, leaseDeadline: leaseDeadline,
+                        operationTimeout: PostgresTestClient.operationTimeout)
                     let second = try PostgresTokenStore(
-                        client: secondClient, namespace: namespace, leaseDeadline: leaseDeadline)
+                        client: secondClient, namespace: namespace, leaseDeadline: leaseDeadline,
+                        operationTimeout: PostgresTestClient.operationTimeout)
                     try await first.prepare()
                     try await second.prepare()
                     return try await body(first, second, admin)
@@ -157,7 +159,9 @@ struct PostgresCoordinationTests {
                 try await writer.save(TokenStoreConformance.sample("bob"), identifier: "bob", expectedRevision: 99)
             }
             // Another namespace's writes are not heard; the next change is this namespace's.
-            let other = try PostgresTokenStore(client: admin, namespace: "other-\(reader.namespace)")
+            let other = try PostgresTokenStore(
+                client: admin, namespace: "other-\(reader.namespace)",
+                operationTimeout: PostgresTestClient.operationTimeout)
             try await other.save(TokenStoreConformance.sample("carol"), identifier: "carol")
             let bob = try await writer.save(
                 TokenStoreConformance.sample("bob"), identifier: "bob", expectedRevision: nil)

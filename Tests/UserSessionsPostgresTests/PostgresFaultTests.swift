@@ -83,7 +83,8 @@ struct PostgresFaultTests {
         var descriptions: [String] = []
         try await PostgresTestServer.withSchema { schema, admin in
             try await PostgresTestServer.withClient(schema: schema, logger: logger) { client in
-                let store = try PostgresTokenStore(client: client, namespace: "secrets")
+                let store = try PostgresTokenStore(
+                    client: client, namespace: "secrets", operationTimeout: PostgresTestClient.operationTimeout)
                 let session = TokenStoreConformance.sample("alice", token: secret)
                 let revision = try await store.save(session, identifier: "alice", expectedRevision: nil)
                 do {

@@ -34,7 +34,8 @@ struct PostgresFleetTests {
         _ body: (PostgresTokenStore, PostgresClient) async throws -> Value
     ) async throws -> Value {
         try await PostgresTestServer.withClient(schema: nil) { client in
-            let store = try PostgresTokenStore(client: client, namespace: namespace)
+            let store = try PostgresTokenStore(
+                client: client, namespace: namespace, operationTimeout: PostgresTestClient.operationTimeout)
             try await store.prepare()
             try await store.save(
                 StoredSession(userInfo: UserInfo(id: identifier), credentials: credentials), identifier: identifier)
@@ -97,7 +98,9 @@ struct PostgresFleetTests {
         try await OAuthFixtureServer.with { server in
             try await server.configure(["client_expires_in": 1, "final_after": Self.expiries, "final_expires_in": 3600])
             try await PostgresTestServer.withClient(schema: nil) { client in
-                try await PostgresTokenStore(client: client, namespace: namespace).prepare()
+                try await PostgresTokenStore(
+                    client: client, namespace: namespace, operationTimeout: PostgresTestClient.operationTimeout
+                ).prepare()
             }
             let arguments = [
                 "--client-credentials", "--store", try Self.storeArgument(namespace: namespace), "--identifier",

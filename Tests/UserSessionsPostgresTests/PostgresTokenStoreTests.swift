@@ -14,7 +14,9 @@ struct PostgresTokenStoreTests {
         _ body: (PostgresTokenStore) async throws -> Value
     ) async throws -> Value {
         try await PostgresTestServer.withClient(schema: schema) { client in
-            try await body(PostgresTokenStore(client: client, namespace: namespace, operationTimeout: .seconds(20)))
+            try await body(
+                PostgresTokenStore(
+                    client: client, namespace: namespace, operationTimeout: PostgresTestClient.operationTimeout))
         }
     }
 
@@ -29,8 +31,10 @@ struct PostgresTokenStoreTests {
     @Test func namespacesKeepTheirSessionsAndCurrentIdentifiersApart() async throws {
         try await PostgresTestServer.withSchema { schema, _ in
             try await PostgresTestServer.withClient(schema: schema) { client in
-                let first = try PostgresTokenStore(client: client, namespace: "app-one")
-                let second = try PostgresTokenStore(client: client, namespace: "app-two")
+                let first = try PostgresTokenStore(
+                    client: client, namespace: "app-one", operationTimeout: PostgresTestClient.operationTimeout)
+                let second = try PostgresTokenStore(
+                    client: client, namespace: "app-two", operationTimeout: PostgresTestClient.operationTimeout)
                 try await first.save(TokenStoreConformance.sample("alice"), identifier: "alice")
                 try await first.saveCurrentIdentifier("alice")
                 #expect(try await second.load(identifier: "alice") == nil)
@@ -45,7 +49,8 @@ struct PostgresTokenStoreTests {
         try await PostgresTestServer.withClient(schema: nil) { client in
             for namespace in ["", "App", "a\"b", "a;b", String(repeating: "a", count: 41), "caf\u{E9}"] {
                 #expect(throws: UserSessionError(.invalidConfiguration, "")) {
-                    try PostgresTokenStore(client: client, namespace: namespace)
+                    try PostgresTokenStore(
+                        client: client, namespace: namespace, operationTimeout: PostgresTestClient.operationTimeout)
                 }
             }
         }
@@ -139,8 +144,10 @@ struct PostgresTokenStoreTests {
         try await PostgresTestServer.withSchema { schema, admin in
             try await PostgresTestServer.withClient(schema: schema) { firstClient in
                 try await PostgresTestServer.withClient(schema: schema) { secondClient in
-                    let first = try PostgresTokenStore(client: firstClient, namespace: "app")
-                    let second = try PostgresTokenStore(client: secondClient, namespace: "app")
+                    let first = try PostgresTokenStore(
+                        client: firstClient, namespace: "app", operationTimeout: PostgresTestClient.operationTimeout)
+                    let second = try PostgresTokenStore(
+                        client: secondClient, namespace: "app", operationTimeout: PostgresTestClient.operationTimeout)
                     async let firstReady: Void = first.prepare()
                     async let secondReady: Void = second.prepare()
                     _ = try await (firstReady, secondReady)

@@ -45,7 +45,8 @@ struct SealedPostgresTokenStoreTests {
         try await PostgresTestServer.withSchema { schema, admin in
             try await PostgresTestServer.withClient(schema: schema) { client in
                 let namespace = PostgresTestServer.uniqueNamespace()
-                let base = try PostgresTokenStore(client: client, namespace: namespace, operationTimeout: .seconds(20))
+                let base = try PostgresTokenStore(
+                    client: client, namespace: namespace, operationTimeout: PostgresTestClient.operationTimeout)
                 return try await body(
                     SealedTokenStore(base: base, keyRing: ring, namespace: "sealed"), admin, namespace)
             }
@@ -174,7 +175,8 @@ struct SealedPostgresFleetTests {
                 accessToken: family.accessToken, refreshToken: family.refreshToken,
                 expiresAt: Date().addingTimeInterval(1))
             try await PostgresTestServer.withClient(schema: nil) { client in
-                let base = try PostgresTokenStore(client: client, namespace: namespace)
+                let base = try PostgresTokenStore(
+                    client: client, namespace: namespace, operationTimeout: PostgresTestClient.operationTimeout)
                 try await base.prepare()
                 // The nodes seal with namespace "fleet" (FleetNode's StoreSelection.sealingNamespace).
                 let store = SealedTokenStore(base: base, keyRing: try SealedPostgresKeys.ringA(), namespace: "fleet")

@@ -11,6 +11,11 @@ package enum PostgresTestClient {
     package static let url = ProcessInfo.processInfo.environment["USER_SESSIONS_POSTGRES_URL"].flatMap(
         URLComponents.init)
 
+    /// The operation deadline the tests give a store whose subject is not the deadline (the stores' default is 10 s).
+    /// Every suite runs at once on a 2-core machine, so one store operation (preparing the tables is nine round
+    /// trips) can wait seconds for a thread; the tests of the deadline itself set their own.
+    package static let operationTimeout: Duration = .seconds(60)
+
     /// Why a PostgreSQL test cannot run: `USER_SESSIONS_POSTGRES_URL` is not set.
     package struct NoServer: Error, CustomStringConvertible {
         package var description: String {
