@@ -114,4 +114,36 @@ struct LedgerRotationWriteTests {
         ledger.release("alice")
         #expect(ledger.entryCount == 0)
     }
+
+    /// Credentials older than a refresh the server refused (a store that lags behind a write it failed, read back
+    /// as a "replacement") get the refusal, never that refresh's result: found by the secrets test, whose refresh
+    /// after a failed write presented the stored credentials again and was handed expired credentials as fresh.
+    @Test func credentialsOlderThanARefusedRefreshGetTheRefusalNotItsResult() async throws {
+        let ledger = CredentialsLedger(store: InMemoryTokenStore())
+        let fence = ledger.hold("alice")
+        await refresh(ledger, fence: fence)
+        var asked = 0
+        let refused = await ledger.refresh(
+            identifier: "alice", userInfo: Self.user, credentials: Self.rotated, fence: fence
+        ) {
+            asked += 1
+            return .failure(UserSessionError(.refreshFailed, "invalid_grant", failureClass: .terminal))
+        }
+        #expect(refused.errorCode == .refreshFailed)
+        #expect(asked == 1)
+
+        let older = await ledger.refresh(
+            identifier: "alice", userInfo: Self.user, credentials: Self.sent, fence: fence
+        ) {
+            asked += 1
+            return .success(Self.rotated)
+        }
+        #expect(older.errorCode == .refreshTokenRefused)
+        #expect(asked == 1, "nothing is sent for credentials whose newest refresh was refused")
+        let stored = StoredSession(userInfo: Self.user, credentials: Self.sent)
+        #expect(throws: UserSessionError(.refreshTokenRefused, "")) {
+            try ledger.readThrough(stored, identifier: "alice")
+        }
+        ledger.release("alice")
+    }
 }

@@ -167,6 +167,21 @@ final class CredentialsLedger: Sendable {
             detail?.rotations.contains { $0.sent == token && $0.rotated } ?? false
         }
 
+        /// What presenting `credentials` gets without asking the server: `.refused` when its refresh token, or the
+        /// newest one the refreshes known here reached from it, was refused for good; `.rotated` with the newest
+        /// credentials reached from it; `nil` when it is the newest known and not refused.
+        ///
+        /// The newest is checked too: a caller holding credentials older than a refused refresh (a store that
+        /// lags behind a write it failed, read back as a "replacement") must not be handed that refresh's result as
+        /// if it were fresh.
+        func known(_ credentials: Credentials) -> Known? {
+            guard let token = credentials.refreshToken else { return nil }
+            if refused == token { return .refused }
+            guard let rotated = latestRotation(of: credentials) else { return nil }
+            if let newest = rotated.refreshToken, refused == newest { return .refused }
+            return .rotated(rotated)
+        }
+
         /// The newest credentials the refreshes known here reached from `credentials`, or `nil` when `credentials`
         /// are the newest known. Fenced or not: a spent refresh token must never be presented again, whoever holds
         /// it, and credentials a server refreshed without rotating are refreshed once, whoever holds them.
@@ -184,6 +199,12 @@ final class CredentialsLedger: Sendable {
             }
             return result
         }
+    }
+
+    /// What the ledger already knows of presented credentials (``Entry/known(_:)``).
+    enum Known {
+        case refused
+        case rotated(Credentials)
     }
 
     /// A refresh the server answered: what it was sent and what it returned.
@@ -320,12 +341,12 @@ final class CredentialsLedger: Sendable {
     func readThrough(_ stored: StoredSession, identifier: String) throws -> (session: StoredSession, adopted: Bool) {
         let answer = entries.withLock { entries -> StoredSession? in
             guard let entry = entries[ExactIdentifier(identifier)] else { return nil }
-            guard let credentials = stored.credentials, let token = credentials.refreshToken else { return nil }
-            if entry.refused == token { return stored.markedRefused() }
-            if let rotated = entry.latestRotation(of: credentials) {
-                return StoredSession(userInfo: stored.userInfo, credentials: rotated)
+            guard let credentials = stored.credentials else { return nil }
+            switch entry.known(credentials) {
+            case .refused: return stored.markedRefused()
+            case .rotated(let rotated): return StoredSession(userInfo: stored.userInfo, credentials: rotated)
+            case nil: return nil
             }
-            return nil
         }
         let result = answer ?? stored
         if result.refreshTokenRefused { throw Self.refusedError }
@@ -360,8 +381,11 @@ final class CredentialsLedger: Sendable {
             case run(Flight)
         }
         let step = modify(key) { entry -> Step in
-            if entry.refused == sent { return .answered(.failure(Self.refusedError)) }
-            if let rotated = entry.latestRotation(of: credentials) { return .answered(.success(rotated)) }
+            switch entry.known(credentials) {
+            case .refused: return .answered(.failure(Self.refusedError))
+            case .rotated(let rotated): return .answered(.success(rotated))
+            case nil: break
+            }
             guard entry.flights.lead(sent) else { return .join }
             return .run(Flight(presented: credentials, sent: sent, fence: fence))
         }
@@ -398,10 +422,11 @@ final class CredentialsLedger: Sendable {
     {
         let key = ExactIdentifier(identifier)
         let answer = modify(key) { entry -> Result<Credentials, UserSessionError>? in
-            guard let sent = credentials.refreshToken else { return nil }
-            if entry.refused == sent { return .failure(Self.refusedError) }
-            if let rotated = entry.latestRotation(of: credentials) { return .success(rotated) }
-            return nil
+            switch entry.known(credentials) {
+            case .refused: return .failure(Self.refusedError)
+            case .rotated(let rotated): return .success(rotated)
+            case nil: return nil
+            }
         }
         return answer
             ?? .failure(
