@@ -26,8 +26,11 @@ extension PostgresTokenStore {
         let channel = self.channel
         let logger = self.logger
         let hub = self.hub
-        let id = hub.subscribe(continuation) {
-            Task { await ChangeHub.listen(hub: hub, client: client, channel: channel, logger: logger) }
+        let id = hub.subscribe(continuation) { generation in
+            Task {
+                await ChangeHub.listen(
+                    hub: hub, generation: generation, client: client, channel: channel, logger: logger)
+            }
         }
         continuation.onTermination = { _ in hub.unsubscribe(id) }
         return stream
@@ -91,6 +94,11 @@ enum ChangePayload {
 }
 
 /// The subscribers of one store instance and its one listening connection.
+///
+/// Nothing runs under the lock but its bookkeeping: changes are yielded to the subscribers' streams, the listener
+/// task is started and cancelled, and waiters are resumed after it is released. Only the listener task yields
+/// changes, one at a time, so every subscriber gets them in the order they were heard. Each listener has a
+/// generation: one that was replaced (the last subscriber left, then a new one came) changes nothing any more.
 final class ChangeHub: Sendable {
     static let bufferLimit = 256
 
@@ -102,34 +110,52 @@ final class ChangeHub: Sendable {
     private struct State {
         var subscribers: [Int: Subscriber] = [:]
         var nextID = 0
+        /// Whether a listener runs (or is being started, before ``listener`` is set).
+        var hasListener = false
+        var listenerGeneration: UInt64 = 0
         var listener: Task<Void, Never>?
         var isListening = false
         var waiters: [Int: CheckedContinuation<Void, any Error>] = [:]
     }
     private let state = Locked(State())
 
-    /// Adds a subscriber; starts the listener with `start` when none runs.
+    /// Adds a subscriber; starts the listener of a new generation with `start` when none runs.
     func subscribe(
-        _ continuation: AsyncStream<TokenStoreChange>.Continuation, start: () -> Task<Void, Never>
+        _ continuation: AsyncStream<TokenStoreChange>.Continuation, start: (UInt64) -> Task<Void, Never>
     ) -> Int {
-        state.withLock { state in
+        let (id, generation) = state.withLock { state -> (Int, UInt64?) in
             let id = state.nextID
             state.nextID += 1
             state.subscribers[id] = Subscriber(continuation: continuation, owesResynchronize: !state.isListening)
-            if state.listener == nil { state.listener = start() }
-            return id
+            guard !state.hasListener else { return (id, nil) }
+            state.hasListener = true
+            state.listenerGeneration += 1
+            return (id, state.listenerGeneration)
         }
+        guard let generation else { return id }
+        let listener = start(generation)
+        let kept = state.withLock { state -> Bool in
+            guard state.hasListener, state.listenerGeneration == generation else { return false }
+            state.listener = listener
+            return true
+        }
+        // The last subscriber left while it was being started.
+        if !kept { listener.cancel() }
+        return id
     }
 
     func unsubscribe(_ id: Int) {
         let (listener, waiters) = state.withLock {
             state -> (Task<Void, Never>?, [CheckedContinuation<Void, any Error>]) in
             state.subscribers[id] = nil
-            guard state.subscribers.isEmpty, let listener = state.listener else { return (nil, []) }
-            state.listener = nil
-            state.isListening = false
-            defer { state.waiters = [:] }
-            return (listener, Array(state.waiters.values))
+            guard state.subscribers.isEmpty, state.hasListener else { return (nil, []) }
+            defer {
+                state.hasListener = false
+                state.listener = nil
+                state.isListening = false
+                state.waiters = [:]
+            }
+            return (state.listener, Array(state.waiters.values))
         }
         listener?.cancel()
         for waiter in waiters {
@@ -147,7 +173,7 @@ final class ChangeHub: Sendable {
                 let outcome = state.withLock { state -> Result<Void, any Error>? in
                     if Task.isCancelled { return .failure(CancellationError()) }
                     if state.isListening { return .success(()) }
-                    if state.listener == nil {
+                    if !state.hasListener {
                         return .failure(UserSessionError(.wrongState, "nobody is subscribed to changes()"))
                     }
                     state.waiters[id] = continuation
@@ -161,62 +187,77 @@ final class ChangeHub: Sendable {
         }
     }
 
-    /// The listener is ready (`true`) or lost its connection (`false`). When ready, every subscriber that may have
-    /// missed something gets `.resynchronize`, and the waiters of ``waitUntilListening()`` go on.
-    func setListening(_ listening: Bool, reconnected: Bool) {
-        let waiters = state.withLock { state -> [CheckedContinuation<Void, any Error>] in
+    /// The listener of `generation` is ready (`true`) or lost its connection (`false`). When ready, every subscriber
+    /// that may have missed something gets `.resynchronize`, and the waiters of ``waitUntilListening()`` go on.
+    func setListening(_ listening: Bool, reconnected: Bool, generation: UInt64) {
+        let (waiters, owing) = state.withLock {
+            state -> ([CheckedContinuation<Void, any Error>], [(id: Int, subscriber: Subscriber)]) in
+            guard state.hasListener, state.listenerGeneration == generation else { return ([], []) }
             state.isListening = listening
-            guard listening else { return [] }
-            for (id, var subscriber) in state.subscribers {
-                if reconnected || subscriber.owesResynchronize {
-                    if case .enqueued = subscriber.continuation.yield(.resynchronize) {
-                        subscriber.owesResynchronize = false
-                    } else {
-                        subscriber.owesResynchronize = true
-                    }
-                }
-                state.subscribers[id] = subscriber
-            }
+            guard listening else { return ([], []) }
+            let owing = state.subscribers.filter { reconnected || $0.value.owesResynchronize }
             defer { state.waiters = [:] }
-            return Array(state.waiters.values)
+            return (Array(state.waiters.values), owing.map { ($0.key, $0.value) })
         }
+        var owes: [(id: Int, owes: Bool)] = []
+        for (id, subscriber) in owing {
+            switch subscriber.continuation.yield(.resynchronize) {
+            case .enqueued: owes.append((id, false))
+            default: owes.append((id, true))
+            }
+        }
+        record(owes)
         for waiter in waiters { waiter.resumeVisibly() }
     }
 
-    /// Hands `change` to every subscriber; one that is full owes a `.resynchronize` instead.
-    func broadcast(_ change: TokenStoreChange) {
-        state.withLock { state in
-            for (id, var subscriber) in state.subscribers {
-                if subscriber.owesResynchronize {
-                    guard case .enqueued = subscriber.continuation.yield(.resynchronize) else { continue }
-                    subscriber.owesResynchronize = false
-                }
-                if case .dropped = subscriber.continuation.yield(change) { subscriber.owesResynchronize = true }
-                state.subscribers[id] = subscriber
+    /// Hands `change`, heard by the listener of `generation`, to every subscriber; one that is full owes a
+    /// `.resynchronize` instead.
+    func broadcast(_ change: TokenStoreChange, generation: UInt64) {
+        let subscribers = state.withLock { state -> [(id: Int, subscriber: Subscriber)] in
+            guard state.hasListener, state.listenerGeneration == generation else { return [] }
+            return state.subscribers.map { ($0.key, $0.value) }
+        }
+        var owes: [(id: Int, owes: Bool)] = []
+        for (id, subscriber) in subscribers {
+            if subscriber.owesResynchronize {
+                guard case .enqueued = subscriber.continuation.yield(.resynchronize) else { continue }
+                owes.append((id, false))
             }
+            if case .dropped = subscriber.continuation.yield(change) { owes.append((id, true)) }
+        }
+        record(owes)
+    }
+
+    /// Records which subscribers owe a `.resynchronize` now (in order: a later entry for a subscriber wins).
+    private func record(_ owes: [(id: Int, owes: Bool)]) {
+        guard !owes.isEmpty else { return }
+        state.withLock { state in
+            for (id, owes) in owes { state.subscribers[id]?.owesResynchronize = owes }
         }
     }
 
     /// The listener: LISTEN on one pooled connection, fan out, reconnect when the connection is lost, until cancelled.
-    static func listen(hub: ChangeHub, client: PostgresClient, channel: String, logger: Logger) async {
+    static func listen(
+        hub: ChangeHub, generation: UInt64, client: PostgresClient, channel: String, logger: Logger
+    ) async {
         var connectedBefore = false
         var backoff = Duration.milliseconds(50)
         while !Task.isCancelled {
             do {
                 try await client.withConnection { connection in
                     try await connection.listen(on: channel) { notifications in
-                        hub.setListening(true, reconnected: connectedBefore)
+                        hub.setListening(true, reconnected: connectedBefore, generation: generation)
                         connectedBefore = true
                         backoff = .milliseconds(50)
                         for try await notification in notifications {
-                            hub.broadcast(ChangePayload.parse(notification.payload))
+                            hub.broadcast(ChangePayload.parse(notification.payload), generation: generation)
                         }
                     }
                 }
             } catch {
                 // The connection was lost or could not be opened; try again after the backoff.
             }
-            hub.setListening(false, reconnected: false)
+            hub.setListening(false, reconnected: false, generation: generation)
             if Task.isCancelled { break }
             try? await Task.sleep(for: backoff)
             backoff = min(backoff * 2, .seconds(2))

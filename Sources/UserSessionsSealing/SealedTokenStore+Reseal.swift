@@ -11,7 +11,9 @@ extension SealedTokenStore {
     /// Lists the records with the base store's `storedIdentifiers()`. Each record is read, opened and written back
     /// sealed with the current key; over a `CoordinatedTokenStore` the write is conditional on the
     /// revision read, so a refresh that writes the record meanwhile is never overwritten with older credentials (the
-    /// refresh sealed with the current key anyway). Over a plain store, run it while no other process writes.
+    /// refresh sealed with the current key anyway). Each record is resealed in its identifier's write turn, shared
+    /// with every controller given this store instance, so writes of this process never interleave with it; over a
+    /// plain store, run it while no other process writes.
     /// A record that does not open is left as it is and listed in ``SealedTokenStoreResealReport/unopenable``.
     ///
     /// - Throws: the base store's errors, such as `UserSessionError.Code.storeFailure` from a store
@@ -35,7 +37,17 @@ extension SealedTokenStore {
     }
 
     /// Seals the record of `identifier` again with the current key; `false` when there was nothing to do.
+    ///
+    /// A write like any other of this process: it runs in the identifier's write turn of the ledger every
+    /// controller given this store shares, so a refresh of this process never commits between its read and its
+    /// write, and a sign-out never comes between them either.
     private func reseal(identifier: String) async throws -> Bool {
+        try await IdentifierWriteTurn.run(store: self, identifier: identifier) {
+            try await resealInTurn(identifier: identifier)
+        }
+    }
+
+    private func resealInTurn(identifier: String) async throws -> Bool {
         if let coordinated = base as? any CoordinatedTokenStore {
             return try await reseal(identifier: identifier, conditionallyIn: coordinated)
         }

@@ -157,7 +157,7 @@ struct RefreshMachineInputsTests {
     /// composed user's record, landing after that user signed out, is removed again by the ledger, which fences
     /// per identifier by bytes; the decomposed user's writes are not fenced by it, and the machine itself never
     /// removes a record it does not own.
-    @Test func aLateWriteOfAClearedUserIsUndoneWhateverUserLooksAlike() {
+    @Test func aLateWriteOfAClearedUserIsUndoneWhateverUserLooksAlike() async throws {
         #expect(Self.composed == Self.decomposed)
         var machine = Self.machine(activeAs: Self.decomposed)
         let late = RefreshStateMachine.PersistTarget(
@@ -187,12 +187,16 @@ struct RefreshMachineInputsTests {
         let ledger = CredentialsLedger(store: InMemoryTokenStore())
         let composedFence = ledger.hold(Self.composed)
         let decomposedFence = ledger.hold(Self.decomposed)
-        #expect(ledger.writeBegins(Self.composed, fence: composedFence))
+        let composedTurn = try #require(await ledger.enterWriteTurn(Self.composed, fence: composedFence))
         ledger.signedOut(identifier: Self.composed)
         let written = Credentials(accessToken: "at", refreshToken: "rt", expiresAt: nil)
-        #expect(ledger.writeFinished(Self.composed, fence: composedFence, wrote: written) == .removeAgain)
-        #expect(ledger.writeBegins(Self.decomposed, fence: decomposedFence))
-        #expect(ledger.writeFinished(Self.decomposed, fence: decomposedFence, wrote: written) == .done)
+        #expect(
+            ledger.writeFinished(Self.composed, fence: composedFence, wrote: written, turn: composedTurn)
+                == .removeAgain)
+        let decomposedTurn = try #require(await ledger.enterWriteTurn(Self.decomposed, fence: decomposedFence))
+        #expect(
+            ledger.writeFinished(Self.decomposed, fence: decomposedFence, wrote: written, turn: decomposedTurn) == .done
+        )
     }
 
     /// The refresh still running for the composed user (an orphan) is not dropped when the decomposed user opens:

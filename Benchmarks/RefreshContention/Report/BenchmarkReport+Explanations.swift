@@ -87,6 +87,10 @@ enum Explanations {
         "ns/request: wall / N; floor ns/request: the floor's wall / N (same store, N, U and start gate)",
         "x floor: ns/request / floor ns/request; overhead ns/request: (wall - floor wall) / N: what restoring "
             + "through the registry costs per request beyond one lookup and one load per user",
+        "idiom ns/request: what a server author writes instead of the registry, an actor keeping [identifier: "
+            + "Task<UserSessionController, Error>] whose task makes a controller and restores it from the same store "
+            + "(one load and one restore per user, checked), same N, U and start gate; x idiom: ns/request / idiom "
+            + "ns/request (below 1: the registry is faster)",
         "warm ns/request: the same N requests again once every session is open (session(for:) then accessToken())",
         "hot ns/call: accessToken() of the already-open controllers alone, same N tasks: the hot path at this "
             + "concurrency; compare it with workload A",

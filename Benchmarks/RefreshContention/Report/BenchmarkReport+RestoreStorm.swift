@@ -36,6 +36,15 @@ struct RestoreStormRow: Encodable {
     var hotPathNsPerCallMax: Double
     /// Requests that threw or got another user's token, in any pass (largest count of any repetition).
     var failedRequests: Int
+    /// The idiom (an actor keeping `[identifier: Task<UserSessionController, Error>]`), same shape: wall / N.
+    var idiomNsPerRequest: Double
+    var idiomNsPerRequestMin: Double
+    var idiomNsPerRequestMax: Double
+    /// `nsPerRequest` / `idiomNsPerRequest`: below 1, the registry is faster than the idiom.
+    var ratioToIdiom: Double
+    /// The idiom's store loads and restores (largest of any repetition); it keeps the same invariant.
+    var idiomLoads: Int
+    var idiomRestores: Int
 }
 
 extension BenchmarkReport {
@@ -48,7 +57,8 @@ extension BenchmarkReport {
             guard let wall = Summary(samples.map { $0.wall.inNanoseconds }),
                 let floor = Summary(samples.map { $0.floorWall.inNanoseconds }),
                 let warm = Summary(samples.map(\.warmNsPerRequest)),
-                let hot = Summary(samples.map(\.hotNsPerCall))
+                let hot = Summary(samples.map(\.hotNsPerCall)),
+                let idiom = Summary(samples.map { $0.idiomWall.inNanoseconds })
             else { continue }
             let loads = samples.map(\.loads)
             let restores = samples.map(\.restores)
@@ -66,7 +76,13 @@ extension BenchmarkReport {
                 overheadNsPerRequest: rounded((wall.median - floor.median) / requests, 1),
                 warmNsPerRequest: rounded(warm.median, 1), hotPathNsPerCall: rounded(hot.median, 1),
                 hotPathNsPerCallMin: rounded(hot.min, 1), hotPathNsPerCallMax: rounded(hot.max, 1),
-                failedRequests: samples.map(\.failedRequests).max() ?? 0)
+                failedRequests: samples.map(\.failedRequests).max() ?? 0,
+                idiomNsPerRequest: rounded(idiom.median / requests, 1),
+                idiomNsPerRequestMin: rounded(idiom.min / requests, 1),
+                idiomNsPerRequestMax: rounded(idiom.max / requests, 1),
+                ratioToIdiom: rounded(wall.median / max(idiom.median, 1), 2),
+                idiomLoads: samples.map(\.idiomLoads).max() ?? 0, idiomRestores: samples.map(\.idiomRestores).max() ?? 0
+            )
             restoreStorm.append(row)
             // Request i is for user i % U: every stored user is asked for when N >= U.
             let users = min(configuration.users, configuration.requests)
@@ -81,6 +97,15 @@ extension BenchmarkReport {
             }
             if row.failedRequests > 0 {
                 failures.append("restore storm \(label): \(row.failedRequests) requests failed or got a wrong token")
+            }
+            let idiomFailed = samples.map(\.idiomFailedRequests).max() ?? 0
+            let idiomCounts = (samples.map(\.idiomLoads).min() ?? 0, samples.map(\.idiomRestores).min() ?? 0)
+            if idiomFailed > 0 || row.idiomLoads != users || idiomCounts.0 != users || row.idiomRestores != users
+                || idiomCounts.1 != users
+            {
+                failures.append(
+                    "restore storm \(label): the idiom made \(row.idiomLoads) loads and \(row.idiomRestores) restores "
+                        + "for \(users) users, \(idiomFailed) requests failed: it is not a fair comparison")
             }
         }
     }
@@ -98,7 +123,7 @@ extension BenchmarkReport {
                 + "registry.session(for:) then accessToken()",
             headers: [
                 "requests", "users", "loads", "restores", "wall ms", "ns/request", "floor ns/request", "x floor",
-                "overhead ns/request", "warm ns/request", "hot ns/call", "failed",
+                "overhead ns/request", "idiom ns/request", "x idiom", "warm ns/request", "hot ns/call", "failed",
             ],
             labelColumns: 0)
         for row in restoreStorm {
@@ -113,7 +138,11 @@ extension BenchmarkReport {
                         median: row.floorNsPerRequest, min: row.floorNsPerRequestMin, max: row.floorNsPerRequestMax),
                     places: 0),
                 Format.number(row.ratioToFloor, places: 1), Format.number(row.overheadNsPerRequest, places: 0),
-                Format.number(row.warmNsPerRequest, places: 0),
+                Format.summary(
+                    Summary(
+                        median: row.idiomNsPerRequest, min: row.idiomNsPerRequestMin, max: row.idiomNsPerRequestMax),
+                    places: 0),
+                Format.number(row.ratioToIdiom, places: 2), Format.number(row.warmNsPerRequest, places: 0),
                 Format.summary(
                     Summary(median: row.hotPathNsPerCall, min: row.hotPathNsPerCallMin, max: row.hotPathNsPerCallMax),
                     places: 0),
@@ -143,6 +172,11 @@ extension BenchmarkReport {
                 x: Double($0.requests), y: $0.floorNsPerRequest, low: $0.floorNsPerRequestMin,
                 high: $0.floorNsPerRequestMax)
         }
+        add(Self.restoreStormIdiomName) {
+            Chart.Point(
+                x: Double($0.requests), y: $0.idiomNsPerRequest, low: $0.idiomNsPerRequestMin,
+                high: $0.idiomNsPerRequestMax)
+        }
         add(Self.restoreStormHotName) {
             Chart.Point(
                 x: Double($0.requests), y: $0.hotPathNsPerCall, low: $0.hotPathNsPerCallMin,
@@ -156,11 +190,13 @@ extension BenchmarkReport {
             yScale: .logarithmic,
             body: .lines(series, xScale: .logarithmic, xTicks: plan.restoreStormRequests.map(Double.init)),
             highlighted: "\(Self.restoreStormName), U = \(Format.integer(plan.restoreStormUsers.last ?? 1))",
-            note: "floor: a dictionary lookup per request plus one store load per user, no waiting; open session: "
-                + "accessToken() once restored.")
+            note: "floor: a dictionary lookup per request plus one store load per user, no waiting; idiom: an actor "
+                + "keeping [identifier: Task<UserSessionController, Error>]; open session: accessToken() once restored."
+        )
     }
 
     static let restoreStormName = "UserSessionRegistry"
     static let restoreStormFloorName = "floor"
     static let restoreStormHotName = "open session"
+    static let restoreStormIdiomName = "idiom: actor of restore tasks"
 }

@@ -15,7 +15,11 @@ import UserSessions
 /// - the floor: a bare dictionary lookup per request plus one store load per user (requests `0..<U` load their
 ///   user and insert it); no request waits for a load, so it is less than any correct get-or-restore does;
 /// - warm: the same N requests again through `session(for:)` and `accessToken()`, every session now open;
-/// - hot: `accessToken()` of the already-open controllers only, the hot path at this concurrency.
+/// - hot: `accessToken()` of the already-open controllers only, the hot path at this concurrency;
+/// - the idiom: what a server author writes instead of the registry, an actor keeping
+///   `[identifier: Task<UserSessionController, Error>]` whose task makes a controller and restores it from the same
+///   store. It keeps the same invariants (one load and one restore per user), so the report shows the registry
+///   against the idiom as well as against the floor.
 struct RestoreStormWorkload {
     let plan: BenchmarkPlan
 
@@ -32,6 +36,10 @@ struct RestoreStormWorkload {
         var hotNsPerCall: Double
         /// Loads made by the warm and hot passes (open sessions need none).
         var loadsWhileOpen: Int
+        var idiomWall: Duration
+        var idiomLoads: Int
+        var idiomRestores: Int
+        var idiomFailedRequests: Int
     }
 
     struct Configuration: Hashable {
@@ -153,10 +161,35 @@ struct RestoreStormWorkload {
 
         let (floorWall, floorLoads) = await measureFloor(
             requests: requests, identifiers: identifiers, store: CountingTokenStore(inner))
+        let idiom = await measureIdiom(requests: requests, identifiers: identifiers, tokens: tokens, store: inner)
         return Sample(
             wall: wall, loads: loads, restores: restored, failedRequests: failed + warmFailed + hotFailed,
             floorWall: floorWall, floorLoads: floorLoads, warmNsPerRequest: warm.inNanoseconds / Double(requests),
-            hotNsPerCall: hot.inNanoseconds / Double(requests), loadsWhileOpen: loadsWhileOpen)
+            hotNsPerCall: hot.inNanoseconds / Double(requests), loadsWhileOpen: loadsWhileOpen,
+            idiomWall: idiom.wall, idiomLoads: idiom.loads, idiomRestores: idiom.restores,
+            idiomFailedRequests: idiom.failed)
+    }
+
+    /// The idiom (``IdiomSessions``), same shape: request `i` gets user `i % U`'s controller and its access token.
+    static func measureIdiom(
+        requests: Int, identifiers: [String], tokens: [String], store inner: InMemoryTokenStore
+    ) async -> (wall: Duration, loads: Int, restores: Int, failed: Int) {
+        let users = identifiers.count
+        let store = CountingTokenStore(inner)
+        let restores = RestoreCounter()
+        var settings = UserSessionController.Configuration()
+        settings.observers = [restores]
+        let sessions = IdiomSessions(store: store, configuration: settings)
+        let (wall, failed) = await measure(requests: requests) { request in
+            let user = request % users
+            guard let controller = try? await sessions.session(for: identifiers[user]),
+                let token = try? await controller.accessToken()
+            else { return false }
+            return token == tokens[user]
+        }
+        let counts = (store.loads, restores.count)
+        await sessions.shutdown()
+        return (wall, counts.0, counts.1, failed)
     }
 
     /// The floor: request `i` looks its user up in a dictionary behind a `Mutex`; requests `0..<U` first load their
@@ -244,6 +277,38 @@ private final class RestoreCounter: UserSessionObserver {
 
     func observe(_ event: UserSessionEvent, context: UserSessionEventContext) {
         if case .opened = event.kind { opened.wrappingAdd(1, ordering: .acquiringAndReleasing) }
+    }
+}
+
+/// The idiom a server author writes instead of ``UserSessionRegistry``: an actor keeping one restore task per
+/// identifier, so concurrent first requests for a user share one controller and one restore.
+private actor IdiomSessions {
+    private let store: any TokenStore
+    private let configuration: UserSessionController.Configuration
+    private var controllers: [String: Task<UserSessionController, any Error>] = [:]
+
+    init(store: any TokenStore, configuration: UserSessionController.Configuration) {
+        self.store = store
+        self.configuration = configuration
+    }
+
+    func session(for identifier: String) async throws -> UserSessionController {
+        if let task = controllers[identifier] { return try await task.value }
+        let (store, configuration) = (store, configuration)
+        let task = Task {
+            let controller = UserSessionController(store: store, configuration: configuration)
+            guard try await controller.restore(identifier: identifier) != nil else {
+                throw BenchmarkError("the idiom found no stored session for a user")
+            }
+            return controller
+        }
+        controllers[identifier] = task
+        return try await task.value
+    }
+
+    func shutdown() async {
+        for task in controllers.values { await (try? task.value)?.shutdown() }
+        controllers = [:]
     }
 }
 

@@ -170,6 +170,11 @@ final class CredentialsGate: Sendable {
         eventOrder.withLock { _ in backgroundWork.withLock { $0.flushAbandoned = number } }
         flush.cancel()
         modifyStateAndRunActions { $0.slotAbandoned() }
+        let turn = backgroundWork.withLock { work in
+            defer { work.writeTurn = nil }
+            return work.writeTurn
+        }
+        if let turn { ledger.abandonWriteTurn(turn.identifier, token: turn.token) }
         events.emit(
             .persistenceFailed, session: nil,
             detail: "the token store did not finish a write within \(timeout); closing without waiting for it")
@@ -537,8 +542,8 @@ extension CredentialsGate {
         // process wrote (superseding this flight) while the record was read here; the refresh token this flight
         // holds is then spent, and presenting it again would be a reuse that revokes the whole token family.
         guard stillCurrent(job) else { return }
-        let (outcome, permit) = await callRefresher(job.credentials, for: job)
-        await finish(job, outcome: outcome, startedAt: startedAt, permit: permit)
+        let outcome = await callRefresher(job.credentials, for: job)
+        await finish(job, outcome: outcome, startedAt: startedAt)
     }
 
     /// Whether `job` is still the session's flight; a superseded or ended one is forgotten (it has sent nothing).
@@ -566,7 +571,7 @@ extension CredentialsGate {
             await runLeasedFlight(job, store: coordinatedStore, startedAt: startedAt)
             return
         }
-        var (outcome, permit) = await callRefresher(job.credentials, for: job)
+        var outcome = await callRefresher(job.credentials, for: job)
         if case .failure(let error) = outcome, error.failureClass == .terminal,
             let stored = await storedReplacement(for: job)
         {
@@ -584,17 +589,16 @@ extension CredentialsGate {
                 }
                 return
             }
-            (outcome, permit) = await callRefresher(stored.credentials, for: job)
+            outcome = await callRefresher(stored.credentials, for: job)
         }
-        await finish(job, outcome: outcome, startedAt: startedAt, permit: permit)
+        await finish(job, outcome: outcome, startedAt: startedAt)
     }
 
     /// Refreshes `credentials` for `job`'s identifier through the ledger: once per refresh token in the process (a
     /// refresh of another controller presenting the same token is joined, a token already rotated gets the
-    /// rotation, a refused one fails at once). When this call ran the refresher and the ledger recorded the
-    /// rotation, the write of it is reserved for this flight's commit (the permit).
+    /// rotation, a refused one fails at once, and credentials older than a refresh's result get that result).
     func callRefresher(_ credentials: Credentials, for job: RefreshStateMachine.RefreshJob) async
-        -> (result: Result<Credentials, UserSessionError>, permit: CredentialsLedger.WritePermit?)
+        -> Result<Credentials, UserSessionError>
     {
         await ledger.refresh(
             identifier: job.identifier, userInfo: job.userInfo, credentials: credentials, fence: job.ledgerFence
@@ -617,19 +621,15 @@ extension CredentialsGate {
     }
 
     /// Commits or fails the flight with what the refresher returned, and reports it.
-    ///
-    /// `permit` is the ledger's reservation of the write of `outcome`'s credentials; it is spent here.
     func finish(
         _ job: RefreshStateMachine.RefreshJob, outcome: Result<Credentials, UserSessionError>,
-        startedAt: ContinuousClock.Instant, permit: CredentialsLedger.WritePermit? = nil
+        startedAt: ContinuousClock.Instant
     ) async {
         let waiters: Int?
         switch outcome {
         case .success(let credentials):
-            waiters = await commit(job, credentials, permit: permit)
+            waiters = await commit(job, credentials)
         case .failure(let error):
-            // A failure records no rotation, so it carries no permit.
-            if let permit { ledger.forfeit(permit) }
             waiters = await fail(job, error)
         }
         reportFlight(job, outcome: outcome, waiters: waiters, duration: ContinuousClock.now - startedAt)
@@ -711,11 +711,10 @@ extension CredentialsGate {
     /// and one when the write finished (the write accounted for, the credentials published, the slot handed on,
     /// ``RefreshStateMachine/commitWritten(flightID:newCredentials:target:ticket:persistError:now:jitter:)``).
     ///
-    /// On the ledger's side the same commit takes two critical sections: the refresher's return recorded the
-    /// rotation and reserved its write (`permit`), and the write's end accounts for it.
-    private func commit(
-        _ job: RefreshStateMachine.RefreshJob, _ credentials: Credentials, permit: CredentialsLedger.WritePermit?
-    ) async -> Int? {
+    /// On the ledger's side the same commit takes three critical sections of the entry: the refresher's return
+    /// records the rotation as unwritten, the write takes the identifier's write turn (under the session's fence),
+    /// and the write's end lands it and hands the turn on.
+    private func commit(_ job: RefreshStateMachine.RefreshJob, _ credentials: Credentials) async -> Int? {
         var start = modifyStateAndRunActions {
             $0.refreshReturned(flightID: job.flightID, newCredentials: credentials)
         }
@@ -728,8 +727,7 @@ extension CredentialsGate {
         }
         guard case .holding(let ticket, let session, _) = start, let target = session else {
             // Stale: an orphan's rotation goes to its own record; one nobody here writes is the ledger's to write,
-            // on its schedule, unless the store has it. Either way not under the reservation.
-            if let permit { ledger.forfeit(permit) }
+            // on its schedule, unless the store has it.
             if let orphan = start.orphan, let ticket = start.ticket {
                 _ = await write(orphan, ticket: ticket)
             } else {
@@ -738,7 +736,7 @@ extension CredentialsGate {
             if let ticket = start.ticket { releasePersistSlot(ticket) }
             return nil
         }
-        let (written, landing) = await performWrite(target, permit: permit)
+        let (written, landing) = await performWrite(target)
         if case .superseded(let record) = written {
             // A coordinated store held a newer record (or none): it stands, and is adopted instead.
             writeReturned(target, ticket: ticket, landing: landing)
@@ -860,29 +858,18 @@ extension CredentialsGate {
         return outcome
     }
 
-    /// The store call of a write the caller makes holding the slot, with the ledger's two checks around it: the
-    /// ledger refuses a write taken before a sign-out of its identifier, and says what a write that landed must do
-    /// next. The caller reports the write's return to the machine (``writeReturned(_:ticket:landing:)``, or in a
-    /// commit's last critical section).
-    ///
-    /// With `permit` (a refresh commit's reserved write, spent here) the first check reads the fence without the
-    /// ledger's lock; a permit for another identifier or fence is given up and the write checked as any other.
+    /// The store call of a write the caller makes holding the slot, in the ledger's write turn for its identifier:
+    /// the ledger refuses a write taken before a sign-out or a sign-in of its identifier, orders it with every other
+    /// write of the identifier in this process, and says what a write that landed must do next. The caller reports
+    /// the write's return to the machine (``writeReturned(_:ticket:landing:)``, or in a commit's last critical
+    /// section).
     private func performWrite(
-        _ target: RefreshStateMachine.PersistTarget, overwrite: Bool = false,
-        permit: CredentialsLedger.WritePermit? = nil
+        _ target: RefreshStateMachine.PersistTarget, overwrite: Bool = false
     ) async -> (WriteOutcome, CredentialsLedger.Landing) {
-        let mayBegin: Bool
-        if let permit, permit.fence == target.ledgerFence,
-            ExactIdentifier.areEqual(permit.identifier, target.identifier)
-        {
-            mayBegin = ledger.begins(permit)
-        } else {
-            if let permit { ledger.forfeit(permit) }
-            mayBegin = ledger.writeBegins(target.identifier, fence: target.ledgerFence)
-        }
-        guard mayBegin else {
+        guard let turn = await ledger.enterWriteTurn(target.identifier, fence: target.ledgerFence) else {
             return (.failed(UserSessionError(.sessionNotOpen, "the user signed out; the write was dropped")), .done)
         }
+        backgroundWork.withLock { $0.writeTurn = (target.identifier, turn) }
         var outcome: WriteOutcome
         do {
             if let coordinated = coordinatedStore, overwrite || target.baseRevision != nil {
@@ -903,8 +890,11 @@ extension CredentialsGate {
             }
         // No record where one was expected: the user signed out elsewhere, for every controller of this process too.
         if case .superseded(.none) = outcome { ledger.signedOut(identifier: target.identifier) }
+        backgroundWork.withLock { work in
+            if work.writeTurn?.token == turn { work.writeTurn = nil }
+        }
         let landing = ledger.writeFinished(
-            target.identifier, fence: target.ledgerFence, wrote: wrote, schedule: ledgerSchedule)
+            target.identifier, fence: target.ledgerFence, wrote: wrote, schedule: ledgerSchedule, turn: turn)
         return (outcome, landing)
     }
 
@@ -935,29 +925,33 @@ extension CredentialsGate {
     /// it takes before the session's credentials become readable: nothing of the new session (a refresh commit)
     /// can then be written before it.
     func writeOpening(_ stored: StoredSession, identifier: String) async throws {
-        var revision: UInt64?
-        if let coordinatedStore {
-            revision = try await Self.overwrite(stored, identifier: identifier, store: coordinatedStore)
-        } else {
+        // A sign-in, in the ledger's write turn, once the store has it: it replaces whatever the ledger held for the
+        // identifier (a failed sign-in replaces nothing), no write taken before it lands after it, and this
+        // session's writes are taken under the new fence.
+        let (revision, fence) = try await ledger.signIn(identifier) { () async throws -> UInt64? in
+            if let coordinatedStore {
+                return try await Self.overwrite(stored, identifier: identifier, store: coordinatedStore)
+            }
             try await store.save(stored, identifier: identifier)
+            return nil
         }
-        // A sign-in, once the store has it: it replaces whatever the ledger held for the identifier (a failed
-        // sign-in replaces nothing), and this session's writes are taken under the new fence.
-        let fence = ledger.signedIn(identifier)
         modifyStateAndRunActions { $0.signedIn(identifier: identifier, revision: revision, ledgerFence: fence) }
     }
 
     /// `closeAndClear()`'s removal of `identifier`'s record (its session is already deactivated), fenced against
     /// every write: no write taken before it can land after it.
     ///
-    /// The fence has three parts. The clear epoch is bumped first, so a refresh of the ended session that is
-    /// still running (an orphan) writes nothing. The removal then waits for the persistence slot, so a write in
-    /// progress lands before it. And a write that overran the close's deadline (its slot was taken away) and
-    /// lands after the removal finds the epoch changed and removes the record again (``write(_:ticket:)``).
+    /// The removal waits for the persistence slot and then for the ledger's write turn, so every write in progress
+    /// or queued before it lands first; once the store removed the record, the ledger's fence changes (every write
+    /// taken before is refused) and the clear epoch is bumped, so a refresh of the ended session that is still
+    /// running (an orphan) writes nothing. A write that overran the close's deadline (it lost its slot and its turn)
+    /// and lands after the removal is removed again (``write(_:ticket:)``). A removal the store refused changes
+    /// nothing: the user is still signed in, and the ledger still writes her newest credentials.
     func clear(identifier: String) async throws {
-        ledger.signedOut(identifier: identifier)
+        try await withPersistSlot { _ in
+            try await ledger.signOut(identifier) { try await store.remove(identifier: identifier) }
+        }
         modifyStateAndRunActions { $0.signedOut(identifier: identifier) }
-        try await withPersistSlot { _ in try await store.remove(identifier: identifier) }
     }
 
     /// Publishes credentials obtained elsewhere: written first, then published, then the event, then the waiters
@@ -1247,6 +1241,9 @@ extension CredentialsGate {
         /// flush reports nothing.
         var flushesStarted: UInt64 = 0
         var flushAbandoned: UInt64 = 0
+        /// The ledger's write turn the write in the persistence slot holds: a write that overran both of
+        /// `deactivate()`'s deadlines loses it with the slot.
+        var writeTurn: (identifier: String, token: UInt64)?
         /// What observes the background work, if anything (see ``BackgroundWorkProbe``; production code installs
         /// none).
         var probe: (any BackgroundWorkProbe)?

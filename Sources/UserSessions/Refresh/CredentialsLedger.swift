@@ -12,8 +12,12 @@ import Synchronization
 ///   adopts the rotation instead of presenting the spent token (``readThrough(_:identifier:)``);
 /// - whether that rotation is **unwritten**, with its own retry schedule: the ledger keeps writing it until the
 ///   store takes it or the user signs out, whether or not a controller still holds the identifier;
-/// - the **revision** last seen in a coordinated store, so a late write is conditional on it;
-/// - the **sign-out fence**: ``signedOut(identifier:)`` fences exactly one identifier, wherever it comes from;
+/// - the **write turn**: every write of the identifier's record made in this process (a rotation, a retry, a
+///   refusal, a sign-in, a sign-out, a reseal) runs in it, one at a time in arrival order, and a write taken under
+///   a fence passes it only while the fence holds (``enterWriteTurn(_:fence:reserved:)``);
+/// - the **fence**: a sign-out (``signOut(_:remove:)``) and a sign-in (``signIn(_:write:)``) change it in the write
+///   turn, right after their own store call succeeded, so no write taken before them lands after them, and a
+///   sign-out the store refused changes nothing;
 /// - a **refused** refresh token (`invalid_grant`): later refreshes and restores of it fail at once with
 ///   ``UserSessionError/Code/refreshTokenRefused``, without contacting the server, until the user signs in again.
 ///
@@ -69,11 +73,8 @@ final class CredentialsLedger: Sendable {
     /// dictionary: its fence, its holder count and no ``Detail``. The rest is made at the first refresh, write or
     /// sign-out and lives in a ``Detail`` until the entry is dropped.
     struct Entry {
-        /// Changes at every sign-out: a write taken under an older fence must not land. Mirrored in the detail's
-        /// ``FenceCell``, which a reserved write reads without the lock.
-        var fence: UInt64 {
-            didSet { detail?.fenceCell.fence.store(fence, ordering: .releasing) }
-        }
+        /// Changes at every sign-out and sign-in: a write taken under an older fence must not land.
+        var fence: UInt64
         /// Controllers (and restores in progress) holding the identifier.
         var holders = 0
         /// Everything beyond the fence and the holders, made when first needed.
@@ -84,7 +85,7 @@ final class CredentialsLedger: Sendable {
         /// The detail, made now if there is none (mutating: only in the ledger's critical sections).
         private mutating func made() -> Detail {
             if let detail { return detail }
-            let made = Detail(fence: fence)
+            let made = Detail()
             detail = made
             return made
         }
@@ -104,17 +105,17 @@ final class CredentialsLedger: Sendable {
             get { detail?.unwritten ?? false }
             set { made().unwritten = newValue }
         }
-        /// Refresh tokens the server has rotated, each with what its rotation returned (newest last, bounded).
-        var rotations: [(spent: String, result: Credentials)] { detail?.rotations ?? [] }
+        /// The refreshes the server answered, each with what it returned (newest last, bounded).
+        var rotations: [Rotation] { detail?.rotations ?? [] }
         /// A refresh token the server refused for good.
         var refused: String? {
             get { detail?.refused }
             set { made().refused = newValue }
         }
-        /// Writes in progress (of any controller or the ledger).
-        var writes: Int {
-            get { detail?.writes ?? 0 }
-            set { made().writes = newValue }
+        /// Refusals to record in the store that have not asked for the write turn yet (each keeps the entry).
+        var refusalWrites: Int {
+            get { detail?.refusalWrites ?? 0 }
+            set { made().refusalWrites = newValue }
         }
         /// The ledger's own write loop runs.
         var retrying: Bool {
@@ -126,87 +127,134 @@ final class CredentialsLedger: Sendable {
             get { detail?.schedule }
             set { made().schedule = newValue }
         }
-        /// The revision last seen in a coordinated store.
-        var revision: UInt64? {
-            get { detail?.revision }
-            set { made().revision = newValue }
-        }
         /// Whether the last fence came from a sign-out (not a sign-in): only then is a late write removed again.
         var signedOut: Bool {
             get { detail?.signedOut ?? false }
             set { made().signedOut = newValue }
         }
+        /// The token of the write holding the write turn, if one does.
+        var turn: UInt64? {
+            get { detail?.turn }
+            set { made().turn = newValue }
+        }
+        /// Writes waiting for the turn, in arrival order.
+        var turnQueue: [TurnWaiter] {
+            get { detail?.turnQueue ?? [] }
+            _modify { yield &made().turnQueue }
+        }
+        /// Writes that lost the turn to a close's deadline and have not landed: the entry (and what it knows of a
+        /// sign-out since) stays until they land, so their landing is judged against the right fence.
+        var lateWrites: Int {
+            get { detail?.lateWrites ?? 0 }
+            set { made().lateWrites = newValue }
+        }
 
         var isIdle: Bool { holders == 0 && (detail?.isIdle ?? true) }
 
-        /// The cell that mirrors ``fence`` outside the lock (the detail is made now if there is none).
-        mutating func madeFenceCell() -> FenceCell { made().fenceCell }
-
-        mutating func spend(_ token: String, for result: Credentials) {
-            if isSpent(token) { return }
+        /// Records that the server answered a refresh of `presented` (which sent `sent`) with `result`.
+        mutating func recordRefresh(of presented: Credentials, sent: String, result: Credentials) {
+            let rotation = Rotation(sentAccessToken: presented.accessToken, sent: sent, result: result)
+            // A server that answers with the very credentials it was sent taught nothing newer.
+            guard rotation.rotated || result.accessToken != presented.accessToken else { return }
+            if rotations.contains(where: { $0.sent == sent && $0.sentAccessToken == presented.accessToken }) { return }
             let detail = made()
-            detail.rotations.append((token, result))
+            detail.rotations.append(rotation)
             if detail.rotations.count > 16 { detail.rotations.removeFirst() }
         }
 
-        func isSpent(_ token: String) -> Bool { detail?.rotations.contains { $0.spent == token } ?? false }
+        /// Whether the server rotated `token` away (it must never be presented again).
+        func isSpent(_ token: String) -> Bool {
+            detail?.rotations.contains { $0.sent == token && $0.rotated } ?? false
+        }
 
-        /// The newest credentials reached from the spent `token` by the rotations known here (fenced or not: a
-        /// spent token must never be presented again, whoever holds it), or `nil` if `token` is not spent.
-        func latestRotation(of token: String) -> Credentials? {
-            guard let rotations = detail?.rotations, !rotations.isEmpty else { return nil }
+        /// What presenting `credentials` gets without asking the server: `.refused` when its refresh token, or the
+        /// newest one the refreshes known here reached from it, was refused for good; `.rotated` with the newest
+        /// credentials reached from it; `nil` when it is the newest known and not refused.
+        ///
+        /// The newest is checked too: a caller holding credentials older than a refused refresh (a store that
+        /// lags behind a write it failed, read back as a "replacement") must not be handed that refresh's result as
+        /// if it were fresh.
+        func known(_ credentials: Credentials) -> Known? {
+            guard let token = credentials.refreshToken else { return nil }
+            if refused == token { return .refused }
+            guard let rotated = latestRotation(of: credentials) else { return nil }
+            if let newest = rotated.refreshToken, refused == newest { return .refused }
+            return .rotated(rotated)
+        }
+
+        /// The newest credentials the refreshes known here reached from `credentials`, or `nil` when `credentials`
+        /// are the newest known. Fenced or not: a spent refresh token must never be presented again, whoever holds
+        /// it, and credentials a server refreshed without rotating are refreshed once, whoever holds them.
+        func latestRotation(of credentials: Credentials) -> Credentials? {
+            guard let rotations = detail?.rotations, !rotations.isEmpty, var token = credentials.refreshToken else {
+                return nil
+            }
+            var accessToken = credentials.accessToken
             var result: Credentials?
-            var next = token
             for _ in 0...rotations.count {
-                guard let rotation = rotations.first(where: { $0.spent == next }) else { break }
+                guard let rotation = rotations.first(where: { $0.answers(token, accessToken) }) else { break }
                 result = rotation.result
-                guard let following = rotation.result.refreshToken, following != next else { break }
-                next = following
+                guard let following = rotation.result.refreshToken else { break }
+                (token, accessToken) = (following, rotation.result.accessToken)
             }
             return result
         }
     }
 
+    /// What the ledger already knows of presented credentials (``Entry/known(_:)``).
+    enum Known {
+        case refused
+        case rotated(Credentials)
+    }
+
+    /// A refresh the server answered: what it was sent and what it returned.
+    struct Rotation {
+        /// The access token of the credentials presented (told apart when the server does not rotate).
+        let sentAccessToken: String
+        /// The refresh token presented.
+        let sent: String
+        let result: Credentials
+
+        /// Whether the server rotated the refresh token (so `sent` is spent).
+        var rotated: Bool { result.refreshToken != sent }
+
+        /// Whether this refresh replaced credentials presenting `token` with `accessToken`: every holder of a
+        /// rotated refresh token, or the holder of the very credentials a server refreshed without rotating.
+        func answers(_ token: String, _ accessToken: String) -> Bool {
+            sent == token && (rotated || sentAccessToken == accessToken)
+        }
+    }
+
+    /// A write waiting for an identifier's write turn.
+    struct TurnWaiter {
+        /// The fence it was taken under (`nil`: unconditional, a sign-in, a sign-out or a reseal).
+        let fence: UInt64?
+        /// Resumed with the token of its turn, or `nil` when the fence changed before its turn came.
+        let continuation: UnsafeContinuation<UInt64?, Never>
+    }
+
     /// The part of an ``Entry`` beyond its fence and holders. A class, so that an entry stays small in the
     /// dictionary; it is read and changed only inside the ledger's critical sections, like the entry that holds it.
     final class Detail {
-        /// The entry's fence, readable outside the lock by the holder of a ``WritePermit``.
-        let fenceCell: FenceCell
         var flights = SingleFlight<String, Joiner>()
         var current: StoredSession?
         var unwritten = false
-        var rotations: [(spent: String, result: Credentials)] = []
+        var rotations: [Rotation] = []
         var refused: String?
-        var writes = 0
+        var refusalWrites = 0
         var retrying = false
         var schedule: Schedule?
-        var revision: UInt64?
         var signedOut = false
+        var turn: UInt64?
+        var turnQueue: [TurnWaiter] = []
+        var lateWrites = 0
 
-        init(fence: UInt64) { fenceCell = FenceCell(fence: fence) }
+        init() {}
 
-        var isIdle: Bool { flights.isEmpty && !unwritten && writes == 0 && !retrying }
-    }
-
-    /// An entry's fence as an atomic, so that a ``WritePermit`` can be checked right before its write without
-    /// taking the ledger's lock. Written only inside the ledger's critical sections, with the entry's fence.
-    final class FenceCell: Sendable {
-        let fence: Atomic<UInt64>
-
-        init(fence: UInt64) { self.fence = Atomic(fence) }
-    }
-
-    /// The write of a rotation, reserved for the refresh that produced it in the same critical section that
-    /// recorded the rotation: so a refresh commit takes two of the ledger's critical sections, one when the
-    /// refresher returns and one when the write finishes (``writeFinished(_:fence:wrote:revision:schedule:)``).
-    ///
-    /// Its holder must spend it exactly once: by writing with it (``begins(_:)``, then `writeFinished`) or by
-    /// giving it up (``forfeit(_:)``). Until then the entry counts the write as in progress and is not dropped.
-    struct WritePermit: Sendable {
-        let identifier: String
-        /// The fence the rotation was recorded under.
-        let fence: UInt64
-        fileprivate let cell: FenceCell
+        var isIdle: Bool {
+            flights.isEmpty && !unwritten && refusalWrites == 0 && !retrying && turn == nil && turnQueue.isEmpty
+                && lateWrites == 0
+        }
     }
 
     /// A caller that joined the refresh in flight for the token it presents.
@@ -215,7 +263,8 @@ final class CredentialsLedger: Sendable {
     /// The refresh a caller leads, as its leader keeps it: the entry's ``SingleFlight`` (keyed by the refresh token
     /// presented) keeps only who joined.
     struct Flight {
-        /// The refresh token it presented.
+        /// The credentials it presented, and their refresh token.
+        let presented: Credentials
         let sent: String
         /// The entry's fence when it started: a sign-out since makes its result unwritable.
         let fence: UInt64
@@ -271,7 +320,9 @@ final class CredentialsLedger: Sendable {
     func hasPendingWork(_ identifier: String) -> Bool {
         entries.withLock { entries in
             guard let entry = entries[ExactIdentifier(identifier)] else { return false }
-            return !entry.flights.isEmpty || entry.unwritten || entry.writes > 0
+            return !entry.flights.isEmpty || entry.unwritten || entry.refusalWrites > 0 || entry.lateWrites > 0
+                || entry.turn != nil
+                || !entry.turnQueue.isEmpty
         }
     }
 
@@ -290,12 +341,12 @@ final class CredentialsLedger: Sendable {
     func readThrough(_ stored: StoredSession, identifier: String) throws -> (session: StoredSession, adopted: Bool) {
         let answer = entries.withLock { entries -> StoredSession? in
             guard let entry = entries[ExactIdentifier(identifier)] else { return nil }
-            guard let token = stored.credentials?.refreshToken else { return nil }
-            if entry.refused == token { return stored.markedRefused() }
-            if let rotated = entry.latestRotation(of: token) {
-                return StoredSession(userInfo: stored.userInfo, credentials: rotated)
+            guard let credentials = stored.credentials else { return nil }
+            switch entry.known(credentials) {
+            case .refused: return stored.markedRefused()
+            case .rotated(let rotated): return StoredSession(userInfo: stored.userInfo, credentials: rotated)
+            case nil: return nil
             }
-            return nil
         }
         let result = answer ?? stored
         if result.refreshTokenRefused { throw Self.refusedError }
@@ -316,13 +367,13 @@ final class CredentialsLedger: Sendable {
     /// `fence` is the fence of the session asking: a session of a user who signed out since (from elsewhere) may
     /// still refresh what it serves, but its result is neither recorded here nor written.
     ///
-    /// The caller that ran `call` gets a ``WritePermit`` with a rotation the ledger recorded: the write of that
-    /// rotation is reserved for it.
+    /// A rotation the ledger recorded stays unwritten (and its entry alive) until a write in the identifier's
+    /// write turn lands it: the caller's commit, or the ledger's own write loop once no controller holds it.
     func refresh(
         identifier: String, userInfo: UserInfo, credentials: Credentials, fence: UInt64,
         call: () async -> Result<Credentials, UserSessionError>
-    ) async -> (result: Result<Credentials, UserSessionError>, permit: WritePermit?) {
-        guard let sent = credentials.refreshToken else { return (await call(), nil) }
+    ) async -> Result<Credentials, UserSessionError> {
+        guard let sent = credentials.refreshToken else { return await call() }
         let key = ExactIdentifier(identifier)
         enum Step {
             case answered(Result<Credentials, UserSessionError>)
@@ -330,14 +381,17 @@ final class CredentialsLedger: Sendable {
             case run(Flight)
         }
         let step = modify(key) { entry -> Step in
-            if entry.refused == sent { return .answered(.failure(Self.refusedError)) }
-            if let rotated = entry.latestRotation(of: sent) { return .answered(.success(rotated)) }
+            switch entry.known(credentials) {
+            case .refused: return .answered(.failure(Self.refusedError))
+            case .rotated(let rotated): return .answered(.success(rotated))
+            case nil: break
+            }
             guard entry.flights.lead(sent) else { return .join }
-            return .run(Flight(sent: sent, fence: fence))
+            return .run(Flight(presented: credentials, sent: sent, fence: fence))
         }
         switch step {
         case .answered(let result):
-            return (result, nil)
+            return result
         case .join:
             let result = await withVisibleUnsafeContinuation { continuation in
                 let joined = modify(key) { entry -> Bool in
@@ -351,16 +405,15 @@ final class CredentialsLedger: Sendable {
                     }
                 }
             }
-            return (result, nil)
+            return result
         case .run(let flight):
             let result = await call()
-            let (waiters, recordRefusal, reserved) = modify(key) { entry in
+            let (waiters, recordRefusal) = modify(key) { entry in
                 flightReturned(&entry, flight: flight, userInfo: userInfo, result: result)
             }
             for waiter in waiters { waiter.resumeVisibly(returning: result) }
-            if recordRefusal { await recordRefusalInStore(identifier: identifier, refused: sent) }
-            let permit = reserved.map { WritePermit(identifier: identifier, fence: flight.fence, cell: $0) }
-            return (result, permit)
+            if recordRefusal { await recordRefusalInStore(identifier: identifier, refused: sent, fence: flight.fence) }
+            return result
         }
     }
 
@@ -369,10 +422,11 @@ final class CredentialsLedger: Sendable {
     {
         let key = ExactIdentifier(identifier)
         let answer = modify(key) { entry -> Result<Credentials, UserSessionError>? in
-            guard let sent = credentials.refreshToken else { return nil }
-            if entry.refused == sent { return .failure(Self.refusedError) }
-            if let rotated = entry.latestRotation(of: sent) { return .success(rotated) }
-            return nil
+            switch entry.known(credentials) {
+            case .refused: return .failure(Self.refusedError)
+            case .rotated(let rotated): return .success(rotated)
+            case nil: return nil
+            }
         }
         return answer
             ?? .failure(
@@ -380,39 +434,56 @@ final class CredentialsLedger: Sendable {
                     .refreshFailed, "the shared refresh ended without a result", failureClass: .transient))
     }
 
-    /// The refresh `flight` returned `result`: records the rotation (unless the identifier signed out since) and
-    /// reserves its write for the flight's leader, or records the refusal. Returns the joined waiters, whether the
-    /// refusal must be recorded in the store, and the fence cell of a reserved write.
+    /// The refresh `flight` returned `result`: records the rotation as unwritten (unless the identifier signed out
+    /// or in since), or records the refusal and reserves its write. Returns the joined waiters and whether the
+    /// refusal must be recorded in the store.
     private func flightReturned(
         _ entry: inout Entry, flight: Flight, userInfo: UserInfo, result: Result<Credentials, UserSessionError>
-    ) -> ([Joiner], Bool, FenceCell?) {
+    ) -> ([Joiner], Bool) {
         let waiters = entry.flights.land(flight.sent)
         let fenced = entry.fence != flight.fence
         switch result {
         case .success(let credentials):
-            if credentials.refreshToken != flight.sent { entry.spend(flight.sent, for: credentials) }
-            guard !fenced else { return (waiters, false, nil) }
+            entry.recordRefresh(of: flight.presented, sent: flight.sent, result: credentials)
+            guard !fenced else { return (waiters, false) }
             entry.current = StoredSession(userInfo: userInfo, credentials: credentials)
             entry.unwritten = true
             entry.refused = nil
-            entry.writes += 1
-            return (waiters, false, entry.madeFenceCell())
+            return (waiters, false)
         case .failure(let error):
             guard error.failureClass == .terminal, error.code != .refreshTokenRefused, !fenced else {
-                return (waiters, false, nil)
+                return (waiters, false)
             }
             entry.refused = flight.sent
-            entry.writes += 1
-            return (waiters, true, nil)
+            entry.refusalWrites += 1
+            return (waiters, true)
         }
     }
 
     /// Records in the store that `refused` was refused, if the stored record still holds it: restores of every
-    /// instance then fail at once instead of presenting it again.
-    private func recordRefusalInStore(identifier: String, refused: String) async {
-        defer {
-            modify(ExactIdentifier(identifier)) { entry in entry.writes -= 1 }
+    /// instance then fail at once instead of presenting it again. A write like any other: in the write turn, under
+    /// the fence of the refresh that was refused (a sign-in since stops it).
+    ///
+    /// Recorded before the refresh's callers hear of it when the turn is free. When another write holds the turn
+    /// (a sign-in whose write waits for the outcome of this very refresh, for one), it is recorded after that write,
+    /// in the background: the refusal is already known to this process.
+    private func recordRefusalInStore(identifier: String, refused: String, fence: UInt64) async {
+        switch tryEnterWriteTurn(identifier, fence: fence, reserved: true) {
+        case .granted(let turn):
+            await writeRefusal(identifier, refused)
+            leaveWriteTurn(identifier, token: turn)
+        case .refused:
+            return
+        case .busy:
+            Task {
+                await self.withWriteTurn(identifier, fence: fence, reserved: true) {
+                    await self.writeRefusal(identifier, refused)
+                }
+            }
         }
+    }
+
+    private func writeRefusal(_ identifier: String, _ refused: String) async {
         do {
             if let coordinatedStore {
                 guard let revised = try await coordinatedStore.loadRevised(identifier: identifier),
@@ -432,32 +503,137 @@ final class CredentialsLedger: Sendable {
         }
     }
 
+    // MARK: - The write turn
+
+    /// Waits for `identifier`'s write turn, for a write taken under `fence` (`nil`: unconditional). Returns the
+    /// turn's token, which the caller passes back when it leaves the turn (``leaveWriteTurn(_:token:)``, or
+    /// ``writeFinished(_:fence:wrote:schedule:turn:)``), or `nil` when the fence changed (a sign-out or a
+    /// sign-in since): the write must not happen, and nothing is held.
+    ///
+    /// With `reserved`, the caller spends the reservation of a refusal to record on the way in.
+    /// Turns are handed on in arrival order; a write waiting whose fence changed meanwhile is refused when its turn
+    /// comes. One critical section when the turn is free.
+    func enterWriteTurn(_ identifier: String, fence: UInt64?, reserved: Bool = false) async -> UInt64? {
+        switch tryEnterWriteTurn(identifier, fence: fence, reserved: reserved) {
+        case .granted(let token): return token
+        case .refused: return nil
+        case .busy: break
+        }
+        let key = ExactIdentifier(identifier)
+        return await withVisibleUnsafeContinuation { continuation in
+            // Answered here when the turn was let go or the fence changed since the first look; queued otherwise.
+            let answer = modify(key) { entry -> UInt64?? in
+                if reserved { entry.refusalWrites = max(0, entry.refusalWrites - 1) }
+                if let fence, entry.fence != fence { return .some(nil) }
+                guard entry.turn != nil else {
+                    let token = Self.nextFence()
+                    entry.turn = token
+                    return .some(token)
+                }
+                entry.turnQueue.append(TurnWaiter(fence: fence, continuation: continuation))
+                return .none
+            }
+            if let answer { continuation.resumeVisibly(returning: answer) }
+        }
+    }
+
+    /// What a first look at the write turn found.
+    enum TurnAttempt {
+        /// The turn was free and is now held, with this token.
+        case granted(UInt64)
+        /// The fence changed: the write must not happen.
+        case refused
+        /// Another write holds the turn (a reservation is still held).
+        case busy
+    }
+
+    /// Takes `identifier`'s write turn if it is free, without waiting (see ``enterWriteTurn(_:fence:reserved:)``).
+    func tryEnterWriteTurn(_ identifier: String, fence: UInt64?, reserved: Bool) -> TurnAttempt {
+        modify(ExactIdentifier(identifier)) { entry -> TurnAttempt in
+            if let fence, entry.fence != fence {
+                if reserved { entry.refusalWrites = max(0, entry.refusalWrites - 1) }
+                return .refused
+            }
+            guard entry.turn == nil else { return .busy }
+            if reserved { entry.refusalWrites = max(0, entry.refusalWrites - 1) }
+            let token = Self.nextFence()
+            entry.turn = token
+            return .granted(token)
+        }
+    }
+
+    /// Leaves the write turn `token` holds, handing it to the next write waiting whose fence still holds.
+    func leaveWriteTurn(_ identifier: String, token: UInt64) {
+        modify(ExactIdentifier(identifier)) { entry in handOver(&entry, from: token) }.resume()
+    }
+
+    /// Takes the turn from the write holding it as `token`, which overran a close's deadline (the gate's
+    /// `deactivate()`): the turn goes on, and the write counts as late until it lands
+    /// (``writeFinished(_:fence:wrote:schedule:turn:)``).
+    func abandonWriteTurn(_ identifier: String, token: UInt64) {
+        modify(ExactIdentifier(identifier)) { entry -> Handover in
+            guard entry.turn == token else { return Handover() }
+            entry.lateWrites += 1
+            return handOver(&entry, from: token)
+        }.resume()
+    }
+
+    /// Runs `body` in `identifier`'s write turn, if the fence is still `fence` when the turn comes (always when
+    /// `fence` is `nil`); returns `nil` when it did not run.
+    @discardableResult
+    func withWriteTurn<Value>(
+        _ identifier: String, fence: UInt64?, reserved: Bool = false, _ body: () async throws -> Value
+    ) async rethrows -> Value? {
+        guard let token = await enterWriteTurn(identifier, fence: fence, reserved: reserved) else { return nil }
+        defer { leaveWriteTurn(identifier, token: token) }
+        return try await body()
+    }
+
+    /// Runs `body`, a write of `identifier`'s record that holds no fence (a reseal of the stored record), in the
+    /// identifier's write turn.
+    func withWriteTurn<Value>(_ identifier: String, _ body: () async throws -> Value) async rethrows -> Value {
+        let token = await enterWriteTurn(identifier, fence: nil)
+        defer { if let token { leaveWriteTurn(identifier, token: token) } }
+        return try await body()
+    }
+
+    /// The waiters to resume once the turn was handed on, after the lock is released.
+    struct Handover {
+        var granted: (continuation: UnsafeContinuation<UInt64?, Never>, token: UInt64)?
+        var refused: [UnsafeContinuation<UInt64?, Never>] = []
+
+        func resume() {
+            for continuation in refused { continuation.resumeVisibly(returning: nil) }
+            if let (continuation, token) = granted { continuation.resumeVisibly(returning: token) }
+        }
+    }
+
+    /// Hands the turn `token` holds to the next waiting write whose fence still holds; nothing when `token` no
+    /// longer holds it.
+    private func handOver(_ entry: inout Entry, from token: UInt64) -> Handover {
+        var handover = Handover()
+        guard entry.turn == token else { return handover }
+        while !entry.turnQueue.isEmpty {
+            let next = entry.turnQueue.removeFirst()
+            if let fence = next.fence, fence != entry.fence {
+                handover.refused.append(next.continuation)
+                continue
+            }
+            let granted = Self.nextFence()
+            entry.turn = granted
+            handover.granted = (next.continuation, granted)
+            return handover
+        }
+        entry.turn = nil
+        return handover
+    }
+
+    /// How many writes of `identifier` wait for its write turn (a probe for tests).
+    func writersWaiting(_ identifier: String) -> Int {
+        entries.withLock { $0[ExactIdentifier(identifier)]?.turnQueue.count ?? 0 }
+    }
+
     // MARK: - Writes
-
-    /// A write of `identifier`'s credentials taken under `fence` is about to start: `false` when the identifier
-    /// signed out since (the write must not happen).
-    func writeBegins(_ identifier: String, fence: UInt64) -> Bool {
-        modify(ExactIdentifier(identifier)) { entry -> Bool in
-            guard entry.fence == fence else { return false }
-            entry.writes += 1
-            return true
-        }
-    }
-
-    /// Whether the write `permit` reserved may start now: `true` unless the identifier signed out since the
-    /// rotation was recorded. Reads the fence without the lock; a permit that may not start is given up here.
-    func begins(_ permit: WritePermit) -> Bool {
-        guard permit.cell.fence.load(ordering: .acquiring) == permit.fence else {
-            forfeit(permit)
-            return false
-        }
-        return true
-    }
-
-    /// Gives up the write `permit` reserved (its holder will not write with it).
-    func forfeit(_ permit: WritePermit) {
-        writeFinished(permit.identifier, fence: permit.fence, wrote: nil)
-    }
 
     /// What a write that landed must do next.
     enum Landing: Equatable {
@@ -466,24 +642,28 @@ final class CredentialsLedger: Sendable {
         case removeAgain
     }
 
-    /// A write that ``writeBegins(_:fence:)`` allowed finished; `credentials` is what it wrote (when it did).
+    /// A write that holds the turn `turn` under `fence` finished, and leaves the turn; `credentials` is what it
+    /// wrote (when it did).
     @discardableResult
     func writeFinished(
-        _ identifier: String, fence: UInt64, wrote credentials: Credentials?, revision: UInt64? = nil,
-        schedule: Schedule? = nil
+        _ identifier: String, fence: UInt64, wrote credentials: Credentials?, schedule: Schedule? = nil,
+        turn: UInt64
     ) -> Landing {
-        let (landing, start) = modify(ExactIdentifier(identifier)) { entry -> (Landing, Bool) in
-            entry.writes = max(0, entry.writes - 1)
-            if let revision { entry.revision = revision }
+        let (landing, start, handover) = modify(ExactIdentifier(identifier)) { entry -> (Landing, Bool, Handover) in
+            // A write that no longer holds its turn lost it to a close's deadline: it landed late.
+            if entry.turn != turn { entry.lateWrites = max(0, entry.lateWrites - 1) }
+            let handover = handOver(&entry, from: turn)
             guard entry.fence == fence else {
-                // Landed after a sign-out: undone. After a sign-in it is left to the new session, whose writes
-                // follow.
-                return (entry.signedOut && credentials != nil ? .removeAgain : .done, false)
+                // Landed after a sign-out it did not wait for (one that came from the store, or a write that lost
+                // its turn to a close's deadline): undone. After a sign-in it is left to the new session, whose
+                // writes follow.
+                return (entry.signedOut && credentials != nil ? .removeAgain : .done, false, handover)
             }
             if let credentials { landed(&entry, credentials) }
             if let schedule, entry.unwritten, entry.schedule == nil { entry.schedule = schedule }
-            return (.done, startLoopIfNeeded(&entry))
+            return (.done, startLoopIfNeeded(&entry), handover)
         }
+        handover.resume()
         if start { startWriteLoop(identifier) }
         return landing
     }
@@ -503,10 +683,31 @@ final class CredentialsLedger: Sendable {
         }
     }
 
+    /// The user signs in: `write` stores the sign-in's record in the identifier's write turn, and only once the
+    /// store took it does the fence change (``signedIn(_:)``). Returns what `write` returned and the new fence; a
+    /// sign-in the store refused changes nothing.
+    func signIn<Value>(_ identifier: String, write: () async throws -> Value) async throws -> (Value, UInt64) {
+        try await withWriteTurn(identifier) {
+            let value = try await write()
+            return (value, signedIn(identifier))
+        }
+    }
+
+    /// The user signs out: `remove` removes the record in the identifier's write turn, so every write that took
+    /// the turn before lands before it, and only once the store removed it does the fence change
+    /// (``signedOut(identifier:)``): every write waiting or taken before is refused. A sign-out the store refused
+    /// changes nothing, so it loses nothing: the user is still signed in, with the newest credentials.
+    func signOut(_ identifier: String, remove: () async throws -> Void) async throws {
+        try await withWriteTurn(identifier) {
+            try await remove()
+            signedOut(identifier: identifier)
+        }
+    }
+
     /// The user signed in again: a refusal is forgotten, a pending rotation is no longer written (it would overwrite
     /// the sign-in), and the results of refreshes in flight from before are fenced. Refreshes in flight and what the
     /// ledger knows about spent tokens stay: a controller still holding the old credentials joins their refresh or
-    /// gets their rotation instead of presenting a token twice.
+    /// gets their rotation instead of presenting a token twice. Called in the write turn (``signIn(_:write:)``).
     @discardableResult
     func signedIn(_ identifier: String) -> UInt64 {
         modify(ExactIdentifier(identifier)) { entry in
@@ -518,15 +719,15 @@ final class CredentialsLedger: Sendable {
         }
     }
 
-    /// `identifier` signed out (from a controller, the registry or another instance): every write taken before
-    /// this point is fenced, a pending rotation is dropped, and the refresh in flight writes nothing.
+    /// `identifier` signed out (from ``signOut(_:remove:)``, or seen in the store: another instance removed the
+    /// record): every write taken before this point is fenced, a pending rotation is dropped, and the refresh in
+    /// flight writes nothing.
     func signedOut(identifier: String) {
         modify(ExactIdentifier(identifier)) { entry in
             entry.fence = Self.nextFence()
             entry.signedOut = true
             entry.unwritten = false
             entry.refused = nil
-            entry.revision = nil
         }
     }
 
@@ -540,6 +741,13 @@ final class CredentialsLedger: Sendable {
     }
 
     // MARK: - The write loop
+
+    /// Whether the write loop goes on after the fence changed under it: only for a rotation recorded under the new
+    /// fence that no controller holds (otherwise the loop ends here, and the last holder's release starts it again).
+    private static func keepsRetrying(_ entry: inout Entry) -> Bool {
+        entry.retrying = entry.unwritten && entry.holders == 0
+        return entry.retrying
+    }
 
     private func startLoopIfNeeded(_ entry: inout Entry) -> Bool {
         // While a controller holds the identifier, its gate retries its own failed writes.
@@ -558,32 +766,39 @@ final class CredentialsLedger: Sendable {
         let key = ExactIdentifier(identifier)
         var attempt = 1
         while true {
-            let schedule = entries.withLock { $0[key]?.schedule }
-            guard let schedule else {
+            let (schedule, fence) = entries.withLock { ($0[key]?.schedule, $0[key]?.fence) }
+            guard let schedule, let fence else {
                 modify(key) { $0.retrying = false }
                 return
             }
             let delay = schedule.policy.backoff(attempt: attempt, jitter: Double.random(in: 0...1))
             try? await schedule.clock.sleep(until: schedule.clock.nowSeconds() + delay)
-            let job = modify(key) { entry -> (StoredSession, UInt64, [String])? in
-                guard entry.unwritten, entry.holders == 0, let current = entry.current else {
-                    // Written, signed out, or held again (the holder's gate writes; its release restarts this).
-                    entry.retrying = false
-                    return nil
-                }
-                entry.writes += 1
-                return (current, entry.fence, entry.rotations.map(\.spent))
+            guard let turn = await enterWriteTurn(identifier, fence: fence) else {
+                // Signed out or in since: nothing of before is written. A rotation of the new session that nobody
+                // holds any more is written under the new fence (its holder's release found this loop running).
+                if !modify(key, Self.keepsRetrying) { return }
+                attempt += 1
+                continue
             }
-            guard let (session, fence, spent) = job else { return }
+            // Read in the turn, so what is written is the newest rotation.
+            let (job, handover) = modify(key) { entry -> ((StoredSession, [String])?, Handover) in
+                guard entry.unwritten, entry.holders == 0, let current = entry.current else {
+                    // Written, or held again (the holder's gate writes; its release restarts this).
+                    entry.retrying = false
+                    return (nil, handOver(&entry, from: turn))
+                }
+                return ((current, entry.rotations.filter(\.rotated).map(\.sent)), Handover())
+            }
+            handover.resume()
+            guard let (session, spent) = job else { return }
             var wrote = false
-            var newRevision: UInt64?
             do {
                 if let coordinatedStore {
                     // Conditional on the record this rotation replaces: one removed or rotated elsewhere stands.
                     let record = try await coordinatedStore.loadRevised(identifier: identifier)
                     guard let record, let token = record.session.credentials?.refreshToken, spent.contains(token)
                     else { throw UserSessionError(.revisionConflict, "the record changed elsewhere") }
-                    newRevision = try await coordinatedStore.save(
+                    _ = try await coordinatedStore.save(
                         session, identifier: identifier, expectedRevision: record.revision)
                 } else {
                     try await store.save(session, identifier: identifier)
@@ -592,25 +807,25 @@ final class CredentialsLedger: Sendable {
             } catch let error as UserSessionError where error.code == .revisionConflict {
                 // Another instance wrote a newer record (or removed it): that one stands.
                 modify(key) { entry in
-                    entry.writes -= 1
                     entry.unwritten = false
                     entry.retrying = false
-                }
+                    return handOver(&entry, from: turn)
+                }.resume()
                 return
             } catch {
                 wrote = false
             }
-            let landing = modify(key) { entry -> Landing in
-                entry.writes -= 1
-                if let newRevision { entry.revision = newRevision }
+            let (landing, handedOver) = modify(key) { entry -> (Landing, Handover) in
+                let handover = handOver(&entry, from: turn)
                 guard entry.fence == fence else {
-                    entry.retrying = false
-                    return wrote && entry.signedOut ? .removeAgain : .done
+                    _ = Self.keepsRetrying(&entry)
+                    return (wrote && entry.signedOut ? .removeAgain : .done, handover)
                 }
                 if wrote, let credentials = session.credentials { landed(&entry, credentials) }
                 if !entry.unwritten { entry.retrying = false }
-                return .done
+                return (.done, handover)
             }
+            handedOver.resume()
             if landing == .removeAgain { try? await store.remove(identifier: identifier) }
             let done = entries.withLock { entries in !(entries[key]?.retrying ?? false) }
             if done { return }

@@ -690,7 +690,7 @@ extension RefreshStateMachine {
             let session = target(newCredentials, version: persistence.version + 1)
             return (.holding(ticket: holder, session: session, orphan: nil), .none)
         }
-        // Fenced per identifier by the ledger (``CredentialsLedger/writeBegins(_:fence:)``), not by this machine's
+        // Fenced per identifier by the ledger (``CredentialsLedger/enterWriteTurn(_:fence:reserved:)``), not by this machine's
         // epoch: a clear of another identifier in this controller must not drop this user's rotation.
         guard let orphan = orphans.removeValue(forKey: flightID) else {
             return (.holding(ticket: holder, session: nil, orphan: nil), .none)
@@ -900,7 +900,7 @@ extension RefreshStateMachine {
     /// (``slotAbandoned()``), it landed out of order: when it is the active session's record and a newer session of
     /// the identifier (or a clear) came since, the session's newest credentials are written again, now. A late
     /// write of a record the session does not own is the ledger's to repair: it knows whether that identifier
-    /// signed out since (``CredentialsLedger/writeFinished(_:fence:wrote:revision:schedule:)``).
+    /// signed out since (``CredentialsLedger/writeFinished(_:fence:wrote:schedule:turn:)``).
     mutating func writeReturned(_ target: PersistTarget, ticket: UInt64, now: Double) -> Actions {
         guard slot.finishWrite(ticket: ticket) else { return .none }
         let ownsRecord = active && ExactIdentifier.areEqual(identifier, target.identifier)

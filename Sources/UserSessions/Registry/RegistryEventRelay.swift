@@ -6,11 +6,15 @@
 /// the first subscriber starts them and the last one leaving stops them. A forwarder subscribes to its controller
 /// synchronously when it is started, so no event emitted after that is missed.
 ///
-/// Ordering across subscribers: an event is recorded as its controller's latest and yielded to every subscriber in
-/// one critical section, and a new subscriber's opening snapshot is taken in one too, so every subscriber sees, per
-/// controller, a `.current` element first and then every later event once. `yield` only stores the element, so no
-/// consumer code runs under the lock; streams are finished (which runs their termination handlers, which take the
-/// lock) only after it is released.
+/// Ordering across subscribers: an event is recorded as its controller's latest in one critical section, and a new
+/// subscriber's opening snapshot is taken in one too; a subscriber whose snapshot is still being handed over keeps the
+/// events that arrive meanwhile in its slot, in order, and hands them over after it. So every subscriber sees, per
+/// controller, a `.current` element first and then every later event once.
+///
+/// Nothing runs under the lock but its bookkeeping: elements are yielded to the streams, forwarders subscribe to
+/// their controllers and their tasks start, and streams are finished (which runs their termination handlers, which
+/// take the lock) only after it is released. A forwarder is reserved under the lock and started after it; one whose
+/// reservation was withdrawn meanwhile (the last subscriber left) is cancelled as soon as it is made.
 final class RegistryEventRelay: Sendable {
     private struct Attached {
         let identifier: String
@@ -19,12 +23,23 @@ final class RegistryEventRelay: Sendable {
 
     private struct Forwarder {
         let id: UInt64
-        let task: Task<Void, Never>
+        /// `nil` between its reservation and its start.
+        var task: Task<Void, Never>?
     }
 
+    /// A forwarder reserved under the lock, to start after it.
+    private struct Reservation {
+        let entryID: UInt64
+        let forwarderID: UInt64
+        let attached: Attached
+    }
+
+    private typealias Continuation = AsyncStream<UserSessionRegistry.Event>.Continuation
+
     private enum Slot {
-        case pending
-        case active(AsyncStream<UserSessionRegistry.Event>.Continuation)
+        /// Registered; its opening snapshot is being handed over. Events that arrive meanwhile wait here, in order.
+        case opening([UserSessionRegistry.Event])
+        case active(Continuation)
     }
 
     private struct State {
@@ -36,6 +51,34 @@ final class RegistryEventRelay: Sendable {
         var nextSlotID = 0
         var nextForwarderID: UInt64 = 0
         var finished = false
+
+        /// Reserves a forwarder for `entryID`'s controller (started by the caller after the lock is released).
+        mutating func reserveForwarder(_ entryID: UInt64) -> Reservation? {
+            guard let attached = attached[entryID] else { return nil }
+            nextForwarderID += 1
+            forwarders[entryID] = Forwarder(id: nextForwarderID, task: nil)
+            return Reservation(entryID: entryID, forwarderID: nextForwarderID, attached: attached)
+        }
+
+        /// Hands `event` to every subscriber: the active ones are returned (the caller yields to them after the lock
+        /// is released), the ones still opening keep it in their slots.
+        mutating func deliver(_ event: UserSessionRegistry.Event) -> [Continuation] {
+            var active: [Continuation] = []
+            var opening: [Int] = []
+            for (id, slot) in slots {
+                switch slot {
+                case .active(let continuation): active.append(continuation)
+                case .opening: opening.append(id)
+                }
+            }
+            for id in opening {
+                if case .opening(var waiting) = slots[id] {
+                    waiting.append(event)
+                    slots[id] = .opening(waiting)
+                }
+            }
+            return active
+        }
     }
 
     private let state = Locked(State())
@@ -45,12 +88,13 @@ final class RegistryEventRelay: Sendable {
         self.controllerBufferSize = max(1, controllerBufferSize)
     }
 
-    /// Starts relaying the events of `controller`, held under `entryID`.
+    /// Starts relaying the events of `controller`, held under `entryID`. Called with no lock held.
     func attach(_ controller: UserSessionController, identifier: String, entryID: UInt64) {
-        state.withLock { state in
+        let reservation = state.withLock { state -> Reservation? in
             state.attached[entryID] = Attached(identifier: identifier, controller: controller)
-            if !state.slots.isEmpty { startForwarder(entryID, in: &state) }
+            return state.slots.isEmpty ? nil : state.reserveForwarder(entryID)
         }
+        if let reservation { start(reservation) }
     }
 
     /// Stops offering `entryID`'s controller to new subscribers. Its forwarder, if any, still forwards what the
@@ -66,7 +110,7 @@ final class RegistryEventRelay: Sendable {
         let id: Int? = state.withLock { state in
             guard !state.finished else { return nil }
             state.nextSlotID += 1
-            state.slots[state.nextSlotID] = .pending
+            state.slots[state.nextSlotID] = .opening([])
             return state.nextSlotID
         }
         guard let id else {
@@ -75,34 +119,58 @@ final class RegistryEventRelay: Sendable {
         }
         // Installed before the continuation is reachable, so an early termination leaves no slot behind.
         continuation.onTermination = { [weak self] _ in self?.removeSlot(id) }
-        let registered = state.withLock { state -> Bool in
-            guard case .pending = state.slots[id] else { return false }
-            state.slots[id] = .active(continuation)
+        let opening = state.withLock { state -> (snapshot: [UserSessionRegistry.Event], starts: [Reservation])? in
+            guard state.slots[id] != nil else { return nil }
+            var starts: [Reservation] = []
             for entryID in state.attached.keys where state.forwarders[entryID] == nil {
-                startForwarder(entryID, in: &state)
+                if let reservation = state.reserveForwarder(entryID) { starts.append(reservation) }
             }
-            for event in state.latest.values.sorted(by: {
+            let snapshot = state.latest.values.sorted {
                 $0.identifier.utf8.lexicographicallyPrecedes($1.identifier.utf8)
-            }) {
-                let snapshot = UserSessionEvent(
-                    kind: .current, session: event.event.session, sequence: event.event.sequence)
-                continuation.yield(UserSessionRegistry.Event(identifier: event.identifier, event: snapshot))
+            }.map { event in
+                UserSessionRegistry.Event(
+                    identifier: event.identifier,
+                    event: UserSessionEvent(
+                        kind: .current, session: event.event.session, sequence: event.event.sequence))
             }
-            return true
+            return (snapshot, starts)
         }
-        if !registered { continuation.finish() }
+        guard let opening else {
+            continuation.finish()
+            return stream
+        }
+        for reservation in opening.starts { start(reservation) }
+        for element in opening.snapshot { continuation.yield(element) }
+        handOverWhatArrivedMeanwhile(id, continuation)
         return stream
+    }
+
+    /// Yields the events that arrived while subscriber `id` was opening, until none is left; then the subscriber is
+    /// active. A subscriber whose slot is gone (the relay finished) is finished here.
+    private func handOverWhatArrivedMeanwhile(_ id: Int, _ continuation: Continuation) {
+        while true {
+            let waiting = state.withLock { state -> [UserSessionRegistry.Event]? in
+                guard case .opening(let waiting) = state.slots[id] else { return nil }
+                state.slots[id] = waiting.isEmpty ? .active(continuation) : .opening([])
+                return waiting
+            }
+            guard let waiting else {
+                continuation.finish()
+                return
+            }
+            if waiting.isEmpty { return }
+            for event in waiting { continuation.yield(event) }
+        }
     }
 
     /// Hands `event`, which no held controller emitted (the registry's own, such as a failed revocation for a user
     /// without a controller), to every subscriber. It is not kept for the snapshots of later subscribers.
     func publish(_ event: UserSessionRegistry.Event) {
-        state.withLock { state in
-            guard !state.finished else { return }
-            for slot in state.slots.values {
-                if case .active(let continuation) = slot { continuation.yield(event) }
-            }
+        let active = state.withLock { state -> [Continuation] in
+            guard !state.finished else { return [] }
+            return state.deliver(event)
         }
+        for continuation in active { continuation.yield(event) }
     }
 
     /// Waits until every forwarder has handed on its controller's last event (the registry shut every controller
@@ -110,10 +178,10 @@ final class RegistryEventRelay: Sendable {
     func finish() async {
         let forwarders = state.withLock { state -> [Task<Void, Never>] in
             state.finished = true
-            return state.forwarders.values.map(\.task)
+            return state.forwarders.values.compactMap(\.task)
         }
         for forwarder in forwarders { await forwarder.value }
-        let continuations = state.withLock { state -> [AsyncStream<UserSessionRegistry.Event>.Continuation] in
+        let continuations = state.withLock { state -> [Continuation] in
             defer { state.slots.removeAll() }
             return state.slots.values.compactMap { slot in
                 if case .active(let continuation) = slot { return continuation }
@@ -123,30 +191,33 @@ final class RegistryEventRelay: Sendable {
         for continuation in continuations { continuation.finish() }
     }
 
-    private func startForwarder(_ entryID: UInt64, in state: inout State) {
-        guard let attached = state.attached[entryID] else { return }
-        state.nextForwarderID += 1
-        let forwarderID = state.nextForwarderID
-        // Subscribed here, synchronously, so nothing the controller emits from now on is missed.
-        let events = attached.controller.events(bufferSize: controllerBufferSize)
-        let identifier = attached.identifier
+    /// Subscribes to the reserved forwarder's controller and starts the task that forwards its events; cancels it
+    /// when the reservation was withdrawn meanwhile.
+    private func start(_ reservation: Reservation) {
+        let events = reservation.attached.controller.events(bufferSize: controllerBufferSize)
+        let (identifier, entryID, forwarderID) =
+            (reservation.attached.identifier, reservation.entryID, reservation.forwarderID)
         let task = Task { [weak self] in
             for await event in events {
                 self?.forward(UserSessionRegistry.Event(identifier: identifier, event: event), entryID, forwarderID)
             }
             self?.forwarderEnded(entryID, forwarderID)
         }
-        state.forwarders[entryID] = Forwarder(id: forwarderID, task: task)
+        let kept = state.withLock { state -> Bool in
+            guard state.forwarders[entryID]?.id == forwarderID else { return false }
+            state.forwarders[entryID]?.task = task
+            return true
+        }
+        if !kept { task.cancel() }
     }
 
     private func forward(_ event: UserSessionRegistry.Event, _ entryID: UInt64, _ forwarderID: UInt64) {
-        state.withLock { state in
-            guard state.forwarders[entryID]?.id == forwarderID else { return }
+        let active = state.withLock { state -> [Continuation] in
+            guard state.forwarders[entryID]?.id == forwarderID else { return [] }
             state.latest[entryID] = event
-            for slot in state.slots.values {
-                if case .active(let continuation) = slot { continuation.yield(event) }
-            }
+            return state.deliver(event)
         }
+        for continuation in active { continuation.yield(event) }
     }
 
     private func forwarderEnded(_ entryID: UInt64, _ forwarderID: UInt64) {
@@ -165,7 +236,7 @@ final class RegistryEventRelay: Sendable {
                 state.forwarders.removeAll()
                 state.latest.removeAll()
             }
-            return state.forwarders.values.map(\.task)
+            return state.forwarders.values.compactMap(\.task)
         }
         for task in stopped { task.cancel() }
     }

@@ -1,0 +1,109 @@
+#if Sealing
+import Foundation
+import Testing
+import UserSessionsSealing
+import UserSessionsTestSupport
+
+@testable import UserSessions
+
+/// Seam 1 of issue 25: a reseal of this process is a write like any other, so it goes through the ledger of the
+/// sealed store (in the identifier's write turn) and never writes a record back over a refresh that committed
+/// after it read the record.
+struct SealedResealSeamTests {
+    /// An in-memory base store whose next load of an identifier can be held after it read the record.
+    final class HeldLoadStore: TokenStore {
+        let base = InMemoryTokenStore()
+        private let held = Locked<[String: CheckedContinuation<Void, Never>?]>([:])
+        private let arrived = Locked(false)
+
+        init() {}
+
+        /// The next load of `identifier` stops after reading until ``letGo(_:)``.
+        func holdNextLoad(of identifier: String) { held.withLock { $0[identifier] = .some(nil) } }
+        var loadIsHeld: Bool { arrived.withLock { $0 } }
+
+        func letGo(_ identifier: String) {
+            let waiting = held.withLock { $0.removeValue(forKey: identifier) }
+            if let waiting, let waiting { waiting.resume() }
+        }
+
+        func load(identifier: String) async throws -> StoredSession? {
+            let stored = try await base.load(identifier: identifier)
+            let hold = held.withLock { $0[identifier] != nil }
+            if hold {
+                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                    held.withLock { $0[identifier] = .some(continuation) }
+                    arrived.withLock { $0 = true }
+                }
+            }
+            return stored
+        }
+        func save(_ session: StoredSession, identifier: String) async throws {
+            try await base.save(session, identifier: identifier)
+        }
+        func remove(identifier: String) async throws { try await base.remove(identifier: identifier) }
+        func loadCurrentIdentifier() async throws -> String? { try await base.loadCurrentIdentifier() }
+        func saveCurrentIdentifier(_ identifier: String?) async throws {
+            try await base.saveCurrentIdentifier(identifier)
+        }
+        func storedIdentifiers() async throws -> [String] { try await base.storedIdentifiers() }
+    }
+
+    final class Flag: Sendable {
+        private let raised = Locked(false)
+
+        init() {}
+
+        func raise() { raised.withLock { $0 = true } }
+        var isRaised: Bool { raised.withLock { $0 } }
+    }
+
+    /// Rotates `rt-n` into `at-(n+1)`/`rt-(n+1)`.
+    final class Rotator: TokenRefresher {
+        let presented = Locked<[String]>([])
+
+        init() {}
+
+        func refresh(_ credentials: Credentials) async throws -> Credentials {
+            let token = credentials.refreshToken ?? ""
+            presented.withLock { $0.append(token) }
+            let next = (Int(token.dropFirst(3)) ?? 0) + 1
+            return Credentials(
+                accessToken: "at-\(next)", refreshToken: "rt-\(next)", expiresAt: Date().addingTimeInterval(3600),
+                lastRefreshedAt: Date(), source: .refresh)
+        }
+    }
+
+    @Test func aResealOverAPlainStoreNeverWritesBackARecordARefreshReplacedMeanwhile() async throws {
+        let base = HeldLoadStore()
+        let old = SealedTokenStore(base: base, keyRing: try SealingFixtures.ringA(), namespace: "tests")
+        let alice = StoredSession(
+            userInfo: UserInfo(id: "alice"),
+            credentials: Credentials(
+                accessToken: "at-0", refreshToken: "rt-0", expiresAt: Date().addingTimeInterval(3600),
+                source: .signIn))
+        try await old.save(alice, identifier: "alice")
+        let sealed = SealedTokenStore(base: base, keyRing: try SealingFixtures.ringBA(), namespace: "tests")
+        let controller = UserSessionController(store: sealed, refresher: Rotator())
+        _ = try await controller.restore(identifier: "alice")
+
+        // The reseal reads the record sealed with key A and is held before it writes it back.
+        base.holdNextLoad(of: "alice")
+        let reseal = Task { try await sealed.resealAll() }
+        while !base.loadIsHeld { await Task.yield() }
+        let done = Flag()
+        let refresh = Task {
+            defer { done.raise() }
+            return try await controller.refreshCredentials()
+        }
+        let ledger = CredentialsLedger.shared(for: sealed)
+        while !done.isRaised && ledger.writersWaiting("alice") == 0 { await Task.yield() }
+        base.letGo("alice")
+        #expect(try await refresh.value.refreshToken == "rt-1")
+        _ = try await reseal.value
+
+        #expect(try await sealed.load(identifier: "alice")?.credentials?.refreshToken == "rt-1")
+        await controller.close()
+    }
+}
+#endif

@@ -1,0 +1,175 @@
+import Foundation
+import Testing
+import UserSessionsTestSupport
+
+@testable import UserSessions
+
+/// The seams issue 25 found between the gate and the ledger (seam 1, a reseal, is in the sealing tests): every write
+/// for an identifier passes the ledger's fence in the identifier's write turn, a sign-in changes the fence exactly
+/// as a sign-out does, a sign-out that failed loses nothing, and whoever holds credentials older than the ledger's
+/// adopts them, rotated or not. Ordered by gates held inside the store, arrival counters and a manual clock.
+struct LedgerOneOwnerSeamTests {
+    struct Bench {
+        let time = ManualTime()
+        let server: TokenFamilyServer
+        let store = GatedStore()
+        let configuration: UserSessionController.Configuration
+
+        init() {
+            let time = self.time
+            server = TokenFamilyServer(now: { time.now })
+            configuration = UserSessionController.Configuration(storeTimeout: .milliseconds(500), clock: time.clock)
+        }
+
+        func controller() -> UserSessionController {
+            UserSessionController(store: store, refresher: server, configuration: configuration)
+        }
+
+        var ledger: CredentialsLedger { CredentialsLedger.shared(for: store) }
+
+        /// Moves the clock 61 s (past any retry's backoff) each time a timer starts sleeping, while `waiting` holds.
+        /// Never more often: a loop that advanced on every yield would, on a slow run, carry the clock past the
+        /// access token's lifetime and cause a refresh the test does not expect.
+        func advanceTimers(while waiting: () -> Bool) async throws {
+            var seen = 0
+            while waiting() {
+                let started = time.sleeps.count
+                if started > seen {
+                    seen = started
+                    time.advance(by: 61)
+                }
+                await Task.yield()
+            }
+        }
+
+        /// Waits until `task` finished, or until a write of `identifier` waits for the identifier's write turn (held
+        /// by a store call the test holds): the two orders a late write can take.
+        func waitUntilDoneOrQueued<T: Sendable>(_ task: Task<T, any Error>, done: ArrivalCounter, _ identifier: String)
+            async throws
+        {
+            let ledger = self.ledger
+            try await withHangGuard("the call returns or waits for the write turn") {
+                while done.count == 0 && ledger.writersWaiting(identifier) == 0 { await Task.yield() }
+            }
+        }
+    }
+
+    // MARK: 2. A refusal recorded while the user signs in again
+
+    @Test func aRefusalRecordedWhileTheUserSignsInAgainElsewhereDoesNotOverwriteTheSignIn() async throws {
+        let bench = Bench()
+        let first = bench.controller()
+        _ = try await first.open(bench.server.signIn("alice", expiresIn: 10))
+        // The refusal's load reads the old record and is held there; its save comes after.
+        let load = bench.store.holdNextLoad(of: "alice")
+        bench.server.revoke("alice")
+        let refused = Task { try await first.accessToken() }
+        await bench.store.loadsHeld.wait(for: 1)
+
+        // The refusal holds the identifier's write turn from before its load: the sign-in, whenever it comes, writes
+        // after the refusal's save. (Before the turn, the sign-in landed first and the refusal's save over it.)
+        let signIn = Task { try await bench.controller().open(bench.server.signIn("alice", expiresIn: 3600)) }
+        #expect(bench.ledger.hasPendingWork("alice"))
+        load.open()
+        _ = try await signIn.value
+        // The refused controller fails, or (when its look at the store after the refusal comes after the sign-in
+        // landed) adopts the new sign-in's credentials as a replacement made elsewhere: never the refused ones.
+        switch await refused.result {
+        case .success(let token): #expect(token == "alice~1/at-0")
+        case .failure(let error): #expect((error as? UserSessionError)?.code == .refreshFailed)
+        }
+
+        let stored = try #require(await bench.store.stored("alice"))
+        #expect(stored.credentials?.refreshToken == "alice~1/rt-0")
+        #expect(!stored.refreshTokenRefused)
+        let elsewhere = UserSessionController(
+            store: PlainTokenStore(bench.store.base), refresher: bench.server, configuration: bench.configuration)
+        _ = try await elsewhere.restore(identifier: "alice")
+        #expect(try await elsewhere.accessToken() == "alice~1/at-0")
+    }
+
+    // MARK: 3. A late retry after a sign-out and a sign-in
+
+    @Test func aRetryThatLandsAfterASignOutAndASignInDoesNotReplaceTheSignIn() async throws {
+        let bench = Bench()
+        let registry = try UserSessionRegistry(
+            store: bench.store, refresher: bench.server, configuration: bench.configuration,
+            maximumOpenSessions: nil, idleTimeout: nil)
+        let alice = try await registry.open(bench.server.signIn("alice", expiresIn: 10))
+        bench.store.failWrites(true)
+        #expect(try await alice.accessToken() == "alice/at-1")
+        await registry.close(identifier: "alice")
+        #expect(bench.ledger.hasPendingWork("alice"))
+        // The store is back; the ledger's retry reaches it and is held before it writes.
+        bench.store.failWrites(false)
+        let save = bench.store.holdNextSave(of: "alice")
+        try await withHangGuard("the ledger's retry reaches the store") {
+            try await bench.advanceTimers { bench.store.savesHeld.count < 1 }
+        }
+
+        let done = ArrivalCounter()
+        let signOutAndIn = Task {
+            defer { done.arrive() }
+            try await registry.closeAndClear(identifier: "alice")
+            return try await registry.open(bench.server.signIn("alice", expiresIn: 3600))
+        }
+        try await bench.waitUntilDoneOrQueued(signOutAndIn, done: done, "alice")
+        save.open()
+        let again = try await signOutAndIn.value
+        let ledger = bench.ledger
+        try await withHangGuard("the late retry is over") {
+            while ledger.hasPendingWork("alice") { await Task.yield() }
+        }
+
+        #expect(await bench.store.stored("alice")?.credentials?.refreshToken == "alice~1/rt-0")
+        #expect(try await again.accessToken() == "alice~1/at-0")
+        #expect(bench.server.reuses == 0)
+    }
+
+    // MARK: 4. A sign-out that failed
+
+    @Test func aSignOutTheStoreRefusedLosesNoRotation() async throws {
+        let bench = Bench()
+        let controller = bench.controller()
+        _ = try await controller.open(bench.server.signIn("alice", expiresIn: 10))
+        bench.store.failWrites(true)
+        bench.store.failRemoves(true)
+        #expect(try await controller.accessToken() == "alice/at-1")
+        await #expect(throws: UserSessionError(.storeFailure, "")) { try await controller.closeAndClear() }
+        // Still signed in: the store holds her record, and the rotation it has not taken reaches it once it is back.
+        bench.store.failWrites(false)
+        bench.store.failRemoves(false)
+        let ledger = bench.ledger
+        try await withHangGuard("the ledger lets alice go") {
+            try await bench.advanceTimers { ledger.entryCount > 0 }
+        }
+
+        #expect(await bench.store.stored("alice")?.credentials?.refreshToken == "alice/rt-1")
+        let restarted = bench.controller()
+        _ = try? await restarted.restore(identifier: "alice")
+        #expect((try? await restarted.accessToken()) == "alice/at-1")
+        #expect(bench.server.calls == 1)
+        #expect(bench.server.reuses == 0)
+    }
+
+    // MARK: 5. A server that does not rotate refresh tokens
+
+    @Test func twoControllersOfOneStoreRefreshOncePerExpiryAgainstAServerThatDoesNotRotate() async throws {
+        let time = ManualTime()
+        let server = NonRotatingServer(now: { time.now })
+        let store = InMemoryTokenStore()
+        let configuration = UserSessionController.Configuration(storeTimeout: .milliseconds(500), clock: time.clock)
+        let first = UserSessionController(store: store, refresher: server, configuration: configuration)
+        let second = UserSessionController(store: store, refresher: server, configuration: configuration)
+        _ = try await first.open(server.signIn("alice", expiresIn: 3600))
+        _ = try await second.restore(identifier: "alice")
+        #expect(try await second.accessToken() == "alice/at-0")
+
+        // Both reach the lead time; the first refreshes, and a second later the other asks.
+        time.advance(by: 3595)
+        #expect(try await first.accessToken() == "alice/at-1")
+        time.advance(by: 1)
+        #expect(try await second.accessToken() == "alice/at-1")
+        #expect(server.calls == 1)
+    }
+}

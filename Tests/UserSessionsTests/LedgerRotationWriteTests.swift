@@ -1,0 +1,149 @@
+import Foundation
+import Testing
+
+@testable import UserSessions
+
+/// The write of a rotation a refresh's leader recorded in the ledger: it stays unwritten (and the entry alive) until a
+/// write in the identifier's write turn lands it, and a fence change after the refresher returned (a sign-out or a
+/// sign-in) refuses that write on its way into the turn.
+struct LedgerRotationWriteTests {
+    static let user = UserInfo(id: "alice")
+    static let sent = Credentials(accessToken: "at-0", refreshToken: "rt-0", expiresAt: nil)
+    static let rotated = Credentials(accessToken: "at-1", refreshToken: "rt-1", expiresAt: nil)
+
+    /// Leads a refresh of alice's `rt-0` under `fence` that returns `rt-1`; `during` runs while the refresher is
+    /// "at the server".
+    func refresh(_ ledger: CredentialsLedger, fence: UInt64, during: () -> Void = {}) async {
+        let result = await ledger.refresh(
+            identifier: "alice", userInfo: Self.user, credentials: Self.sent, fence: fence
+        ) {
+            during()
+            return .success(Self.rotated)
+        }
+        #expect((try? result.get()) == Self.rotated)
+    }
+
+    @Test func aRecordedRotationIsPendingUntilAWriteInTheTurnLandsIt() async throws {
+        let ledger = CredentialsLedger(store: InMemoryTokenStore())
+        let fence = ledger.hold("alice")
+        await refresh(ledger, fence: fence)
+        // Unwritten: pending until a write lands it.
+        #expect(ledger.hasPendingWork("alice"))
+        let turn = try #require(await ledger.enterWriteTurn("alice", fence: fence))
+        #expect(ledger.writeFinished("alice", fence: fence, wrote: Self.rotated, turn: turn) == .done)
+        #expect(!ledger.hasPendingWork("alice"))
+        ledger.release("alice")
+        #expect(ledger.entryCount == 0)
+    }
+
+    /// What changes the fence after the refresher returned: a sign-out (from anywhere) or a new sign-in.
+    enum FenceChange: CaseIterable, Sendable {
+        case signedOut, signedIn
+
+        func apply(to ledger: CredentialsLedger) {
+            switch self {
+            case .signedOut: ledger.signedOut(identifier: "alice")
+            case .signedIn: ledger.signedIn("alice")
+            }
+        }
+    }
+
+    @Test(arguments: FenceChange.allCases)
+    func aFenceChangeAfterTheRefresherReturnedRefusesTheWriteAndLeavesNothingPending(_ change: FenceChange)
+        async throws
+    {
+        let ledger = CredentialsLedger(store: InMemoryTokenStore())
+        let fence = ledger.hold("alice")
+        await refresh(ledger, fence: fence)
+        change.apply(to: ledger)
+        #expect(await ledger.enterWriteTurn("alice", fence: fence) == nil)
+        #expect(!ledger.hasPendingWork("alice"))
+        ledger.release("alice")
+        #expect(ledger.entryCount == 0)
+    }
+
+    @Test func aRotationItsLeaderDidNotWriteIsNotLost() async throws {
+        let ledger = CredentialsLedger(store: InMemoryTokenStore())
+        let fence = ledger.hold("alice")
+        await refresh(ledger, fence: fence)
+        // Still unwritten, so still pending, and a restore reading the spent token gets the rotation.
+        #expect(ledger.hasPendingWork("alice"))
+        let stored = StoredSession(userInfo: Self.user, credentials: Self.sent)
+        let (read, adopted) = try ledger.readThrough(stored, identifier: "alice")
+        #expect(adopted)
+        #expect(read.credentials == Self.rotated)
+        // Any writer under the fence may write it.
+        let turn = try #require(await ledger.enterWriteTurn("alice", fence: fence))
+        #expect(ledger.writeFinished("alice", fence: fence, wrote: Self.rotated, turn: turn) == .done)
+        ledger.release("alice")
+        #expect(ledger.entryCount == 0)
+    }
+
+    @Test func aRefreshWhoseUserSignedOutWhileItWasInFlightLeavesNothingToWrite() async throws {
+        let ledger = CredentialsLedger(store: InMemoryTokenStore())
+        let fence = ledger.hold("alice")
+        await refresh(ledger, fence: fence) { ledger.signedOut(identifier: "alice") }
+        // Nothing is written for a signed-out user, but the spent token is never presented again.
+        #expect(!ledger.hasPendingWork("alice"))
+        let stored = StoredSession(userInfo: Self.user, credentials: Self.sent)
+        #expect(try ledger.readThrough(stored, identifier: "alice").session.credentials == Self.rotated)
+        ledger.release("alice")
+    }
+
+    /// Writes of one identifier take the turn one at a time, in arrival order; a waiting write whose fence changed
+    /// meanwhile is refused when its turn comes.
+    @Test func writesTakeTheTurnInArrivalOrderAndAFencedWaiterIsRefused() async throws {
+        let ledger = CredentialsLedger(store: InMemoryTokenStore())
+        let fence = ledger.hold("alice")
+        let first = try #require(await ledger.enterWriteTurn("alice", fence: fence))
+        let fenced = Task { await ledger.enterWriteTurn("alice", fence: fence) }
+        try await withHangGuard("the fenced write queues") {
+            while ledger.writersWaiting("alice") < 1 { await Task.yield() }
+        }
+        let unconditional = Task { await ledger.enterWriteTurn("alice", fence: nil) }
+        try await withHangGuard("the unconditional write queues") {
+            while ledger.writersWaiting("alice") < 2 { await Task.yield() }
+        }
+        ledger.signedOut(identifier: "alice")
+        ledger.leaveWriteTurn("alice", token: first)
+        #expect(await fenced.value == nil)
+        let next = try #require(await unconditional.value)
+        #expect(ledger.hasPendingWork("alice"))
+        ledger.leaveWriteTurn("alice", token: next)
+        #expect(!ledger.hasPendingWork("alice"))
+        ledger.release("alice")
+        #expect(ledger.entryCount == 0)
+    }
+
+    /// Credentials older than a refresh the server refused (a store that lags behind a write it failed, read back
+    /// as a "replacement") get the refusal, never that refresh's result: found by the secrets test, whose refresh
+    /// after a failed write presented the stored credentials again and was handed expired credentials as fresh.
+    @Test func credentialsOlderThanARefusedRefreshGetTheRefusalNotItsResult() async throws {
+        let ledger = CredentialsLedger(store: InMemoryTokenStore())
+        let fence = ledger.hold("alice")
+        await refresh(ledger, fence: fence)
+        var asked = 0
+        let refused = await ledger.refresh(
+            identifier: "alice", userInfo: Self.user, credentials: Self.rotated, fence: fence
+        ) {
+            asked += 1
+            return .failure(UserSessionError(.refreshFailed, "invalid_grant", failureClass: .terminal))
+        }
+        #expect(refused.errorCode == .refreshFailed)
+        #expect(asked == 1)
+
+        let older = await ledger.refresh(
+            identifier: "alice", userInfo: Self.user, credentials: Self.sent, fence: fence
+        ) {
+            asked += 1
+            return .success(Self.rotated)
+        }
+        #expect(older.errorCode == .refreshTokenRefused)
+        #expect(asked == 1, "nothing is sent for credentials whose newest refresh was refused")
+        let stored = StoredSession(userInfo: Self.user, credentials: Self.sent)
+        #expect(throws: UserSessionError(.refreshTokenRefused, "")) {
+            try ledger.readThrough(stored, identifier: "alice")
+        }
+        ledger.release("alice")
+    }
+}
