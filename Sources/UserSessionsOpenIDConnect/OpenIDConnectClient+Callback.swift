@@ -149,6 +149,7 @@ extension OpenIDConnectClient {
         let secrets = [code, pending.codeVerifier] + [configuration.clientAuthentication.secret].compactMap { $0 }
         let sentAt = now
         let body: Data
+        var providerErrorCode: String?
         do {
             let refresher = try OAuth2TokenRefresher(
                 tokenEndpoint: metadata.tokenEndpoint, clientAuthentication: configuration.clientAuthentication,
@@ -160,6 +161,7 @@ extension OpenIDConnectClient {
             let response = try await refresher.post(
                 fields, to: metadata.tokenEndpoint, through: refresher.tokenClient, failureCode: .refreshFailed)
             guard (200..<300).contains(response.statusCode) else {
+                providerErrorCode = Self.providerErrorCode(inBody: response.body)
                 throw OAuth2TokenResponse.failure(
                     status: response.statusCode, body: response.body, secrets: secrets,
                     endpoint: "the token endpoint", code: .refreshFailed)
@@ -168,7 +170,7 @@ extension OpenIDConnectClient {
         } catch let error as UserSessionError {
             throw OpenIDConnectError(
                 .tokenExchangeFailed, "the code exchange failed: \(error.message)", failureClass: error.failureClass,
-                providerErrorCode: Self.providerErrorCode(in: error.message))
+                providerErrorCode: providerErrorCode ?? Self.providerErrorCode(in: error.message))
         } catch {
             throw OpenIDConnectError(
                 .tokenExchangeFailed, "the code exchange failed (\(type(of: error)))", failureClass: .transient)
@@ -312,6 +314,14 @@ extension OpenIDConnectClient {
         }
         let text = String(String.UnicodeScalarView(safe.prefix(64)))
         return text.isEmpty ? "unknown" : text
+    }
+
+    /// The `error` of an RFC 6749 §5.2 error body, as ``safeErrorCode(_:)`` shows it; `nil` when the body is none.
+    static func providerErrorCode(inBody body: Data) -> String? {
+        guard let object = try? JSONObject.parse(body, what: "the error", code: .tokenExchangeFailed),
+            let code = object["error"] as? String, !code.isEmpty
+        else { return nil }
+        return safeErrorCode(code)
     }
 
     /// The OAuth error code in a token-endpoint failure message ("…: invalid_grant (…)"), if any.
