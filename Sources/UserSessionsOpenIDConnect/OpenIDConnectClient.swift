@@ -51,7 +51,8 @@ public final class OpenIDConnectClient: Sendable {
     ///   - transport: The HTTP transport; default a `URLSessionHTTPTransport`.
     ///   - clock: The clock of every expiry check. Default `SessionClock/system`.
     /// - Throws: ``OpenIDConnectError/Code/invalidConfiguration`` for a configuration ``OpenIDConnectConfiguration/validate()``
-    ///   refuses or an issuer that is not HTTPS (or HTTP on a loopback host).
+    ///   refuses, an issuer that is not HTTPS (or HTTP on a loopback host), or `private_key_jwt` assertions addressed
+    ///   to another issuer (`ClientAssertionAudience.issuer(_:)` must name this one exactly).
     public convenience init(
         issuer: URL, configuration: OpenIDConnectConfiguration,
         stateStore: any OpenIDConnectStateStore = InMemoryOpenIDConnectStateStore(),
@@ -86,6 +87,15 @@ public final class OpenIDConnectClient: Sendable {
         transport: (any HTTPTransport)?, clock: SessionClock
     ) throws(OpenIDConnectError) {
         try configuration.validate()
+        if case .privateKeyJWT(_, .issuer(let audience), _) = configuration.clientAuthentication,
+            !audience.utf8.elementsEqual(issuer.utf8)
+        {
+            // An assertion addressed to another issuer would be refused at every request; say so now.
+            throw OpenIDConnectError(
+                .invalidConfiguration,
+                "the client assertions are addressed to \(audience), not to the issuer \(issuer)",
+                failureClass: .misconfiguration)
+        }
         for url in [discoveryURL, metadata?.tokenEndpoint, metadata?.jwksURI].compactMap({ $0 }) {
             do {
                 try SecureEndpoint.check(url, describedAs: "an endpoint of the provider")

@@ -116,6 +116,15 @@ struct PrivateKeyJWTTests {
         }
     }
 
+    @Test func assertionsAddressedToAnotherIssuerAreRefusedAtConfiguration() async throws {
+        try await OpenIDProviderFixture.with { provider in
+            let signer = try await provider.usePrivateKeyJWT(for: "example-app")
+            #expect(throws: OpenIDConnectError.self) {
+                _ = try client(provider, signer: signer, audience: .issuer(provider.issuer.absoluteString + "/"))
+            }
+        }
+    }
+
     @Test func theKeyIsInNoDescription() async throws {
         try await OpenIDProviderFixture.with { provider in
             let answer = try await provider.control("/control/client-key", ["client": "web-app", "alg": "ES256"])
