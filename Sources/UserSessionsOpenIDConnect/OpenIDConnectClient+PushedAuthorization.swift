@@ -46,32 +46,9 @@ extension OpenIDConnectClient {
         case .clientSecretBasic: fields = parameters
         default: fields = parameters.filter { $0.0 != "client_id" }
         }
-        let body: Data
-        var providerErrorCode: String?
-        do {
-            let refresher = try OAuth2TokenRefresher(
-                tokenEndpoint: metadata.tokenEndpoint, clientAuthentication: configuration.clientAuthentication,
-                requestTimeout: configuration.requestTimeout, clock: clock, transport: transport)
-            let client = GuardedHTTPClient(
-                transport: transport, endpointName: "the pushed authorization request endpoint")
-            let response = try await refresher.post(
-                fields, to: endpoint, through: client, failureCode: .refreshFailed)
-            guard (200..<300).contains(response.statusCode) else {
-                providerErrorCode = Self.providerErrorCode(inBody: response.body)
-                throw OAuth2TokenResponse.failure(
-                    status: response.statusCode, body: response.body, secrets: secrets,
-                    endpoint: "the pushed authorization request endpoint", code: .refreshFailed)
-            }
-            body = response.body
-        } catch let error as UserSessionError {
-            throw OpenIDConnectError(
-                .pushedAuthorizationFailed, "the pushed authorization request failed: \(error.message)",
-                failureClass: error.failureClass, providerErrorCode: providerErrorCode)
-        } catch {
-            throw OpenIDConnectError(
-                .pushedAuthorizationFailed, "the pushed authorization request failed (\(type(of: error)))",
-                failureClass: .transient)
-        }
+        let body = try await postAuthenticated(
+            fields, to: endpoint, named: "the pushed authorization request endpoint", metadata: metadata,
+            secrets: secrets, failure: (.pushedAuthorizationFailed, "the pushed authorization request"))
         return try Self.requestURI(in: body)
     }
 

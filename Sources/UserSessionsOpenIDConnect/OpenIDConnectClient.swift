@@ -166,6 +166,40 @@ public final class OpenIDConnectClient: Sendable {
         return response.body
     }
 
+    /// POSTs `fields` as a form to `endpoint` with the client's authentication, through the refresher's code (HTTPS
+    /// or loopback, no redirects, the size limit, ``OpenIDConnectConfiguration/requestTimeout``), and returns the
+    /// body of a 2xx answer.
+    ///
+    /// - Throws: `failure.code` with the failure class a refresh would have (OAuth2TokenRefresher's rules), the
+    ///   provider's OAuth error code, and a message naming `failure.request`; never one of `secrets`.
+    func postAuthenticated(
+        _ fields: [(String, String)], to endpoint: URL, named endpointName: String, metadata: OpenIDProviderMetadata,
+        secrets: [String], failure: (code: OpenIDConnectError.Code, request: String)
+    ) async throws(OpenIDConnectError) -> Data {
+        var providerErrorCode: String?
+        do {
+            let refresher = try OAuth2TokenRefresher(
+                tokenEndpoint: metadata.tokenEndpoint, clientAuthentication: configuration.clientAuthentication,
+                requestTimeout: configuration.requestTimeout, clock: clock, transport: transport)
+            let client = GuardedHTTPClient(transport: transport, endpointName: endpointName)
+            let response = try await refresher.post(fields, to: endpoint, through: client, failureCode: .refreshFailed)
+            guard (200..<300).contains(response.statusCode) else {
+                providerErrorCode = Self.providerErrorCode(inBody: response.body)
+                throw OAuth2TokenResponse.failure(
+                    status: response.statusCode, body: response.body, secrets: secrets, endpoint: endpointName,
+                    code: .refreshFailed)
+            }
+            return response.body
+        } catch let error as UserSessionError {
+            throw OpenIDConnectError(
+                failure.code, "\(failure.request) failed: \(error.message)", failureClass: error.failureClass,
+                providerErrorCode: providerErrorCode ?? Self.providerErrorCode(in: error.message))
+        } catch {
+            throw OpenIDConnectError(
+                failure.code, "\(failure.request) failed (\(type(of: error)))", failureClass: .transient)
+        }
+    }
+
     /// Fetches the JWKS named by the provider's metadata.
     func fetchKeySet() async throws(OpenIDConnectError) -> Data {
         guard let jwksURI = try await providerMetadata().jwksURI else {
