@@ -75,6 +75,18 @@ struct PrivateKeyJWTTests {
         }
     }
 
+    @Test func anAssertionEchoedByTheProviderIsRedactedFromTheError() async throws {
+        try await OpenIDProviderFixture.with { provider in
+            let signer = try await provider.usePrivateKeyJWT(for: "example-app")
+            let client = try client(provider, signer: signer)
+            let callback = try await provider.callback(for: client)
+            try await provider.misbehave(["echo_assertion": true])
+            let error = await expectRefusal(.tokenExchangeFailed) { _ = try await client.completeSignIn(callback) }
+            #expect(error?.message.contains("invalid_client (<redacted>)") == true, "\(String(describing: error))")
+            #expect(error?.message.contains("eyJ") == false, "no part of a JWT")
+        }
+    }
+
     @Test func aReplayedAssertionIsRefusedAsMisconfiguration() async throws {
         try await OpenIDProviderFixture.with { provider in
             let signer = try await provider.usePrivateKeyJWT(for: "example-app")

@@ -151,18 +151,22 @@ public struct OAuth2TokenRefresher: TokenRefresher, Sendable {
         case .publicClient(let id):
             fields.append(("client_id", id))
         case .privateKeyJWT(let id, let audience, let signer):
-            fields.append(("client_id", id))
-            fields.append(("client_assertion_type", Self.jwtBearerAssertionType))
-            fields.append(
-                (
-                    "client_assertion",
-                    try await Self.assertion(from: signer, id: id, audience: audience.value(for: endpoint))
-                ))
+            let assertion = try await Self.assertion(from: signer, id: id, audience: audience.value(for: endpoint))
+            fields += [
+                ("client_id", id), ("client_assertion_type", Self.jwtBearerAssertionType),
+                ("client_assertion", assertion),
+            ]
         }
         do {
-            return try await client.send(
+            var response = try await client.send(
                 .post, endpoint, headers: headers, body: Data(FormURLEncoding.encode(fields).utf8),
                 timeout: requestTimeout)
+            // A server may echo what it was sent in an error description: the assertion is a credential until it
+            // expires, and is never read back.
+            if let assertion = fields.first(where: { $0.0 == "client_assertion" })?.1 {
+                response.body = Self.redacting(Data(assertion.utf8), in: response.body)
+            }
+            return response
         } catch let failure as HTTPExchangeFailure {
             throw Self.error(for: failure, code: failureCode)
         }
@@ -184,6 +188,14 @@ public struct OAuth2TokenRefresher: TokenRefresher, Sendable {
                 .invalidConfiguration, "the client assertion could not be made (\(type(of: error)))",
                 failureClass: .misconfiguration)
         }
+    }
+
+    /// `body` with every occurrence of `secret` replaced by `<redacted>`.
+    static func redacting(_ secret: Data, in body: Data) -> Data {
+        guard !secret.isEmpty, body.range(of: secret) != nil else { return body }
+        var body = body
+        while let range = body.range(of: secret) { body.replaceSubrange(range, with: Data("<redacted>".utf8)) }
+        return body
     }
 
     /// The error for an exchange that brought no usable answer: `code` for a redirect (and a body over the limit,

@@ -68,6 +68,8 @@ POST /control/client-key {"client", "alg": "RS256" | "ES256" | "EdDSA", "audienc
 POST /control/par        {"enabled": bool, "required": bool}: the discovery document names /par (enabled) and says
                           require_pushed_authorization_requests (required); when required, /authorize refuses a
                           request without request_uri (400 invalid_request)
+POST /control/misbehave  {"echo_assertion": true}: the next token request is refused with invalid_client and its
+                          client_assertion as the error_description
 POST /control/misbehave  {"par": "no_request_uri" | "bad_expires_in" | "server_error" | "invalid_client"}: the next
                           answer of /par
 GET  /control/par-requests the parameters of every request pushed so far (client_assertion left out)
@@ -718,6 +720,8 @@ def token():
     with STATE.lock:
         STATE.stats["token_requests"] += 1
     refreshing = request.form.get("grant_type") == "refresh_token"
+    if STATE.take_fault("echo_assertion"):
+        return jsonify({"error": "invalid_client", "error_description": request.form.get("client_assertion", "")}), 400
     response = server.create_token_response()
     if response.status_code != 200:
         with STATE.lock:
