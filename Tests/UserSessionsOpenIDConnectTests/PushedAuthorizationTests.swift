@@ -98,7 +98,7 @@ struct PushedAuthorizationTests {
 
     @Test(arguments: [
         ("no_request_uri", RefreshFailureClass.transient), ("bad_expires_in", .transient),
-        ("server_error", .transient), ("invalid_client", .misconfiguration),
+        ("server_error", .transient), ("redirect", .transient), ("invalid_client", .misconfiguration),
     ])
     func aFailedPushIsATypedErrorOfItsClass(fault: String, failureClass: RefreshFailureClass) async throws {
         try await OpenIDProviderFixture.with { provider in
@@ -109,6 +109,7 @@ struct PushedAuthorizationTests {
                 _ = try await client.authorizationRedirect()
             }
             #expect(error?.failureClass == failureClass, "\(String(describing: error))")
+            if fault == "redirect" { #expect(error?.message.contains("redirects are not followed") == true) }
             // The fault was for one answer only: the next sign-in is pushed.
             let redirect = try await client.authorizationRedirect()
             #expect(query(redirect.url)["request_uri"] != nil)

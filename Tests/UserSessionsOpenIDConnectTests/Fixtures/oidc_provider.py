@@ -70,8 +70,8 @@ POST /control/par        {"enabled": bool, "required": bool}: the discovery docu
                           request without request_uri (400 invalid_request)
 POST /control/misbehave  {"echo_assertion": true}: the next token request is refused with invalid_client and its
                           client_assertion as the error_description
-POST /control/misbehave  {"par": "no_request_uri" | "bad_expires_in" | "server_error" | "invalid_client"}: the next
-                          answer of /par
+POST /control/misbehave  {"par": "no_request_uri" | "bad_expires_in" | "server_error" | "invalid_client" |
+                          "redirect"}: the next answer of /par (redirect: a 307 to /par)
 GET  /control/par-requests the parameters of every request pushed so far (client_assertion left out)
 GET  /control/stats      counters: jwks_requests, token_requests, token_errors, last_auth, logouts, refreshes,
                           refresh_reuse_detected, provider_sessions (live), api_requests, api_unauthorized,
@@ -539,6 +539,8 @@ def par():
         return jsonify({"error": "server_error"}), 503
     if fault == "invalid_client":
         return jsonify({"error": "invalid_client"}), 401
+    if fault == "redirect":
+        return redirect(STATE.issuer + "/par", code=307)
     if "request_uri" in request.form:
         return jsonify({"error": "invalid_request", "error_description": "request_uri cannot be pushed"}), 400
     try:
