@@ -172,6 +172,9 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
                 // The sealing workload's rows; without the trait the target builds no other package.
                 .target(name: "UserSessionsSealing", condition: .when(traits: ["Sealing"])),
+                // The private_key_jwt workload's rows (an ES256 assertion per token request).
+                .target(name: "UserSessionsOpenIDConnect", condition: .when(traits: ["OpenIDConnect"])),
+                .product(name: "Crypto", package: "swift-crypto", condition: .when(traits: ["OpenIDConnect"])),
             ],
             path: "Benchmarks/RefreshContention"
         ),

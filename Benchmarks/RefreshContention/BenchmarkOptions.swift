@@ -11,6 +11,7 @@ struct BenchmarkOptions {
         case fleet
         case sealing
         case clientCredentials = "client-credentials"
+        case clientAssertion = "assertion"
     }
 
     var quick = false
@@ -29,7 +30,8 @@ struct BenchmarkOptions {
 
     static let usage = """
         usage: RefreshContention [--quick] [--json]
-                                 [--only hot,contention,storm,fanout,sessions,restore,fleet,sealing,client-credentials]
+                                 [--only hot,contention,storm,fanout,sessions,restore,fleet,sealing,client-credentials,
+                                        assertion]
                                  [--waiters N,N,...] [--requests N,N,...] [--users U,U,...]
                                  [--charts DIR | --no-charts]
 
@@ -39,7 +41,8 @@ struct BenchmarkOptions {
                       processes sharing one user through one store, left out of --quick unless named; sealing:
                       a store's writes and reads plain and sealed, with the Sealing trait; client-credentials: N
                       callers at the expiry of the server's own token, ClientCredentialsTokenManager against an
-                      actor caching a Task per key and a cache without single flight)
+                      actor caching a Task per key and a cache without single flight; assertion: an ES256
+                      private_key_jwt client assertion per token request, with the OpenIDConnect trait)
           --waiters   the numbers of callers for the contention workload (default 10,100,1000,10000,100000)
           --requests  the numbers of first requests for the restore storm (default 1000,10000)
           --users     the numbers of stored users for the restore storm (default 1,1000)

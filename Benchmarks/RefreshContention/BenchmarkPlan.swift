@@ -34,6 +34,8 @@ struct BenchmarkPlan: Sendable {
     /// Workload H: writes and reads per repetition through the in-memory store (the file store makes a fiftieth,
     /// the PostgreSQL store a twentieth).
     var sealingOperations = 20_000
+    /// Workload J: ES256 client assertions made per repetition.
+    var clientAssertions = 20_000
     /// Workload I: callers released together at the expiry of the server's own token, and the largest N of the
     /// strategies that cannot take the largest of them in reasonable time (by their table names).
     var clientCredentialsCallers = [10, 100, 1_000, 10_000, 100_000]
@@ -58,6 +60,7 @@ struct BenchmarkPlan: Sendable {
         fleetDuration: .seconds(2),
         fleetHotPathCalls: 200_000,
         sealingOperations: 2_000,
+        clientAssertions: 2_000,
         clientCredentialsCallers: [10, 100, 1_000, 10_000],
         runLimit: .seconds(20)
     )

@@ -69,6 +69,11 @@ struct RefreshContentionBenchmark {
             report.add(await ClientCredentialsWorkload(plan: plan).run(progress: progress), plan: plan)
             progress.finish()
         }
+        if options.workloads.contains(.clientAssertion) {
+            let progress = ProgressLine(workload: "assertion", total: ClientAssertionWorkload.weight(plan))
+            report.add(await ClientAssertionWorkload(plan: plan).run(progress: progress), plan: plan)
+            progress.finish()
+        }
         report.evaluateTargets()
         report.exitStatus = report.invariantViolations.isEmpty ? (report.failures.isEmpty ? 0 : 2) : 1
         if let directory = options.chartsDirectory {

@@ -62,12 +62,18 @@ extension OpenIDConnectClient {
     /// The parameters the client sets itself, which ``AuthorizationOptions/additionalParameters`` cannot replace.
     static let reservedParameters: Set<String> = [
         "response_type", "client_id", "redirect_uri", "scope", "state", "nonce", "code_challenge",
-        "code_challenge_method", "prompt", "login_hint", "max_age", "resource",
+        "code_challenge_method", "prompt", "login_hint", "max_age", "resource", "request_uri", "client_assertion",
+        "client_assertion_type", "client_secret",
     ]
 
     /// Starts a sign-in: makes a pending sign-in (fresh `state`, `nonce` and PKCE verifier of 256 random bits
     /// each) and returns the URL to redirect the browser to, with the pending sign-in sealed for that browser
     /// (``AuthorizationRedirect/sealedPendingSignIn``).
+    ///
+    /// When the provider requires pushed authorization requests, or ``OpenIDConnectConfiguration/pushesAuthorizationRequests``
+    /// asks for them, the request is first POSTed, with the client's authentication, to the provider's pushed
+    /// authorization request endpoint (RFC 9126), and the URL carries only `client_id` and the `request_uri` it
+    /// answered.
     ///
     /// With ``PendingSignInStorage/browser`` (the default) the server keeps nothing. With
     /// ``PendingSignInStorage/stateStore`` the pending sign-in is also recorded in the state store, and the one
@@ -77,9 +83,11 @@ extension OpenIDConnectClient {
     /// - Parameters:
     ///   - options: The optional parameters of the request.
     ///   - earlier: The sealed pending sign-in the browser still holds from an earlier start, if any.
-    /// - Throws: ``OpenIDConnectError/Code/storeFailure`` (state store only), the errors of ``providerMetadata()``, or
-    ///   ``OpenIDConnectError/Code/invalidConfiguration`` for an additional parameter the client sets itself or a
-    ///   context too large to seal into a cookie.
+    /// - Throws: ``OpenIDConnectError/Code/storeFailure`` (state store only), the errors of ``providerMetadata()``,
+    ///   ``OpenIDConnectError/Code/pushedAuthorizationFailed`` when the push fails (with its
+    ///   ``OpenIDConnectError/failureClass``), or ``OpenIDConnectError/Code/invalidConfiguration`` for an additional
+    ///   parameter the client sets itself, a context too large to seal into a cookie, or pushed authorization
+    ///   requests asked for at a provider without the endpoint.
     public func authorizationRedirect(
         _ options: AuthorizationOptions = AuthorizationOptions(), replacing earlier: String? = nil
     ) async throws(OpenIDConnectError) -> AuthorizationRedirect {
@@ -118,7 +126,16 @@ extension OpenIDConnectClient {
         for name in options.additionalParameters.keys.sorted() {
             parameters.append((name, options.additionalParameters[name] ?? ""))
         }
-        let url = try Self.url(metadata.authorizationEndpoint, adding: parameters)
+        let url: URL
+        if let endpoint = try pushedAuthorizationRequestEndpoint(in: metadata) {
+            let requestURI = try await pushAuthorizationRequest(
+                parameters, to: endpoint, metadata: metadata, secrets: [pending.state, pending.nonce])
+            url = try Self.url(
+                metadata.authorizationEndpoint,
+                adding: [("client_id", configuration.clientID), ("request_uri", requestURI)])
+        } else {
+            url = try Self.url(metadata.authorizationEndpoint, adding: parameters)
+        }
         let sealed = try configuration.pendingSignInKeys.seal(pending, binding: sealingBinding)
         if configuration.pendingSignInStorage.usesStateStore {
             do {

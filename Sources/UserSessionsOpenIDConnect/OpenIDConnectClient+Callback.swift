@@ -148,31 +148,13 @@ extension OpenIDConnectClient {
     {
         let secrets = [code, pending.codeVerifier] + [configuration.clientAuthentication.secret].compactMap { $0 }
         let sentAt = now
-        let body: Data
-        do {
-            let refresher = try OAuth2TokenRefresher(
-                tokenEndpoint: metadata.tokenEndpoint, clientAuthentication: configuration.clientAuthentication,
-                requestTimeout: configuration.requestTimeout, clock: clock, transport: transport)
-            let fields = [
-                ("grant_type", "authorization_code"), ("code", code),
-                ("redirect_uri", pending.redirectURI.absoluteString), ("code_verifier", pending.codeVerifier),
-            ]
-            let response = try await refresher.post(
-                fields, to: metadata.tokenEndpoint, through: refresher.tokenClient, failureCode: .refreshFailed)
-            guard (200..<300).contains(response.statusCode) else {
-                throw OAuth2TokenResponse.failure(
-                    status: response.statusCode, body: response.body, secrets: secrets,
-                    endpoint: "the token endpoint", code: .refreshFailed)
-            }
-            body = response.body
-        } catch let error as UserSessionError {
-            throw OpenIDConnectError(
-                .tokenExchangeFailed, "the code exchange failed: \(error.message)", failureClass: error.failureClass,
-                providerErrorCode: Self.providerErrorCode(in: error.message))
-        } catch {
-            throw OpenIDConnectError(
-                .tokenExchangeFailed, "the code exchange failed (\(type(of: error)))", failureClass: .transient)
-        }
+        let fields = [
+            ("grant_type", "authorization_code"), ("code", code),
+            ("redirect_uri", pending.redirectURI.absoluteString), ("code_verifier", pending.codeVerifier),
+        ]
+        let body = try await postAuthenticated(
+            fields, to: metadata.tokenEndpoint, named: "the token endpoint", metadata: metadata, secrets: secrets,
+            failure: (.tokenExchangeFailed, "the code exchange"))
         let credentials: Credentials
         do {
             credentials = try OAuth2TokenResponse.parseSuccess(body, previous: nil, sentAt: sentAt, source: .signIn)
@@ -312,6 +294,14 @@ extension OpenIDConnectClient {
         }
         let text = String(String.UnicodeScalarView(safe.prefix(64)))
         return text.isEmpty ? "unknown" : text
+    }
+
+    /// The `error` of an RFC 6749 §5.2 error body, as ``safeErrorCode(_:)`` shows it; `nil` when the body is none.
+    static func providerErrorCode(inBody body: Data) -> String? {
+        guard let object = try? JSONObject.parse(body, what: "the error", code: .tokenExchangeFailed),
+            let code = object["error"] as? String, !code.isEmpty
+        else { return nil }
+        return safeErrorCode(code)
     }
 
     /// The OAuth error code in a token-endpoint failure message ("…: invalid_grant (…)"), if any.

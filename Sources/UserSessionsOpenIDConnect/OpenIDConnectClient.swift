@@ -51,7 +51,8 @@ public final class OpenIDConnectClient: Sendable {
     ///   - transport: The HTTP transport; default a `URLSessionHTTPTransport`.
     ///   - clock: The clock of every expiry check. Default `SessionClock/system`.
     /// - Throws: ``OpenIDConnectError/Code/invalidConfiguration`` for a configuration ``OpenIDConnectConfiguration/validate()``
-    ///   refuses or an issuer that is not HTTPS (or HTTP on a loopback host).
+    ///   refuses, an issuer that is not HTTPS (or HTTP on a loopback host), or `private_key_jwt` assertions addressed
+    ///   to another issuer (`ClientAssertionAudience.issuer(_:)` must name this one exactly).
     public convenience init(
         issuer: URL, configuration: OpenIDConnectConfiguration,
         stateStore: any OpenIDConnectStateStore = InMemoryOpenIDConnectStateStore(),
@@ -86,6 +87,15 @@ public final class OpenIDConnectClient: Sendable {
         transport: (any HTTPTransport)?, clock: SessionClock
     ) throws(OpenIDConnectError) {
         try configuration.validate()
+        if case .privateKeyJWT(_, .issuer(let audience), _) = configuration.clientAuthentication,
+            !audience.utf8.elementsEqual(issuer.utf8)
+        {
+            // An assertion addressed to another issuer would be refused at every request; say so now.
+            throw OpenIDConnectError(
+                .invalidConfiguration,
+                "the client assertions are addressed to \(audience), not to the issuer \(issuer)",
+                failureClass: .misconfiguration)
+        }
         for url in [discoveryURL, metadata?.tokenEndpoint, metadata?.jwksURI].compactMap({ $0 }) {
             do {
                 try SecureEndpoint.check(url, describedAs: "an endpoint of the provider")
@@ -154,6 +164,40 @@ public final class OpenIDConnectClient: Sendable {
                 failureClass: transient ? .transient : .misconfiguration)
         }
         return response.body
+    }
+
+    /// POSTs `fields` as a form to `endpoint` with the client's authentication, through the refresher's code (HTTPS
+    /// or loopback, no redirects, the size limit, ``OpenIDConnectConfiguration/requestTimeout``), and returns the
+    /// body of a 2xx answer.
+    ///
+    /// - Throws: `failure.code` with the failure class a refresh would have (OAuth2TokenRefresher's rules), the
+    ///   provider's OAuth error code, and a message naming `failure.request`; never one of `secrets`.
+    func postAuthenticated(
+        _ fields: [(String, String)], to endpoint: URL, named endpointName: String, metadata: OpenIDProviderMetadata,
+        secrets: [String], failure: (code: OpenIDConnectError.Code, request: String)
+    ) async throws(OpenIDConnectError) -> Data {
+        var providerErrorCode: String?
+        do {
+            let refresher = try OAuth2TokenRefresher(
+                tokenEndpoint: metadata.tokenEndpoint, clientAuthentication: configuration.clientAuthentication,
+                requestTimeout: configuration.requestTimeout, clock: clock, transport: transport)
+            let client = GuardedHTTPClient(transport: transport, endpointName: endpointName)
+            let response = try await refresher.post(fields, to: endpoint, through: client, failureCode: .refreshFailed)
+            guard (200..<300).contains(response.statusCode) else {
+                providerErrorCode = Self.providerErrorCode(inBody: response.body)
+                throw OAuth2TokenResponse.failure(
+                    status: response.statusCode, body: response.body, secrets: secrets, endpoint: endpointName,
+                    code: .refreshFailed)
+            }
+            return response.body
+        } catch let error as UserSessionError {
+            throw OpenIDConnectError(
+                failure.code, "\(failure.request) failed: \(error.message)", failureClass: error.failureClass,
+                providerErrorCode: providerErrorCode ?? Self.providerErrorCode(in: error.message))
+        } catch {
+            throw OpenIDConnectError(
+                failure.code, "\(failure.request) failed (\(type(of: error)))", failureClass: .transient)
+        }
     }
 
     /// Fetches the JWKS named by the provider's metadata.

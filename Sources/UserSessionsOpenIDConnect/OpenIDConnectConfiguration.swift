@@ -4,7 +4,8 @@ import UserSessions
 
 /// How an ``OpenIDConnectClient`` signs users in: the client's registration and the limits of every check.
 public struct OpenIDConnectConfiguration: Sendable {
-    /// How the client authenticates at the token endpoint (basic, post, or a public client), as for refreshes.
+    /// How the client authenticates at the token endpoint (basic, post, `private_key_jwt`, or a public client), as
+    /// for refreshes.
     public var clientAuthentication: OAuth2TokenRefresher.ClientAuthentication
     /// The `redirect_uri` registered with the provider; the callback arrives there.
     public var redirectURI: URL
@@ -42,6 +43,11 @@ public struct OpenIDConnectConfiguration: Sendable {
     public var readsUserInfo: Bool
     /// How old a back-channel logout token may be (its `iat`). Default 5 min; its `jti` is remembered that long.
     public var maximumLogoutTokenAge: Duration
+    /// Whether sign-ins push their authorization request to the provider's `pushed_authorization_request_endpoint`
+    /// (PAR, RFC 9126) and send the browser only `client_id` and `request_uri`. Default `false`: only when the
+    /// provider's metadata says `require_pushed_authorization_requests`. When `true` and the provider has no such
+    /// endpoint, starting a sign-in fails with ``OpenIDConnectError/Code/invalidConfiguration``.
+    public var pushesAuthorizationRequests: Bool
     /// The session identifier of a signed-in user, from the ID token's claims. Default: the `sub`.
     public var identifier: @Sendable (OpenIDClaims) -> String?
 
@@ -62,6 +68,7 @@ public struct OpenIDConnectConfiguration: Sendable {
         requestTimeout: Duration = .seconds(30),
         readsUserInfo: Bool = false,
         maximumLogoutTokenAge: Duration = .seconds(300),
+        pushesAuthorizationRequests: Bool = false,
         identifier: @escaping @Sendable (OpenIDClaims) -> String? = { $0.subject }
     ) {
         self.clientAuthentication = clientAuthentication
@@ -79,15 +86,12 @@ public struct OpenIDConnectConfiguration: Sendable {
         self.requestTimeout = requestTimeout
         self.readsUserInfo = readsUserInfo
         self.maximumLogoutTokenAge = maximumLogoutTokenAge
+        self.pushesAuthorizationRequests = pushesAuthorizationRequests
         self.identifier = identifier
     }
 
     /// The client id.
-    public var clientID: String {
-        switch clientAuthentication {
-        case .clientSecretBasic(let id, _), .clientSecretPost(let id, _), .publicClient(let id): return id
-        }
-    }
+    public var clientID: String { clientAuthentication.clientID }
 
     /// Checks that every setting can work.
     ///

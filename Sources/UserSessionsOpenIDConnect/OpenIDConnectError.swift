@@ -49,6 +49,10 @@ public struct OpenIDConnectError: Error, Sendable, Equatable, CustomStringConver
         /// The token endpoint refused the code or the client, or could not be reached; see
         /// ``OpenIDConnectError/failureClass``.
         public static let tokenExchangeFailed = Code("tokenExchangeFailed")
+        /// The pushed authorization request endpoint (RFC 9126) refused the request or the client, could not be
+        /// reached, or answered without a usable `request_uri` and `expires_in`; see
+        /// ``OpenIDConnectError/failureClass``.
+        public static let pushedAuthorizationFailed = Code("pushedAuthorizationFailed")
         /// The token response has no `id_token`.
         public static let missingIDToken = Code("missingIDToken")
         /// A token is not a signed JWT (three base64url parts, a JSON header and claims).

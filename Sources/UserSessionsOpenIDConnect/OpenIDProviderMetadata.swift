@@ -26,12 +26,18 @@ public struct OpenIDProviderMetadata: Sendable, Hashable {
     /// Whether the provider sends `iss` with every authorization response (RFC 9207). When it does, a callback
     /// without `iss` is refused too.
     public var authorizationResponseIssuerParameterSupported: Bool
+    /// The pushed authorization request endpoint (`pushed_authorization_request_endpoint`, RFC 9126), if any.
+    public var pushedAuthorizationRequestEndpoint: URL?
+    /// Whether the provider accepts authorization requests only through ``pushedAuthorizationRequestEndpoint``
+    /// (`require_pushed_authorization_requests`). When it does, every sign-in is pushed.
+    public var requiresPushedAuthorizationRequests: Bool
 
     /// Creates provider metadata by hand.
     public init(
         issuer: String, authorizationEndpoint: URL, tokenEndpoint: URL, jwksURI: URL? = nil,
         userInfoEndpoint: URL? = nil, endSessionEndpoint: URL? = nil, revocationEndpoint: URL? = nil,
-        authorizationResponseIssuerParameterSupported: Bool = false
+        authorizationResponseIssuerParameterSupported: Bool = false, pushedAuthorizationRequestEndpoint: URL? = nil,
+        requiresPushedAuthorizationRequests: Bool = false
     ) {
         self.issuer = issuer
         self.authorizationEndpoint = authorizationEndpoint
@@ -41,6 +47,8 @@ public struct OpenIDProviderMetadata: Sendable, Hashable {
         self.endSessionEndpoint = endSessionEndpoint
         self.revocationEndpoint = revocationEndpoint
         self.authorizationResponseIssuerParameterSupported = authorizationResponseIssuerParameterSupported
+        self.pushedAuthorizationRequestEndpoint = pushedAuthorizationRequestEndpoint
+        self.requiresPushedAuthorizationRequests = requiresPushedAuthorizationRequests
     }
 
     /// The metadata in a discovery document `body`, which must name `expectedIssuer` exactly.
@@ -79,7 +87,9 @@ public struct OpenIDProviderMetadata: Sendable, Hashable {
             endSessionEndpoint: try url("end_session_endpoint", required: false),
             revocationEndpoint: try url("revocation_endpoint", required: false),
             authorizationResponseIssuerParameterSupported: document["authorization_response_iss_parameter_supported"]
-                as? Bool ?? false)
+                as? Bool ?? false,
+            pushedAuthorizationRequestEndpoint: try url("pushed_authorization_request_endpoint", required: false),
+            requiresPushedAuthorizationRequests: document["require_pushed_authorization_requests"] as? Bool ?? false)
     }
 }
 

@@ -118,6 +118,31 @@ final class OpenIDProviderFixture: Sendable {
         return try #require(answer["status"] as? Int)
     }
 
+    /// Makes `client` authenticate with private_key_jwt from now on, with a new key made by the provider for
+    /// `algorithm`; the assertions' `aud` must be the issuer (`"issuer"`) or the endpoint's URL (`"endpoint"`).
+    /// Returns a signer with the private key.
+    func usePrivateKeyJWT(
+        for client: String, algorithm: PrivateKeyJWTSigner.Algorithm = .es256, audience: String = "issuer"
+    ) async throws -> PrivateKeyJWTSigner {
+        let answer = try await control(
+            "/control/client-key", ["client": client, "alg": algorithm.name, "audience": audience])
+        return try PrivateKeyJWTSigner(
+            pem: try #require(answer["pem"] as? String), algorithm: algorithm,
+            keyID: try #require(answer["kid"] as? String))
+    }
+
+    /// Switches the provider's pushed authorization request endpoint on (and makes it mandatory when `required`).
+    func pushedAuthorizationRequests(required: Bool) async throws {
+        _ = try await control("/control/par", ["enabled": true, "required": required])
+    }
+
+    /// The parameters of every authorization request pushed so far.
+    func pushedRequests() async throws -> [[String: String]] {
+        let (data, _) = try await URLSession.shared.data(from: server.url("/control/par-requests"))
+        let object = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+        return try #require(object["requests"] as? [[String: String]])
+    }
+
     /// The provider's counters (`jwks_requests`, `token_requests`, `token_errors`, `last_auth`, `logouts`, …).
     func stats() async throws -> [String: Any] {
         let (data, _) = try await URLSession.shared.data(from: server.url("/control/stats"))

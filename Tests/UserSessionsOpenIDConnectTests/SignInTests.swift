@@ -56,6 +56,7 @@ struct SignInTests {
                 case .clientSecretBasic: "client_secret_basic"
                 case .clientSecretPost: "client_secret_post"
                 case .publicClient: "none"
+                case .privateKeyJWT: "private_key_jwt"
                 }
             #expect(try await provider.stats()["last_auth"] as? String == expected)
         }

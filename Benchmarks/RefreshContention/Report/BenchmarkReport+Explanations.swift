@@ -141,6 +141,12 @@ enum Explanations {
             + "token",
     ]
 
+    static let clientAssertion = [
+        "ns/assertion: wall / assertions, median (min..max) over repetitions, one task making ES256 assertions one "
+            + "after the other: the claims' JSON, a 256-bit jti from the system generator, an ECDSA P-256 signature "
+            + "and the compact serialization; what private_key_jwt adds to every token request before it is sent"
+    ]
+
     /// `lines` as an indented list under a table.
     static func render(_ lines: [String]) -> String {
         lines.map { "  - " + $0 }.joined(separator: "\n")

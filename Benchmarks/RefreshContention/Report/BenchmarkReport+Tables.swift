@@ -115,6 +115,7 @@ extension BenchmarkReport {
         if let section = restoreStormSection() { sections.append(section) }
         if let section = fleetSection() { sections.append(section) }
         if let section = sealingSection() { sections.append(section) }
+        if let section = clientAssertionSection() { sections.append(section) }
         if let section = clientCredentialsSection() { sections.append(section) }
 
         if !notes.isEmpty {

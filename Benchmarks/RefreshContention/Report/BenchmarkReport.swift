@@ -15,6 +15,7 @@ struct BenchmarkReport: Encodable {
     var fleet: [FleetRow] = []
     var fleetHotPath: [FleetHotPathRow] = []
     var sealing: [SealingRow] = []
+    var clientAssertions: [ClientAssertionRow] = []
     var clientCredentials: [ClientCredentialsRow] = []
     /// Each strategy and floor, and the real library or idiom it reproduces.
     var strategies = Explanations.strategies

@@ -34,8 +34,8 @@ import Synchronization
 ///   and the other instances adopt the stored token.
 ///
 /// Client authentication is ``OAuth2TokenRefresher/ClientAuthentication`` (`client_secret_basic`,
-/// `client_secret_post`, or a public client), sent by the same code as the refresher's requests, through the same
-/// ``HTTPTransport`` rules (HTTPS or loopback, no redirects, a size limit and a timeout).
+/// `client_secret_post`, `private_key_jwt`, or a public client), sent by the same code as the refresher's requests,
+/// through the same ``HTTPTransport`` rules (HTTPS or loopback, no redirects, a size limit and a timeout).
 ///
 /// - Important: Tokens and the client secret never appear in errors, events, descriptions or logs. Cancelling a
 ///   caller stops its wait at once; the request goes on for the others and its token is kept.
@@ -88,8 +88,8 @@ public final class ClientCredentialsTokenManager: Sendable {
     ///
     /// - Parameters:
     ///   - tokenEndpoint: The token endpoint; `https`, or `http` on a loopback host.
-    ///   - clientAuthentication: How the client authenticates (`client_secret_basic`, `client_secret_post`, or a
-    ///     public client). private_key_jwt and DPoP are not supported yet.
+    ///   - clientAuthentication: How the client authenticates (`client_secret_basic`, `client_secret_post`,
+    ///     `private_key_jwt`, or a public client). DPoP is not supported yet.
     ///   - requestTimeout: How long one request may take before it fails as transient. Default 30 s.
     ///   - configuration: The settings; see ``Configuration``.
     ///   - transport: The transport requests go through; `nil` (the default) creates a ``URLSessionHTTPTransport``.
@@ -503,14 +503,5 @@ extension ClientCredentialsTokenManager: CustomStringConvertible {
     /// The endpoint and the client id; never the secret.
     public var description: String {
         "ClientCredentialsTokenManager(\(tokenEndpoint.absoluteString), client: \(clientID))"
-    }
-}
-
-extension OAuth2TokenRefresher.ClientAuthentication {
-    /// The client id, whichever the method.
-    var clientID: String {
-        switch self {
-        case .clientSecretBasic(let id, _), .clientSecretPost(let id, _), .publicClient(let id): id
-        }
     }
 }

@@ -150,14 +150,52 @@ public struct OAuth2TokenRefresher: TokenRefresher, Sendable {
             fields.append(("client_secret", secret))
         case .publicClient(let id):
             fields.append(("client_id", id))
+        case .privateKeyJWT(let id, let audience, let signer):
+            let assertion = try await Self.assertion(from: signer, id: id, audience: audience.value(for: endpoint))
+            fields += [
+                ("client_id", id), ("client_assertion_type", Self.jwtBearerAssertionType),
+                ("client_assertion", assertion),
+            ]
         }
         do {
-            return try await client.send(
+            var response = try await client.send(
                 .post, endpoint, headers: headers, body: Data(FormURLEncoding.encode(fields).utf8),
                 timeout: requestTimeout)
+            // A server may echo what it was sent in an error description: the assertion is a credential until it
+            // expires, and is never read back.
+            if let assertion = fields.first(where: { $0.0 == "client_assertion" })?.1 {
+                response.body = Self.redacting(Data(assertion.utf8), in: response.body)
+            }
+            return response
         } catch let failure as HTTPExchangeFailure {
             throw Self.error(for: failure, code: failureCode)
         }
+    }
+
+    /// `client_assertion_type` of a JWT client assertion (RFC 7523 §2.2).
+    static let jwtBearerAssertionType = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+
+    /// A fresh assertion from `signer`; its failure is a misconfiguration that names only the error's type, since
+    /// the signer's errors are not ours to trust with the key.
+    static func assertion(from signer: any ClientAssertionSigner, id: String, audience: String) async throws -> String {
+        do {
+            return try await signer.makeClientAssertion(clientID: id, audience: audience)
+        } catch is CancellationError {
+            throw UserSessionError(
+                .invalidConfiguration, "cancelled while making the client assertion", failureClass: .cancelled)
+        } catch {
+            throw UserSessionError(
+                .invalidConfiguration, "the client assertion could not be made (\(type(of: error)))",
+                failureClass: .misconfiguration)
+        }
+    }
+
+    /// `body` with every occurrence of `secret` replaced by `<redacted>`.
+    static func redacting(_ secret: Data, in body: Data) -> Data {
+        guard !secret.isEmpty, body.range(of: secret) != nil else { return body }
+        var body = body
+        while let range = body.range(of: secret) { body.replaceSubrange(range, with: Data("<redacted>".utf8)) }
+        return body
     }
 
     /// The error for an exchange that brought no usable answer: `code` for a redirect (and a body over the limit,
@@ -181,7 +219,7 @@ public struct OAuth2TokenRefresher: TokenRefresher, Sendable {
 extension OAuth2TokenRefresher {
     /// How the client authenticates to the token endpoint (RFC 6749 §2.3).
     ///
-    /// Its descriptions never show the client secret.
+    /// Its descriptions never show the client secret or the signing key.
     public enum ClientAuthentication: Sendable, Hashable, CustomStringConvertible, CustomDebugStringConvertible,
         CustomReflectable
     {
@@ -192,20 +230,71 @@ extension OAuth2TokenRefresher {
         case clientSecretPost(id: String, secret: String)
         /// A public client: `client_id` only.
         case publicClient(id: String)
+        /// `private_key_jwt` (RFC 7523 §2.2, OpenID Connect Core §9): `client_id` and a fresh assertion from
+        /// `signer`, addressed to `audience`, with every request. FAPI 2.0 requires
+        /// ``ClientAssertionAudience/issuer(_:)``. The `OpenIDConnect` trait's `PrivateKeyJWTSigner` signs with
+        /// jwt-kit.
+        case privateKeyJWT(id: String, audience: ClientAssertionAudience, signer: any ClientAssertionSigner)
 
         package var secret: String? {
             switch self {
             case .clientSecretBasic(_, let secret), .clientSecretPost(_, let secret): return secret
-            case .publicClient: return nil
+            case .publicClient, .privateKeyJWT: return nil
             }
         }
 
-        /// The kind of authentication and the client id; the secret shows as `<redacted>`.
+        /// The client id, whichever the method.
+        package var clientID: String {
+            switch self {
+            case .clientSecretBasic(let id, _), .clientSecretPost(let id, _), .publicClient(let id),
+                .privateKeyJWT(let id, _, _):
+                id
+            }
+        }
+
+        /// The kind of authentication and the client id; the secret shows as `<redacted>`, the signer by its type.
         public var description: String {
             switch self {
             case .clientSecretBasic(let id, _): return "clientSecretBasic(id: \(id), secret: <redacted>)"
             case .clientSecretPost(let id, _): return "clientSecretPost(id: \(id), secret: <redacted>)"
             case .publicClient(let id): return "publicClient(id: \(id))"
+            case .privateKeyJWT(let id, let audience, let signer):
+                return "privateKeyJWT(id: \(id), audience: \(audience), signer: \(type(of: signer)))"
+            }
+        }
+
+        /// Equal when the method, the client id, the secret or audience, and the signer (the same instance) are.
+        public static func == (lhs: Self, rhs: Self) -> Bool {
+            switch (lhs, rhs) {
+            case (.clientSecretBasic(let a, let b), .clientSecretBasic(let c, let d)),
+                (.clientSecretPost(let a, let b), .clientSecretPost(let c, let d)):
+                return a == c && b == d
+            case (.publicClient(let a), .publicClient(let b)): return a == b
+            case (.privateKeyJWT(let a, let b, let c), .privateKeyJWT(let d, let e, let f)):
+                return a == d && b == e && c === f
+            default: return false
+            }
+        }
+
+        /// Hashes what ``==(_:_:)`` compares.
+        public func hash(into hasher: inout Hasher) {
+            switch self {
+            case .clientSecretBasic(let id, let secret):
+                hasher.combine(0)
+                hasher.combine(id)
+                hasher.combine(secret)
+            case .clientSecretPost(let id, let secret):
+                hasher.combine(1)
+                hasher.combine(id)
+                hasher.combine(secret)
+            case .publicClient(let id):
+                hasher.combine(2)
+                hasher.combine(id)
+            case .privateKeyJWT(let id, let audience, let signer):
+                hasher.combine(3)
+                hasher.combine(id)
+                hasher.combine(audience)
+                hasher.combine(ObjectIdentifier(signer))
             }
         }
 

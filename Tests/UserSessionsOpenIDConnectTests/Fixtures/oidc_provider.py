@@ -10,7 +10,13 @@ GET  /jwks                               the public keys (RS256, ES256, EdDSA; k
 GET  /authorize                          the login form (hidden fields carry the request)
 POST /authorize                          username/password (alice/wonderland, bob/builder) -> 302 to the
                                          redirect_uri with code, state and iss (RFC 9207)
-POST /token                              authorization_code grant (client_secret_basic, client_secret_post, none)
+POST /token                              authorization_code grant (client_secret_basic, client_secret_post, none,
+                                         private_key_jwt)
+POST /revoke                             RFC 7009 revocation of refresh tokens (the client's own method); not in
+                                         the discovery document: tests name it
+POST /par                                pushed authorization requests (RFC 9126), when switched on: authenticates
+                                         the client, keeps the request for 60 s under a one-use request_uri, which
+                                         GET/POST /authorize accept (with client_id) in place of the parameters
 GET  /userinfo                           Bearer access token -> claims
 GET  /logout                             end_session_endpoint: checks id_token_hint, 302 to
                                          post_logout_redirect_uri?state=…
@@ -53,9 +59,24 @@ POST /control/send-logout {"uri", and the fields of /control/logout-token} -> {"
                           it could not be reached)
 POST /control/token-lifetime {"seconds": n}: expires_in of example-app's later access tokens (default 3600)
 POST /control/expire-access-tokens      every access token issued so far is rejected as expired from now on
+POST /control/client-key {"client", "alg": "RS256" | "ES256" | "EdDSA", "audience": "issuer" | "endpoint"}
+                          -> {"pem", "kid"}: the client authenticates with private_key_jwt from now on, with a new
+                          key whose private half (PKCS #8 PEM) is returned; assertions are verified by Authlib
+                          (signature, iss = sub = client id, aud, exp, jti never seen before) and must have an iat
+                          and live at most 5 min; aud must be the issuer ("issuer", default) or the URL of the
+                          endpoint the request was sent to ("endpoint")
+POST /control/par        {"enabled": bool, "required": bool}: the discovery document names /par (enabled) and says
+                          require_pushed_authorization_requests (required); when required, /authorize refuses a
+                          request without request_uri (400 invalid_request)
+POST /control/misbehave  {"echo_assertion": true}: the next token request is refused with invalid_client and its
+                          client_assertion as the error_description
+POST /control/misbehave  {"par": "no_request_uri" | "bad_expires_in" | "server_error" | "invalid_client" |
+                          "redirect"}: the next answer of /par (redirect: a 307 to /par)
+GET  /control/par-requests the parameters of every request pushed so far (client_assertion left out)
 GET  /control/stats      counters: jwks_requests, token_requests, token_errors, last_auth, logouts, refreshes,
                           refresh_reuse_detected, provider_sessions (live), api_requests, api_unauthorized,
-                          api_requests_with_cookies, ...
+                          api_requests_with_cookies, revocations, last_auth_revocation, last_auth_par,
+                          par_requests, front_channel_refused, assertion_replays, ...
 """
 import base64
 import hashlib
@@ -74,13 +95,18 @@ import urllib.request
 os.environ.setdefault("AUTHLIB_INSECURE_TRANSPORT", "1")  # loopback only: the tests speak plain HTTP
 
 from authlib.integrations.flask_oauth2 import AuthorizationServer  # noqa: E402
-from authlib.oauth2.rfc6749 import ClientMixin, AuthorizationCodeMixin, grants  # noqa: E402
+from authlib.oauth2.rfc6749 import ClientMixin, AuthorizationCodeMixin, InvalidClientError, grants  # noqa: E402
+from authlib.oauth2.rfc6749 import OAuth2Error  # noqa: E402
+from authlib.oauth2.rfc7009 import RevocationEndpoint  # noqa: E402
+from authlib.oauth2.rfc7523 import JWTBearerClientAssertion  # noqa: E402
 from authlib.oauth2.rfc7636 import CodeChallenge  # noqa: E402
 from authlib.oidc.core.grants import OpenIDCode  # noqa: E402
 from authlib.oauth2.rfc6750 import BearerTokenGenerator  # noqa: E402
 from flask import Flask, g, jsonify, redirect, request  # noqa: E402
 from joserfc import jwt  # noqa: E402
+from joserfc.errors import JoseError  # noqa: E402
 from joserfc.jwk import ECKey, OKPKey, RSAKey  # noqa: E402
+from werkzeug.datastructures import CombinedMultiDict, MultiDict  # noqa: E402
 from werkzeug.serving import make_server  # noqa: E402
 
 REDIRECT_URI = "http://127.0.0.1/callback"
@@ -125,7 +151,15 @@ class State:
         self.faults = {}
         self.without_kid = False
         self.decoys = []
-        self.stats = {"jwks_requests": 0, "token_requests": 0, "token_errors": 0, "last_auth": None,
+        self.assertion_audience = "issuer"
+        self.used_jtis = set()
+        self.par_enabled = False
+        self.par_required = False
+        self.pushed = {}  # request_uri -> (client_id, parameters, expiry)
+        self.pushed_log = []
+        self.stats = {"revocations": 0, "last_auth_revocation": None, "last_auth_par": None, "par_requests": 0,
+                      "front_channel_refused": 0, "assertion_replays": 0,
+                      "jwks_requests": 0, "token_requests": 0, "token_errors": 0, "last_auth": None,
                       "logouts": 0, "last_logout_state": None, "userinfo_requests": 0, "authorizations": 0,
                       "refreshes": 0, "refresh_reuse_detected": 0, "api_requests": 0, "api_unauthorized": 0,
                       "api_requests_with_cookies": 0}
@@ -167,6 +201,7 @@ class RefreshRecord:
 class Client(ClientMixin):
     def __init__(self, client_id, secret, method):
         self.client_id, self.secret, self.method = client_id, secret, method
+        self.public_key = None
 
     def get_client_id(self):
         return self.client_id
@@ -186,11 +221,9 @@ class Client(ClientMixin):
         return self.secret is not None and hmac.compare_digest(client_secret, self.secret)
 
     def check_endpoint_auth_method(self, method, endpoint):
-        if endpoint == "token":
-            with STATE.lock:
-                STATE.stats["last_auth"] = method
-            return method == self.method
-        return True
+        with STATE.lock:
+            STATE.stats["last_auth" if endpoint == "token" else f"last_auth_{endpoint}"] = method
+        return method == self.method
 
     def check_response_type(self, response_type):
         return response_type == "code"
@@ -244,8 +277,56 @@ class User:
         return self.info["sub"]
 
 
+AUTH_METHODS = ["private_key_jwt", "client_secret_basic", "client_secret_post", "none"]
+ENDPOINTS = {"/token": "token", "/revoke": "revocation", "/par": "par"}
+
+
+class PrivateKeyJWT(JWTBearerClientAssertion):
+    """private_key_jwt (RFC 7523 §2.2): Authlib verifies the signature, iss = sub, aud and exp; this adds the jti
+    cache, the iat and a lifetime of at most 5 minutes."""
+    CLIENT_AUTH_METHOD = "private_key_jwt"
+
+    def get_audiences(self):
+        with STATE.lock:
+            mode = STATE.assertion_audience
+        return [STATE.issuer] if mode == "issuer" else [STATE.issuer + request.path]
+
+    def validate_jti(self, claims, jti):
+        with STATE.lock:
+            if (claims["sub"], jti) in STATE.used_jtis:
+                STATE.stats["assertion_replays"] += 1
+                return False
+            STATE.used_jtis.add((claims["sub"], jti))
+            return True
+
+    def verify_claims(self, claims):
+        super().verify_claims(claims)
+        iat = claims.get("iat")
+        if not isinstance(iat, int) or claims["exp"] - iat > 300 or iat > time.time() + 60:
+            raise InvalidClientError(description="the assertion needs an iat and a lifetime of at most 5 minutes")
+
+    def process_assertion_claims(self, assertion, resolve_key):
+        # joserfc leaves EdDSA out of its default algorithms; the client may sign with any of the three.
+        try:
+            token = jwt.decode(assertion, resolve_key, algorithms=list(ALGORITHMS))
+        except JoseError as error:
+            raise InvalidClientError(description=error.description) from error
+        self.verify_claims(token.claims)
+        return token.claims
+
+    def resolve_client_public_key(self, client):
+        if client.public_key is None:
+            raise InvalidClientError(description="the client has no key")
+        return client.public_key
+
+    def authenticate_client(self, client):
+        if client.check_endpoint_auth_method(self.CLIENT_AUTH_METHOD, ENDPOINTS.get(request.path, "token")):
+            return client
+        raise InvalidClientError(description="the client does not authenticate with private_key_jwt")
+
+
 class CodeGrant(grants.AuthorizationCodeGrant):
-    TOKEN_ENDPOINT_AUTH_METHODS = ["client_secret_basic", "client_secret_post", "none"]
+    TOKEN_ENDPOINT_AUTH_METHODS = AUTH_METHODS
 
     def save_authorization_code(self, code, request):
         payload = request.payload
@@ -274,7 +355,7 @@ class CodeGrant(grants.AuthorizationCodeGrant):
 
 class RotatingRefreshGrant(grants.RefreshTokenGrant):
     """Refresh with rotation: each use spends the token; a spent one presented again revokes its whole family."""
-    TOKEN_ENDPOINT_AUTH_METHODS = ["client_secret_basic"]
+    TOKEN_ENDPOINT_AUTH_METHODS = ["private_key_jwt", "client_secret_basic"]
     INCLUDE_NEW_REFRESH_TOKEN = True
 
     def authenticate_refresh_token(self, refresh_token):
@@ -416,6 +497,94 @@ server.register_token_generator("default", BearerTokenGenerator(
     lambda **_: secrets.token_urlsafe(32), lambda **_: secrets.token_urlsafe(32), token_lifetime))
 server.register_grant(CodeGrant, [CodeChallenge(required=True), IDToken(require_nonce=False)])
 server.register_grant(RotatingRefreshGrant)
+server.register_client_auth_method("private_key_jwt", PrivateKeyJWT())
+
+
+class Revocation(RevocationEndpoint):
+    CLIENT_AUTH_METHODS = AUTH_METHODS
+
+    def query_token(self, token_string, token_type_hint):
+        with STATE.lock:
+            return STATE.refresh_tokens.get(token_string)
+
+    def revoke_token(self, token, request):
+        with STATE.lock:
+            STATE.revoked_families.add(token.family)
+            STATE.stats["revocations"] += 1
+
+
+server.register_endpoint(Revocation)
+
+
+@app.post("/revoke")
+def revoke():
+    return server.create_endpoint_response("revocation")
+
+
+def oauth_error(error):
+    answer = jsonify(dict(error.get_body()))
+    answer.status_code = error.status_code
+    return answer
+
+
+@app.post("/par")
+def par():
+    with STATE.lock:
+        STATE.stats["par_requests"] += 1
+        enabled = STATE.par_enabled
+    if not enabled:
+        return jsonify({"error": "not_found"}), 404
+    fault = STATE.take_fault("par")
+    if fault == "server_error":
+        return jsonify({"error": "server_error"}), 503
+    if fault == "invalid_client":
+        return jsonify({"error": "invalid_client"}), 401
+    if fault == "redirect":
+        return redirect(STATE.issuer + "/par", code=307)
+    if "request_uri" in request.form:
+        return jsonify({"error": "invalid_request", "error_description": "request_uri cannot be pushed"}), 400
+    try:
+        client = server.authenticate_client(server.create_oauth2_request(request), AUTH_METHODS, "par")
+    except OAuth2Error as error:
+        return oauth_error(error)
+    client_id = request.form.get("client_id", client.get_client_id())
+    if client_id != client.get_client_id():
+        return jsonify({"error": "invalid_request", "error_description": "client_id is another client's"}), 400
+    hidden = ("client_assertion", "client_assertion_type", "client_secret")
+    parameters = {name: value for name, value in request.form.items() if name not in hidden}
+    parameters["client_id"] = client_id
+    request_uri = "urn:ietf:params:oauth:request_uri:" + secrets.token_urlsafe(24)
+    with STATE.lock:
+        STATE.pushed[request_uri] = (client_id, parameters, time.time() + 60)
+        STATE.pushed_log.append(parameters)
+    body = {"request_uri": request_uri, "expires_in": 60}
+    if fault == "no_request_uri":
+        body.pop("request_uri")
+    elif fault == "bad_expires_in":
+        body["expires_in"] = -60
+    return jsonify(body), 201
+
+
+def pushed_request():
+    """Replaces the request's parameters by the pushed ones its request_uri names (spent on POST), or answers the
+    error; None when the request carries no request_uri and PAR is not required."""
+    request_uri = request.values.get("request_uri")
+    if request_uri is None:
+        with STATE.lock:
+            if not STATE.par_required:
+                return None
+            STATE.stats["front_channel_refused"] += 1
+        return jsonify({"error": "invalid_request", "error_description": "pushed authorization requests only"}), 400
+    with STATE.lock:
+        entry = STATE.pushed.get(request_uri)
+        if entry is not None and request.method == "POST":
+            del STATE.pushed[request_uri]
+    if entry is None or entry[2] < time.time() or entry[0] != request.values.get("client_id"):
+        return jsonify({"error": "invalid_request_uri"}), 400
+    if request.method == "POST":
+        login = {name: request.form[name] for name in ("username", "password") if name in request.form}
+        request.values = CombinedMultiDict([MultiDict(entry[1]), MultiDict(login)])
+    return None
 
 
 def bearer_user():
@@ -453,11 +622,22 @@ def discovery_document(issuer):
         "subject_types_supported": ["public"],
         "id_token_signing_alg_values_supported": list(ALGORITHMS),
         "code_challenge_methods_supported": ["S256"],
-        "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post", "none"],
+        "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post", "none",
+                                                  "private_key_jwt"],
+        "token_endpoint_auth_signing_alg_values_supported": list(ALGORITHMS),
         "authorization_response_iss_parameter_supported": True,
         "backchannel_logout_supported": True,
         "backchannel_logout_session_supported": True,
-    })
+    }) | par_metadata(issuer)
+
+
+def par_metadata(issuer):
+    with STATE.lock:
+        enabled, required = STATE.par_enabled, STATE.par_required
+    metadata = {"pushed_authorization_request_endpoint": issuer + "/par"} if enabled else {}
+    if required:
+        metadata["require_pushed_authorization_requests"] = True
+    return metadata
 
 
 @app.get("/jwks")
@@ -477,6 +657,9 @@ FORM = """<!doctype html><title>Sign in</title><form method="post" action="/auth
 
 @app.route("/authorize", methods=["GET", "POST"])
 def authorize():
+    refused = pushed_request()
+    if refused is not None:
+        return refused
     args = request.values
     browser = args.get("client_id") == BROWSER_CLIENT
     if request.method == "GET":
@@ -539,6 +722,8 @@ def token():
     with STATE.lock:
         STATE.stats["token_requests"] += 1
     refreshing = request.form.get("grant_type") == "refresh_token"
+    if STATE.take_fault("echo_assertion"):
+        return jsonify({"error": "invalid_client", "error_description": request.form.get("client_assertion", "")}), 400
     response = server.create_token_response()
     if response.status_code != 200:
         with STATE.lock:
@@ -747,6 +932,39 @@ def send_logout():
     except (urllib.error.URLError, OSError):
         status = 502
     return jsonify({"status": status})
+
+
+@app.post("/control/client-key")
+def client_key():
+    body = request.get_json(force=True)
+    alg = body.get("alg", "ES256")
+    kid = "client-" + secrets.token_urlsafe(6)
+    if alg == "RS256":
+        key = RSAKey.generate_key(2048, {"kid": kid, "alg": alg})
+    elif alg == "ES256":
+        key = ECKey.generate_key("P-256", {"kid": kid, "alg": alg})
+    else:
+        key = OKPKey.generate_key("Ed25519", {"kid": kid, "alg": alg})
+    client = CLIENTS[body["client"]]
+    with STATE.lock:
+        client.method, client.public_key = "private_key_jwt", type(key).import_key(key.as_dict(private=False))
+        STATE.assertion_audience = body.get("audience", "issuer")
+    return jsonify({"pem": key.as_pem(private=True).decode(), "kid": kid})
+
+
+@app.post("/control/par")
+def control_par():
+    body = request.get_json(force=True)
+    with STATE.lock:
+        STATE.par_enabled = bool(body.get("enabled", True))
+        STATE.par_required = bool(body.get("required", False))
+    return jsonify({"ok": True})
+
+
+@app.get("/control/par-requests")
+def par_requests():
+    with STATE.lock:
+        return jsonify({"requests": list(STATE.pushed_log)})
 
 
 @app.get("/control/stats")

@@ -12,8 +12,13 @@ POST /token          Authlib's own ClientCredentialsGrant (RFC 6749 section 4.4)
                      custom Authlib grant: same client authentication, subject_token must be an access token this
                      server issued that has not expired (else invalid_grant), subject_token_type must be the access
                      token type and audience is required (else invalid_request); answers with issued_token_type.
+                     With --auth private_key_jwt the client authenticates with an ES256 assertion (RFC 7523) instead,
+                     verified by Authlib against a key the server makes at start: aud must be the issuer
+                     (http://127.0.0.1:<port>), jti is never accepted twice (else invalid_client).
 GET  /stats          JSON counters: token_requests (every POST /token), client_credentials and token_exchanges (tokens
-                     issued per grant), invalid_client, held_requests, last_scope, last_audience, last_auth.
+                     issued per grant), invalid_client, held_requests, last_scope, last_audience, last_auth (basic,
+                     post or private_key_jwt).
+GET  /admin/client-key {"pem", "kid"}: with --auth private_key_jwt, the client's private key (PKCS #8 PEM).
 POST /admin/issue    {"access_token": ...}: an access token of a user, for token exchange.
 POST /admin/config   JSON {"expires_in": n} (the lifetime of issued tokens; default 3600) and/or {"mode":
                      "normal|error500"}.
@@ -32,6 +37,8 @@ from authlib.integrations.flask_oauth2 import AuthorizationServer
 from authlib.oauth2.rfc6749 import ClientMixin, grants
 from authlib.oauth2.rfc6749.errors import InvalidGrantError, InvalidRequestError, UnauthorizedClientError
 from authlib.oauth2.rfc6750 import BearerTokenGenerator
+from authlib.oauth2.rfc7523 import JWTBearerClientAssertion
+from joserfc.jwk import ECKey
 from flask import Flask, jsonify, request
 from werkzeug.serving import make_server
 
@@ -47,6 +54,9 @@ class State:
         self.gate = threading.Event()
         self.gate.set()
         self.tokens = {}  # access token -> expiry (time.time())
+        self.issuer = ""
+        self.client_key = ECKey.generate_key("P-256", {"kid": "client-es256", "alg": "ES256"})
+        self.used_jtis = set()
         self.stats = {
             "token_requests": 0,
             "client_credentials": 0,
@@ -106,10 +116,32 @@ class Client(ClientMixin):
         return grant_type in (ClientCredentialsGrant.GRANT_TYPE, TokenExchangeGrant.GRANT_TYPE)
 
 
-class ClientCredentialsGrant(grants.ClientCredentialsGrant):
-    """Authlib's grant, with both secret methods allowed and its tokens counted."""
+class PrivateKeyJWT(JWTBearerClientAssertion):
+    """private_key_jwt: Authlib checks the signature, iss = sub, aud and exp; the jti is remembered here."""
 
-    TOKEN_ENDPOINT_AUTH_METHODS = ["client_secret_basic", "client_secret_post"]
+    CLIENT_AUTH_METHOD = "private_key_jwt"
+
+    def get_audiences(self):
+        return [STATE.issuer]
+
+    def validate_jti(self, claims, jti):
+        with STATE.lock:
+            if jti in STATE.used_jtis:
+                return False
+            STATE.used_jtis.add(jti)
+            return True
+
+    def resolve_client_public_key(self, client):
+        return ECKey.import_key(STATE.client_key.as_dict(private=False))
+
+
+AUTH_METHODS = ["client_secret_basic", "client_secret_post", "private_key_jwt"]
+
+
+class ClientCredentialsGrant(grants.ClientCredentialsGrant):
+    """Authlib's grant, with every client authentication method allowed and its tokens counted."""
+
+    TOKEN_ENDPOINT_AUTH_METHODS = AUTH_METHODS
 
     def create_token_response(self):
         status, body, headers = super().create_token_response()
@@ -123,7 +155,7 @@ class TokenExchangeGrant(grants.BaseGrant, grants.TokenEndpointMixin):
     """RFC 8693 token exchange for an access token this server issued, as a custom Authlib grant."""
 
     GRANT_TYPE = "urn:ietf:params:oauth:grant-type:token-exchange"
-    TOKEN_ENDPOINT_AUTH_METHODS = ["client_secret_basic", "client_secret_post"]
+    TOKEN_ENDPOINT_AUTH_METHODS = AUTH_METHODS
 
     def validate_token_request(self):
         client = self.authenticate_token_endpoint_client()
@@ -153,7 +185,8 @@ class TokenExchangeGrant(grants.BaseGrant, grants.TokenEndpointMixin):
 
 def make_app(args):
     app = Flask(__name__)
-    client = Client(args.client_id, args.client_secret, "client_secret_" + args.auth)
+    method = args.auth if args.auth == "private_key_jwt" else "client_secret_" + args.auth
+    client = Client(args.client_id, args.client_secret, method)
 
     def query_client(client_id):
         return client if client_id == client.client_id else None
@@ -172,12 +205,14 @@ def make_app(args):
     )
     server.register_grant(ClientCredentialsGrant)
     server.register_grant(TokenExchangeGrant)
+    server.register_client_auth_method("private_key_jwt", PrivateKeyJWT())
 
     @app.post("/token")
     def token():
         STATE.count("token_requests")
         with STATE.lock:
-            STATE.stats["last_auth"] = "basic" if request.headers.get("Authorization") else "post"
+            STATE.stats["last_auth"] = "private_key_jwt" if request.form.get("client_assertion") else \
+                "basic" if request.headers.get("Authorization") else "post"
             held = not STATE.gate.is_set()
             if held:
                 STATE.stats["held_requests"] += 1
@@ -218,6 +253,10 @@ def make_app(args):
                 STATE.tokens[access_token] = 0
         return jsonify(ok=True)
 
+    @app.get("/admin/client-key")
+    def client_key():
+        return jsonify(pem=STATE.client_key.as_pem(private=True).decode(), kid=STATE.client_key.kid)
+
     @app.post("/admin/hold")
     def hold():
         STATE.gate.clear()
@@ -251,13 +290,14 @@ def main():
     threading.Thread(target=exit_when_parent_goes_away, daemon=True).start()
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--auth", choices=["basic", "post"], default="basic")
+    parser.add_argument("--auth", choices=["basic", "post", "private_key_jwt"], default="basic")
     parser.add_argument("--client-id", default="client")
     parser.add_argument("--client-secret", default="client-secret")
     parser.add_argument("--scopes", default="orders.read orders.write a b")
     args = parser.parse_args()
     STATE = State(args)
     http = make_server("127.0.0.1", args.port, make_app(args), threaded=True)
+    STATE.issuer = f"http://127.0.0.1:{http.server_port}"
     print(http.server_port, flush=True)
     http.serve_forever()
 
