@@ -14,7 +14,6 @@
 // (`postgres:` only in a build with the PostgreSQL trait; `--sealing-key`, which wraps the store in a
 // SealedTokenStore of namespace "fleet" with that one key, only with the Sealing trait.)
 import Foundation
-import Synchronization
 import UserSessions
 
 struct Options {
@@ -280,7 +279,8 @@ func run(_ options: Options, store: any TokenStore) async throws -> Int32 {
 
 /// Counts the tokens a ClientCredentialsTokenManager obtained and adopted (its observer).
 final class ClientTokenCounter: UserSessionObserver {
-    private let counts = Mutex((issued: 0, adopted: 0, failed: 0, expiresAt: Date.distantPast))
+    // `Locked`, not `Mutex`: FleetNode runs under ThreadSanitizer too, which cannot see `Mutex` on Linux.
+    private let counts = Locked((issued: 0, adopted: 0, failed: 0, expiresAt: Date.distantPast))
 
     func observe(_ event: UserSessionEvent, context: UserSessionEventContext) {}
 
