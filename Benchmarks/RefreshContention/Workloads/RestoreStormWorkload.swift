@@ -122,28 +122,17 @@ struct RestoreStormWorkload {
         let tokens = (0..<users).map(accessToken)
 
         // The library, right after a restart: a fresh registry, nothing open.
-        let store = CountingTokenStore(inner)
-        let restores = RestoreCounter()
-        var settings = UserSessionController.Configuration()
-        settings.observers = [restores]
+        let (store, restores, settings) = instrumented(inner)
         let registry = UserSessionRegistry(store: store, configuration: settings)
-        let (wall, failed) = await measure(requests: requests) { request in
-            let user = request % users
-            guard let controller = try? await registry.session(for: identifiers[user]),
-                let token = try? await controller.accessToken()
-            else { return false }
-            return token == tokens[user]
+        let (wall, failed) = await measureSessions(requests: requests, identifiers: identifiers, tokens: tokens) {
+            try await registry.session(for: $0)
         }
         let loads = store.loads
         let restored = restores.count
 
         // Every session is open now: the same requests again, then the controllers' hot path alone.
-        let (warm, warmFailed) = await measure(requests: requests) { request in
-            let user = request % users
-            guard let controller = try? await registry.session(for: identifiers[user]),
-                let token = try? await controller.accessToken()
-            else { return false }
-            return token == tokens[user]
+        let (warm, warmFailed) = await measureSessions(requests: requests, identifiers: identifiers, tokens: tokens) {
+            try await registry.session(for: $0)
         }
         // Request i is for user i % U, so only the first min(N, U) users were asked for and restored.
         let asked = min(users, requests)
@@ -170,22 +159,40 @@ struct RestoreStormWorkload {
             idiomFailedRequests: idiom.failed)
     }
 
+    /// A store over `inner` that counts loads, and a configuration whose observer counts restores.
+    static func instrumented(_ inner: InMemoryTokenStore) -> (
+        CountingTokenStore, RestoreCounter, UserSessionController.Configuration
+    ) {
+        let restores = RestoreCounter()
+        var settings = UserSessionController.Configuration()
+        settings.observers = [restores]
+        return (CountingTokenStore(inner), restores, settings)
+    }
+
+    /// ``measure(requests:_:)`` where request `i` gets user `i % U`'s controller from `session` and its access
+    /// token, which must be that user's.
+    static func measureSessions(
+        requests: Int, identifiers: [String], tokens: [String],
+        _ session: @escaping @Sendable (String) async throws -> UserSessionController
+    ) async -> (Duration, Int) {
+        let users = identifiers.count
+        return await measure(requests: requests) { request in
+            let user = request % users
+            guard let controller = try? await session(identifiers[user]),
+                let token = try? await controller.accessToken()
+            else { return false }
+            return token == tokens[user]
+        }
+    }
+
     /// The idiom (``IdiomSessions``), same shape: request `i` gets user `i % U`'s controller and its access token.
     static func measureIdiom(
         requests: Int, identifiers: [String], tokens: [String], store inner: InMemoryTokenStore
     ) async -> (wall: Duration, loads: Int, restores: Int, failed: Int) {
-        let users = identifiers.count
-        let store = CountingTokenStore(inner)
-        let restores = RestoreCounter()
-        var settings = UserSessionController.Configuration()
-        settings.observers = [restores]
+        let (store, restores, settings) = instrumented(inner)
         let sessions = IdiomSessions(store: store, configuration: settings)
-        let (wall, failed) = await measure(requests: requests) { request in
-            let user = request % users
-            guard let controller = try? await sessions.session(for: identifiers[user]),
-                let token = try? await controller.accessToken()
-            else { return false }
-            return token == tokens[user]
+        let (wall, failed) = await measureSessions(requests: requests, identifiers: identifiers, tokens: tokens) {
+            try await sessions.session(for: $0)
         }
         let counts = (store.loads, restores.count)
         await sessions.shutdown()
@@ -270,7 +277,7 @@ final class CountingTokenStore: TokenStore {
 }
 
 /// Counts restores: every `.opened` event of the registry's controllers (nothing else opens them in this workload).
-private final class RestoreCounter: UserSessionObserver {
+final class RestoreCounter: UserSessionObserver {
     private let opened = Atomic<Int>(0)
 
     var count: Int { opened.load(ordering: .acquiring) }
