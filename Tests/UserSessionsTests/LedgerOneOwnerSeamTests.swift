@@ -27,21 +27,6 @@ struct LedgerOneOwnerSeamTests {
 
         var ledger: CredentialsLedger { CredentialsLedger.shared(for: store) }
 
-        /// Moves the clock 61 s (past any retry's backoff) each time a timer starts sleeping, while `waiting` holds.
-        /// Never more often: a loop that advanced on every yield would, on a slow run, carry the clock past the
-        /// access token's lifetime and cause a refresh the test does not expect.
-        func advanceTimers(while waiting: () -> Bool) async throws {
-            var seen = 0
-            while waiting() {
-                let started = time.sleeps.count
-                if started > seen {
-                    seen = started
-                    time.advance(by: 61)
-                }
-                await Task.yield()
-            }
-        }
-
         /// Waits until `task` finished, or until a write of `identifier` waits for the identifier's write turn (held
         /// by a store call the test holds): the two orders a late write can take.
         func waitUntilDoneOrQueued<T: Sendable>(_ task: Task<T, any Error>, done: ArrivalCounter, _ identifier: String)
@@ -104,7 +89,7 @@ struct LedgerOneOwnerSeamTests {
         bench.store.failWrites(false)
         let save = bench.store.holdNextSave(of: "alice")
         try await withHangGuard("the ledger's retry reaches the store") {
-            try await bench.advanceTimers { bench.store.savesHeld.count < 1 }
+            await bench.time.advanceOnEachSleep { bench.store.savesHeld.count < 1 }
         }
 
         let done = ArrivalCounter()
@@ -141,7 +126,7 @@ struct LedgerOneOwnerSeamTests {
         bench.store.failRemoves(false)
         let ledger = bench.ledger
         try await withHangGuard("the ledger lets alice go") {
-            try await bench.advanceTimers { ledger.entryCount > 0 }
+            await bench.time.advanceOnEachSleep { ledger.entryCount > 0 }
         }
 
         #expect(await bench.store.stored("alice")?.credentials?.refreshToken == "alice/rt-1")

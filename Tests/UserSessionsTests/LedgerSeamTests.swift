@@ -40,14 +40,11 @@ struct LedgerSeamTests {
 
         var ledger: CredentialsLedger { CredentialsLedger.shared(for: store) }
 
-        /// Advances the clock a minute at a time until `user`'s stored refresh token is `token`: the ledger or a
-        /// gate retries the write on the session clock.
+        /// Advances the clock past each retry's backoff until `user`'s stored refresh token is `token`: the ledger
+        /// or a gate retries the write on the session clock.
         func waitUntilStored(_ user: String, _ token: String) async throws {
             try await withHangGuard("\(user)'s \(token) reaches the store") {
-                while await store.storedToken(user) != token {
-                    time.advance(by: 61)
-                    await Task.yield()
-                }
+                await time.advanceOnEachSleep { await store.storedToken(user) != token }
             }
         }
     }

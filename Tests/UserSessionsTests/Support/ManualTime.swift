@@ -41,6 +41,21 @@ final class ManualTime: Sendable {
         for sleeper in due { sleeper.continuation.resumeVisibly() }
     }
 
+    /// Moves the clock 61 s (past any retry's backoff, at most 60 s) each time a timer starts sleeping, while
+    /// `waiting` holds; yields in between. Never more often: a loop that advanced on every yield would, on a slow run,
+    /// carry the clock past an access token's lifetime and cause a refresh the test does not expect.
+    func advanceOnEachSleep(while waiting: () async -> Bool) async {
+        var seen = 0
+        while await waiting() {
+            let started = sleeps.count
+            if started > seen {
+                seen = started
+                advance(by: 61)
+            }
+            await Task.yield()
+        }
+    }
+
     /// Suspends until the clock reaches `deadline`; throws `CancellationError` when the task is cancelled.
     func sleep(until deadline: Date) async throws {
         let id = state.withLock { state -> UInt64 in
