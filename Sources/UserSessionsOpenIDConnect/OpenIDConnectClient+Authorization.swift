@@ -96,13 +96,7 @@ extension OpenIDConnectClient {
                 .invalidConfiguration, "the parameter \(name) is set by the client", failureClass: .misconfiguration)
         }
         let metadata = try await providerMetadata()
-        do {
-            try SecureEndpoint.check(metadata.authorizationEndpoint, describedAs: "the authorization endpoint")
-        } catch {
-            throw OpenIDConnectError(
-                .invalidConfiguration, "the authorization endpoint is neither HTTPS nor loopback HTTP",
-                failureClass: .misconfiguration)
-        }
+        try Self.checkSecure(metadata.authorizationEndpoint, named: "the authorization endpoint")
         let now = self.now
         let pending = PendingSignIn(
             state: SignInSecrets.random(), nonce: SignInSecrets.random(), codeVerifier: SignInSecrets.random(),

@@ -20,13 +20,7 @@ extension OpenIDConnectClient {
                     : "pushed authorization requests are asked for but the provider has no endpoint for them",
                 failureClass: .misconfiguration)
         }
-        do {
-            try SecureEndpoint.check(endpoint, describedAs: "the pushed authorization request endpoint")
-        } catch {
-            throw OpenIDConnectError(
-                .invalidConfiguration, "the pushed authorization request endpoint is neither HTTPS nor loopback HTTP",
-                failureClass: .misconfiguration)
-        }
+        try Self.checkSecure(endpoint, named: "the pushed authorization request endpoint")
         return endpoint
     }
 

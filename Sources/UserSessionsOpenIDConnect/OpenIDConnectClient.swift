@@ -97,13 +97,7 @@ public final class OpenIDConnectClient: Sendable {
                 failureClass: .misconfiguration)
         }
         for url in [discoveryURL, metadata?.tokenEndpoint, metadata?.jwksURI].compactMap({ $0 }) {
-            do {
-                try SecureEndpoint.check(url, describedAs: "an endpoint of the provider")
-            } catch {
-                throw OpenIDConnectError(
-                    .invalidConfiguration, "\(url.absoluteString) is neither HTTPS nor loopback HTTP",
-                    failureClass: .misconfiguration)
-            }
+            try Self.checkSecure(url, named: url.absoluteString)
         }
         let transport = transport ?? URLSessionHTTPTransport()
         self.issuer = issuer
@@ -116,6 +110,18 @@ public final class OpenIDConnectClient: Sendable {
         client = GuardedHTTPClient(transport: transport, endpointName: "the OpenID provider")
         keys = ProviderKeySet(
             lifetime: configuration.keySetLifetime, refetchInterval: configuration.keySetRefetchInterval)
+    }
+
+    /// Refuses `url` unless it is HTTPS, or HTTP on a loopback host (``SecureEndpoint``): the module's one check of
+    /// the provider's endpoints, which names the endpoint as `name` in its
+    /// ``OpenIDConnectError/Code/invalidConfiguration``.
+    static func checkSecure(_ url: URL, named name: String) throws(OpenIDConnectError) {
+        do {
+            try SecureEndpoint.check(url, describedAs: name)
+        } catch {
+            throw OpenIDConnectError(
+                .invalidConfiguration, "\(name) is neither HTTPS nor loopback HTTP", failureClass: .misconfiguration)
+        }
     }
 
     /// The provider's metadata: the one given by hand, or the discovery document (fetched when the cached one is
