@@ -178,12 +178,15 @@ final class ProviderKeySet: Sendable {
     }
 }
 
-/// Decodes unpadded base64url (RFC 4648 §5), as JWS uses it.
+/// Decodes unpadded base64url (RFC 4648 §5), as JWS uses it, in its one canonical spelling: a last character
+/// whose unused bits are not zero is refused (RFC 4648 §3.5), so no two texts decode to the same bytes and a
+/// changed character always changes what is decoded.
 func base64URLDecode(_ text: some StringProtocol) -> Data? {
     var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
     guard !base64.contains("=") else { return nil }
     base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
-    return Data(base64Encoded: base64)
+    guard let data = Data(base64Encoded: base64), base64URLEncode(data).elementsEqual(text) else { return nil }
+    return data
 }
 
 /// Encodes bytes as unpadded base64url.

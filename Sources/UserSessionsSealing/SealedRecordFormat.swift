@@ -135,9 +135,10 @@ enum SealedRecordFormat {
         if found > version { return .newerVersion(found) }
         guard found == version, parts.count == 4 else { return .malformed }
         let keyID = String(decoding: parts[2], as: UTF8.self)
-        guard SealingKey.isValid(id: keyID), let combined = Data(base64Encoded: Data(parts[3])) else {
-            return .malformed
-        }
+        // Only the canonical base64 spelling: a changed character always changes the bytes the seal checks.
+        guard SealingKey.isValid(id: keyID), let combined = Data(base64Encoded: Data(parts[3])),
+            combined.base64EncodedData().elementsEqual(parts[3])
+        else { return .malformed }
         return .sealed(keyID: keyID, combined: combined)
     }
 

@@ -36,11 +36,22 @@ struct BrowserBoundSignInTests {
             let other = try provider.client()  // another random key
             let callback = try await provider.callback(for: client)
             await expectRefusal(.pendingSignInUnreadable) { _ = try await other.completeSignIn(callback) }
-            var tampered = try #require(callback.sealed)
-            let last = tampered.removeLast()
-            tampered.append(last == "A" ? "B" : "A")
-            await expectRefusal(.pendingSignInUnreadable) {
-                _ = try await client.completeSignIn(callbackQuery: callback.query, sealedPendingSignIn: tampered)
+            let sealed = try #require(callback.sealed)
+            // One character changed in the middle: always other bytes, which the seal refuses.
+            var characters = Array(sealed)
+            let middle = characters.count / 2
+            characters[middle] = characters[middle] == "A" ? "B" : "A"
+            // The same bytes spelled another way: the last character with an unused bit set (the length leaves
+            // 2 or 4 unused bits unless it is a multiple of 4, when the first spelling is the only one).
+            var respelled = Array(sealed)
+            let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+            if (respelled.count - "p1.".count) % 4 != 0, let index = alphabet.firstIndex(of: respelled.last!) {
+                respelled[respelled.count - 1] = alphabet[index | 1]
+            }
+            for tampered in [String(characters), String(respelled)] where tampered != sealed {
+                await expectRefusal(.pendingSignInUnreadable) {
+                    _ = try await client.completeSignIn(callbackQuery: callback.query, sealedPendingSignIn: tampered)
+                }
             }
             #expect(try await provider.count("token_requests") == 0)
             _ = try await client.completeSignIn(callback)

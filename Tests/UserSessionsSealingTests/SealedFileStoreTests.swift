@@ -124,6 +124,24 @@ struct SealedFileStoreTests {
         }
     }
 
+    @Test func theSameSealedBytesSpelledAnotherWayAreRefused() async throws {
+        try await Self.withDirectory { directory in
+            let store = Self.sealed(directory, try SealingFixtures.ringA())
+            // Three identifiers of consecutive lengths: at least one record's base64 ends in padding.
+            var respelled = 0
+            for identifier in ["al", "bob", "carl"] {
+                try await store.save(SealingFixtures.session(identifier), identifier: identifier)
+                let stored = try #require(try await store.base.load(identifier: identifier))
+                guard let other = try SealingFixtures.respellingTheBase64(in: stored) else { continue }
+                try await store.base.save(other, identifier: identifier)
+                #expect(
+                    await SealingFixtures.problem { _ = try await store.load(identifier: identifier) } == .malformed)
+                respelled += 1
+            }
+            #expect(respelled > 0)
+        }
+    }
+
     @Test func aRecordSealedWithAKeyMissingFromTheRingIsRefusedKeptAndReportedByRestore() async throws {
         try await Self.withDirectory { directory in
             let writer = Self.sealed(directory, try SealingFixtures.ringA())

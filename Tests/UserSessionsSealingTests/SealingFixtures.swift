@@ -82,6 +82,23 @@ enum SealingFixtures {
         return copy
     }
 
+    /// The same sealed bytes spelled another way (the last base64 character before the padding with an unused bit
+    /// set), or `nil` when the record's base64 has no padding and so only one spelling.
+    static func respellingTheBase64(in stored: StoredSession) throws -> StoredSession? {
+        var copy = stored
+        let sealed = try #require(stored.credentials?.accessToken)
+        let parts = sealed.split(separator: ":", omittingEmptySubsequences: false)
+        try #require(parts.count == 4)
+        var base64 = Array(parts[3])
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+        guard let last = base64.lastIndex(where: { $0 != "=" }), last < base64.count - 1,
+            let index = alphabet.firstIndex(of: base64[last])
+        else { return nil }
+        base64[last] = alphabet[index | 1]
+        copy.credentials?.accessToken = parts[0...2].joined(separator: ":") + ":" + String(base64)
+        return copy
+    }
+
     /// The key identifier a sealed record (as the base store holds it) names.
     static func keyID(of stored: StoredSession?) -> String? {
         guard let sealed = stored?.credentials?.accessToken, sealed.hasPrefix("sealed:") else { return nil }
