@@ -1,6 +1,7 @@
 #if Hummingbird
 import Crypto
 import Foundation
+import UserSessions
 
 /// The key a browser record is stored under: the SHA-256 of the cookie's value, in lowercase hex.
 ///
@@ -12,7 +13,7 @@ public struct WebSessionKey: Sendable, Hashable, CustomStringConvertible {
 
     /// The key of a cookie value.
     init(cookieValue: String) {
-        hash = SHA256.hash(data: Data(cookieValue.utf8)).map { String(format: "%02x", $0) }.joined()
+        hash = HexEscaping.lowercaseDigits(of: SHA256.hash(data: Data(cookieValue.utf8)))
     }
 
     /// A key from its hash, as a store reads it back (64 lowercase hex digits), or `nil` for anything else.

@@ -149,7 +149,7 @@ public final class FileOpenIDConnectStateStore: OpenIDConnectStateStore {
 
     /// The file name of `key`: its SHA-256 in hex.
     private static func name(_ key: String) -> String {
-        StateStoreCoding.hash(key).map { String(format: "%02x", $0) }.joined()
+        HexEscaping.lowercaseDigits(of: StateStoreCoding.hash(key))
     }
 
     /// The largest file the store reads: a pending sign-in, a sign-in record or a logout token's expiry is far

@@ -48,5 +48,8 @@ struct IdentifierRulesTests {
         var output: [UInt8] = []
         #expect(!lowercase.append("éé".utf8, to: &output, limit: 4))
         #expect(lowercase.append("a".utf8, to: &output, limit: 100))
+        // A digest as lowercase digits, every byte two of them (web-session keys, state-store file names).
+        #expect(HexEscaping.lowercaseDigits(of: [0x00, 0x0F, 0xA5, 0xFF, 0x10]) == "000fa5ff10")
+        #expect(HexEscaping.lowercaseDigits(of: []).isEmpty)
     }
 }

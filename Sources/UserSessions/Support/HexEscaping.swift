@@ -3,7 +3,7 @@
 ///
 /// Form bodies use it as RFC 3986 percent-encoding (`%` and uppercase digits, ``FormURLEncoding``); identifiers use
 /// it for their file-safe names (`_` and lowercase digits, ``IdentifierEncoding``).
-struct HexEscaping: Sendable {
+package struct HexEscaping: Sendable {
     /// The byte written before the two hex digits of an escaped byte.
     var escape: UInt8
     /// Whether the digits `a`–`f` are written in uppercase.
@@ -44,6 +44,18 @@ struct HexEscaping: Sendable {
         case letters: return digit - letters.lowerBound + 10
         default: return nil
         }
+    }
+
+    /// `bytes` as lowercase hex digits, two per byte, every byte escaped and no escape character: a digest as a
+    /// file name or a store key.
+    package static func lowercaseDigits(of bytes: some Sequence<UInt8>) -> String {
+        var output: [UInt8] = []
+        output.reserveCapacity(bytes.underestimatedCount * 2)
+        for byte in bytes {
+            output.append(digit(byte >> 4, uppercase: false))
+            output.append(digit(byte & 0x0F, uppercase: false))
+        }
+        return String(decoding: output, as: UTF8.self)
     }
 
     private static func digit(_ nibble: UInt8, uppercase: Bool) -> UInt8 {
