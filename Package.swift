@@ -174,7 +174,11 @@ let package = Package(
                 .target(name: "UserSessionsSealing", condition: .when(traits: ["Sealing"])),
                 // The private_key_jwt workload's rows (an ES256 assertion per token request).
                 .target(name: "UserSessionsOpenIDConnect", condition: .when(traits: ["OpenIDConnect"])),
-                .product(name: "Crypto", package: "swift-crypto", condition: .when(traits: ["OpenIDConnect"])),
+                .product(
+                    name: "Crypto", package: "swift-crypto", condition: .when(traits: ["OpenIDConnect", "Sealing"])),
+                // The callback-validation workload's rows (keys and ID tokens made with jwt-kit).
+                .product(name: "JWTKit", package: "jwt-kit", condition: .when(traits: ["OpenIDConnect"])),
+                .product(name: "_CryptoExtras", package: "swift-crypto", condition: .when(traits: ["OpenIDConnect"])),
             ],
             path: "Benchmarks/RefreshContention"
         ),

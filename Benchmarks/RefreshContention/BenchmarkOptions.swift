@@ -12,6 +12,7 @@ struct BenchmarkOptions {
         case sealing
         case clientCredentials = "client-credentials"
         case clientAssertion = "assertion"
+        case callback
     }
 
     var quick = false

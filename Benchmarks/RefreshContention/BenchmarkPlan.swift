@@ -36,6 +36,8 @@ struct BenchmarkPlan: Sendable {
     var sealingOperations = 20_000
     /// Workload J: ES256 client assertions made per repetition.
     var clientAssertions = 20_000
+    /// Workload K: ID tokens validated per algorithm and repetition, by the client and by jwt-kit alone.
+    var callbackValidations = 5_000
     /// Workload I: callers released together at the expiry of the server's own token, and the largest N of the
     /// strategies that cannot take the largest of them in reasonable time (by their table names).
     var clientCredentialsCallers = [10, 100, 1_000, 10_000, 100_000]
@@ -61,6 +63,7 @@ struct BenchmarkPlan: Sendable {
         fleetHotPathCalls: 200_000,
         sealingOperations: 2_000,
         clientAssertions: 2_000,
+        callbackValidations: 500,
         clientCredentialsCallers: [10, 100, 1_000, 10_000],
         runLimit: .seconds(20)
     )

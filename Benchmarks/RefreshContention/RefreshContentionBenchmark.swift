@@ -74,6 +74,11 @@ struct RefreshContentionBenchmark {
             report.add(await ClientAssertionWorkload(plan: plan).run(progress: progress), plan: plan)
             progress.finish()
         }
+        if options.workloads.contains(.callback) {
+            let progress = ProgressLine(workload: "callback", total: CallbackValidationWorkload.weight(plan))
+            report.add(await CallbackValidationWorkload(plan: plan).run(progress: progress), plan: plan)
+            progress.finish()
+        }
         report.evaluateTargets()
         report.exitStatus = report.invariantViolations.isEmpty ? (report.failures.isEmpty ? 0 : 2) : 1
         if let directory = options.chartsDirectory {

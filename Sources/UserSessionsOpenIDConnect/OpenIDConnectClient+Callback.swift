@@ -170,8 +170,9 @@ extension OpenIDConnectClient {
         return (credentials, idToken)
     }
 
-    /// Validates an ID token for `pending`: signature and algorithm, then the claims.
-    func validateIDToken(_ token: String, pending: PendingSignIn, accessToken: String?)
+    /// Validates an ID token for `pending`: signature and algorithm, then the claims. (Package-wide for the
+    /// benchmark's callback-validation workload.)
+    package func validateIDToken(_ token: String, pending: PendingSignIn, accessToken: String?)
         async throws(OpenIDConnectError) -> OpenIDClaims
     {
         let now = self.now

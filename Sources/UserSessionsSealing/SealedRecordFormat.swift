@@ -12,8 +12,8 @@ import UserSessions
 /// - the access token field holds `sealed:1:<key id>:<base64 of nonce ‖ ciphertext ‖ tag>`: AES-256-GCM with a
 ///   fresh random 12-byte nonce per write and a 16-byte tag, under the key named by `<key id>`.
 ///
-/// The plaintext is the whole `Credentials` in the package's JSON form (its `Codable`
-/// conformance, sorted keys), so every field the credentials carry, secret or not, is sealed and comes back exactly;
+/// The plaintext is the whole `Credentials` in the package's JSON form (the form of its `Codable`
+/// conformance, sorted keys, written and read by `CredentialsJSON`), so every field the credentials carry, secret or not, is sealed and comes back exactly;
 /// what a load returns is what was sealed, never the clear copy. The associated data is
 /// `"swift-user-sessions.sealed" 0x00 "1" 0x00`, then the namespace and the identifier's UTF-8 bytes, each after
 /// its length as a 4-byte big-endian integer: a record opens only under the namespace and identifier it was written
@@ -44,11 +44,9 @@ enum SealedRecordFormat {
     static func seal(
         _ credentials: Credentials, identifier: String, namespace: String, key: SealingKey
     ) throws -> Credentials {
-        let plaintext: Data
+        let plaintext: [UInt8]
         do {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.sortedKeys]
-            plaintext = try encoder.encode(credentials)
+            plaintext = try CredentialsJSON.encode(credentials)
         } catch {
             throw UserSessionError(.storeFailure, "the credentials could not be encoded for sealing")
         }
@@ -110,7 +108,7 @@ enum SealedRecordFormat {
             throw failure(.authenticationFailed)
         }
         do {
-            return try JSONDecoder().decode(Credentials.self, from: plaintext)
+            return try CredentialsJSON.decode(plaintext)
         } catch let error as UserSessionError where error.code == .unsupportedFormatVersion {
             throw error
         } catch {
@@ -136,10 +134,28 @@ enum SealedRecordFormat {
         guard found == version, parts.count == 4 else { return .malformed }
         let keyID = String(decoding: parts[2], as: UTF8.self)
         // Only the canonical base64 spelling: a changed character always changes the bytes the seal checks.
-        guard SealingKey.isValid(id: keyID), let combined = Data(base64Encoded: Data(parts[3])),
-            combined.base64EncodedData().elementsEqual(parts[3])
+        guard SealingKey.isValid(id: keyID),
+            let combined = Data(base64Encoded: String(decoding: parts[3], as: UTF8.self)),
+            hasNoUnusedBitsSet(parts[3])
         else { return .malformed }
         return .sealed(keyID: keyID, combined: combined)
+    }
+
+    /// Whether the unused low bits of the last character before the padding of `base64` (already decoded, so
+    /// well formed and padded) are zero, as RFC 4648 §3.5 asks: the one spelling of its bytes.
+    private static func hasNoUnusedBitsSet(_ base64: Substring.UTF8View) -> Bool {
+        let padding = base64.reversed().prefix { $0 == UInt8(ascii: "=") }.count
+        guard padding > 0, let last = base64.dropLast(padding).last else { return true }
+        let value: UInt8
+        switch last {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"): value = last - UInt8(ascii: "A")
+        case UInt8(ascii: "a")...UInt8(ascii: "z"): value = last - UInt8(ascii: "a") + 26
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): value = last - UInt8(ascii: "0") + 52
+        case UInt8(ascii: "+"): value = 62
+        default: value = 63
+        }
+        // One padding character leaves 2 bits of the last character unused, two leave 4.
+        return value & (padding == 1 ? 0b11 : 0b1111) == 0
     }
 
     private static func failure(_ problem: SealedRecordProblem) -> UserSessionError {
@@ -147,16 +163,17 @@ enum SealedRecordFormat {
     }
 
     /// The associated data: domain, version, then the namespace and identifier bytes, each after its length.
-    static func associatedData(identifier: String, namespace: String) -> Data {
-        var data = Data(domain.utf8)
+    static func associatedData(identifier: String, namespace: String) -> [UInt8] {
+        var data: [UInt8] = []
+        data.reserveCapacity(domain.utf8.count + 11 + namespace.utf8.count + identifier.utf8.count)
+        data.append(contentsOf: domain.utf8)
         data.append(0)
         data.append(contentsOf: "\(version)".utf8)
         data.append(0)
         for field in [namespace, identifier] {
-            let bytes = Array(field.utf8)
-            let count = UInt32(clamping: bytes.count)
-            data.append(contentsOf: [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: count >> $0) })
-            data.append(contentsOf: bytes)
+            let count = UInt32(clamping: field.utf8.count)
+            for shift: UInt32 in [24, 16, 8, 0] { data.append(UInt8(truncatingIfNeeded: count >> shift)) }
+            data.append(contentsOf: field.utf8)
         }
         return data
     }

@@ -116,6 +116,7 @@ extension BenchmarkReport {
         if let section = fleetSection() { sections.append(section) }
         if let section = sealingSection() { sections.append(section) }
         if let section = clientAssertionSection() { sections.append(section) }
+        if let section = callbackValidationSection() { sections.append(section) }
         if let section = clientCredentialsSection() { sections.append(section) }
 
         if !notes.isEmpty {

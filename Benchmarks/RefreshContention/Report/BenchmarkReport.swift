@@ -16,6 +16,7 @@ struct BenchmarkReport: Encodable {
     var fleetHotPath: [FleetHotPathRow] = []
     var sealing: [SealingRow] = []
     var clientAssertions: [ClientAssertionRow] = []
+    var callbackValidations: [CallbackValidationRow] = []
     var clientCredentials: [ClientCredentialsRow] = []
     /// Each strategy and floor, and the real library or idiom it reproduces.
     var strategies = Explanations.strategies

@@ -2,12 +2,15 @@ import Foundation
 import UserSessions
 
 #if Sealing
+import Crypto
 import UserSessionsSealing
 #endif
 
 /// Workload H: what sealing costs. Each store kind is written and read through a plain store and through a
 /// ``SealedTokenStore`` over the same kind of store, taking turns within every repetition; the difference is the
-/// cost of sealing per write (AES-256-GCM plus the JSON of the credentials) and of opening per load.
+/// cost of sealing per write (AES-256-GCM plus the JSON of the credentials) and of opening per load. Beside them,
+/// the floor: AES-256-GCM alone sealing and opening the same plaintext bytes (the credentials' JSON, encoded
+/// beforehand) with associated data of the same length.
 ///
 /// The kinds are `memory` (``InMemoryTokenStore``: the cryptography alone), `file` (a ``FileTokenStore`` on a real
 /// directory, fsync per write) and `postgres` (with the PostgreSQL trait and `USER_SESSIONS_POSTGRES_URL`).
@@ -21,6 +24,9 @@ struct SealingWorkload {
         var sealedSave: Double
         var plainLoad: Double
         var sealedLoad: Double
+        /// AES-256-GCM alone on the same bytes: seal with a fresh nonce, and open.
+        var aesSeal: Double
+        var aesOpen: Double
     }
 
     struct Outcome {
@@ -64,10 +70,11 @@ struct SealingWorkload {
                         let sealedSave = try await Self.saves(sealed, operations)
                         let plainLoad = try await Self.loads(plain, operations)
                         let sealedLoad = try await Self.loads(sealed, operations)
+                        let aes = try Self.aesAlone(operations)
                         outcome.samples.append(
                             Sample(
                                 kind: kind, plainSave: plainSave, sealedSave: sealedSave, plainLoad: plainLoad,
-                                sealedLoad: sealedLoad))
+                                sealedLoad: sealedLoad, aesSeal: aes.seal, aesOpen: aes.open))
                         progress.advance(by: 1, detail: "\(kind) #\(repetition)")
                     }
                 }
@@ -145,6 +152,39 @@ struct SealingWorkload {
                 }
             }
         }
+    }
+
+    /// Wall nanoseconds per AES-256-GCM seal (fresh nonce) and per open of the plaintext the sealed store seals for
+    /// the same sessions, with associated data as long as the store's, everything prepared before the clock starts.
+    static func aesAlone(_ operations: Int) throws -> (seal: Double, open: Double) {
+        let key = SymmetricKey(data: (0..<32).map { UInt8($0) })
+        let inputs = try (0..<identifiers).map { index in
+            guard let credentials = session(index).credentials else {
+                throw BenchmarkError("a session without credentials")
+            }
+            let plaintext = try CredentialsJSON.encode(credentials)
+            let associated =
+                Array("swift-user-sessions.sealed\u{0}1\u{0}\u{0}\u{0}\u{0}\u{5}bench".utf8)
+                + [0, 0, 0, UInt8("user-\(index)".utf8.count)] + Array("user-\(index)".utf8)
+            return (plaintext, associated)
+        }
+        let clock = ContinuousClock()
+        var boxes: [AES.GCM.SealedBox] = []
+        boxes.reserveCapacity(operations)
+        var start = clock.now
+        for operation in 0..<operations {
+            let (plaintext, associated) = inputs[operation % identifiers]
+            boxes.append(try AES.GCM.seal(plaintext, using: key, nonce: AES.GCM.Nonce(), authenticating: associated))
+        }
+        let seal = (clock.now - start).inNanoseconds / Double(operations)
+        var opened = 0
+        start = clock.now
+        for (operation, box) in boxes.enumerated() {
+            opened += try AES.GCM.open(box, using: key, authenticating: inputs[operation % identifiers].1).count
+        }
+        let open = (clock.now - start).inNanoseconds / Double(operations)
+        guard opened > 0 else { throw BenchmarkError("AES-GCM opened nothing") }
+        return (seal, open)
     }
 
     private static func sealed<Base: TokenStore>(_ base: Base, _ ring: SealingKeyRing) -> any TokenStore {

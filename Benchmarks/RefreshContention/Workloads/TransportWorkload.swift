@@ -1,6 +1,7 @@
 #if AsyncHTTPClient
 import AsyncHTTPClient
 import Foundation
+import Synchronization
 import UserSessions
 import UserSessionsAsyncHTTPClient
 import UserSessionsTestSupport
@@ -14,12 +15,22 @@ import UserSessionsTestSupport
 /// the refreshes' own latencies. The transports take turns, in alternating order across repetitions, against one
 /// server, so they share its limits (a python `ThreadingHTTPServer`: it is the likely bottleneck).
 ///
+/// Then the restart storm over each transport: a server restarts with `--storm-users` stored users whose tokens
+/// expired while it was down, and `--storm-requests` first requests for them arrive at once (request `i` for user
+/// `i % U`) through one ``UserSessionRegistry``, the fixture answering each token request after
+/// `--storm-delay-ms` (a provider's latency). Each user must be refreshed exactly once; the report gives the wall
+/// time and the most token requests in flight at once, which is what a transport's connection limit caps
+/// (`URLSession` opens 6 connections per host unless told otherwise).
+///
 /// Run it with `swift run -c release --traits AsyncHTTPClient RefreshContention --transport [--quick] [--json]`.
 struct TransportWorkload {
     struct Options {
         var users = 1_000
         var repetitions = 3
         var json = false
+        var stormUsers = 200
+        var stormRequests = 2_000
+        var stormDelayMilliseconds = 50
 
         init(arguments: [String]) throws {
             var remaining = arguments[...]
@@ -32,10 +43,23 @@ struct TransportWorkload {
                         throw TransportCheckFailure(description: "--users needs a positive number")
                     }
                     users = value
+                case "--storm-users":
+                    stormUsers = try TransportWorkload.positive(remaining.popFirst(), argument)
+                case "--storm-requests":
+                    stormRequests = try TransportWorkload.positive(remaining.popFirst(), argument)
+                case "--storm-delay-ms":
+                    stormDelayMilliseconds = try TransportWorkload.positive(remaining.popFirst(), argument)
                 default: throw TransportCheckFailure(description: "unknown argument '\(argument)' for --transport")
                 }
             }
         }
+    }
+
+    fileprivate static func positive(_ text: String?, _ argument: String) throws -> Int {
+        guard let value = text.flatMap({ Int($0) }), value > 0 else {
+            throw TransportCheckFailure(description: "\(argument) needs a positive number")
+        }
+        return value
     }
 
     /// One transport's figures over the repetitions.
@@ -57,6 +81,7 @@ struct TransportWorkload {
 
     static let contenders = [
         Contender(name: "URLSession") { (URLSessionHTTPTransport(), {}) },
+        Contender(name: "URLSession (64/host)") { (URLSessionHTTPTransport(maximumConnectionsPerHost: 64), {}) },
         Contender(name: "AsyncHTTPClient") {
             let client = HTTPClient(
                 eventLoopGroup: HTTPClient.defaultEventLoopGroup,
@@ -71,14 +96,17 @@ struct TransportWorkload {
         do {
             let options = try Options(arguments: arguments)
             let rows = try await run(options)
+            let storm = try await runStorms(options)
             if options.json {
                 let encoder = JSONEncoder()
                 encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-                print(String(decoding: try encoder.encode(["transport": rows]), as: UTF8.self))
+                print(String(decoding: try encoder.encode(Report(transport: rows, restartStorm: storm)), as: UTF8.self))
             } else {
                 print(render(rows, options))
+                print("")
+                print(render(storm, options))
             }
-            return rows.allSatisfy { $0.failures == 0 } ? 0 : 2
+            return rows.allSatisfy { $0.failures == 0 } && storm.allSatisfy { $0.failures == 0 } ? 0 : 2
         } catch {
             note("transport: \(error)")
             return 2
@@ -161,6 +189,124 @@ struct TransportWorkload {
         row.p99Milliseconds.append(percentile(latencies, 0.99))
     }
 
+    struct Report: Encodable {
+        var transport: [Row]
+        var restartStorm: [StormRow]
+    }
+
+    /// One transport's restart storms over the repetitions.
+    struct StormRow: Encodable {
+        var transport: String
+        var users: Int
+        var requests: Int
+        var wallMilliseconds: [Double] = []
+        var peakInFlight: [Int] = []
+        var refreshes: [Int] = []
+        var failures = 0
+        var firstFailure: String?
+    }
+
+    static func runStorms(_ options: Options) async throws -> [StormRow] {
+        let server = try await OAuthFixtureServer.start()
+        var rows = contenders.map {
+            StormRow(transport: $0.name, users: options.stormUsers, requests: options.stormRequests)
+        }
+        do {
+            try await server.configure(["mode": "normal", "delay": Double(options.stormDelayMilliseconds) / 1000])
+            for repetition in 0..<options.repetitions {
+                let order = repetition.isMultiple(of: 2) ? Array(rows.indices) : rows.indices.reversed()
+                for index in order {
+                    try await storm(contenders[index], options, server: server, into: &rows[index])
+                    let row = rows[index]
+                    note(
+                        "restart storm  \(row.transport) #\(repetition + 1): "
+                            + "\(format(row.wallMilliseconds.last ?? 0, 0)) ms, "
+                            + "\(row.peakInFlight.last ?? 0) in flight at most, \(row.refreshes.last ?? 0) refreshes, "
+                            + "failures \(row.failures)")
+                }
+            }
+        } catch {
+            await server.stop()
+            throw error
+        }
+        await server.stop()
+        return rows
+    }
+
+    /// One restart storm: a fresh registry over a store of users whose tokens expired, every first request at once.
+    static func storm(_ contender: Contender, _ options: Options, server: OAuthFixtureServer, into row: inout StormRow)
+        async throws
+    {
+        let families = try await server.issue(count: options.stormUsers)
+        let store = InMemoryTokenStore()
+        for (user, family) in families.enumerated() {
+            try await store.save(
+                StoredSession(
+                    userInfo: UserInfo(id: "user-\(user)"),
+                    credentials: Credentials(
+                        accessToken: family.accessToken, refreshToken: family.refreshToken,
+                        expiresAt: Date().addingTimeInterval(-600))),
+                identifier: "user-\(user)")
+        }
+        let (inner, shutdown) = contender.make()
+        let transport = InFlightCountingTransport(inner)
+        let refresher = try OAuth2TokenRefresher(
+            tokenEndpoint: server.tokenEndpoint,
+            clientAuthentication: .clientSecretBasic(id: "client", secret: TransportCheck.clientSecret),
+            requestTimeout: .seconds(60), transport: transport)
+        let registry = UserSessionRegistry(store: store, refresher: refresher)
+        let refreshesBefore = try await server.stats().refreshes
+        let expired = families.map(\.accessToken)
+        let users = options.stormUsers
+        let clock = ContinuousClock()
+        let start = clock.now
+        let failed = await withTaskGroup(of: Bool.self) { group in
+            for request in 0..<options.stormRequests {
+                group.addTask {
+                    let user = request % users
+                    guard let controller = try? await registry.session(for: "user-\(user)"),
+                        let token = try? await controller.accessToken()
+                    else { return false }
+                    return token != expired[user]
+                }
+            }
+            return await group.reduce(0) { $0 + ($1 ? 0 : 1) }
+        }
+        let wall = clock.now - start
+        await registry.shutdown()
+        try await shutdown()
+        let refreshes = try await server.stats().refreshes - refreshesBefore
+        if failed > 0 {
+            row.failures += failed
+            row.firstFailure = row.firstFailure ?? "\(failed) requests got no fresh token"
+        }
+        if refreshes != min(users, options.stormRequests) {
+            row.failures += 1
+            row.firstFailure = row.firstFailure ?? "the server counted \(refreshes) refreshes for \(users) users"
+        }
+        row.wallMilliseconds.append(wall.milliseconds)
+        row.peakInFlight.append(transport.peak)
+        row.refreshes.append(refreshes)
+    }
+
+    static func render(_ rows: [StormRow], _ options: Options) -> String {
+        var lines = [
+            "restart storm: \(options.stormUsers) stored users whose tokens expired while the server was down, "
+                + "\(options.stormRequests) first requests at once through one UserSessionRegistry, the fixture "
+                + "answering each token request after \(options.stormDelayMilliseconds) ms; median of "
+                + "\(options.repetitions) [min-max]; in flight: the most token requests the transport had open at once",
+            pad("transport", 24) + pad("wall ms", 24) + pad("in flight", 18) + pad("refreshes", 12) + "failures",
+        ]
+        for row in rows {
+            lines.append(
+                pad(row.transport, 24) + pad(spread(row.wallMilliseconds, 0), 24)
+                    + pad(spread(row.peakInFlight.map(Double.init), 0), 18)
+                    + pad(spread(row.refreshes.map(Double.init), 0), 12)
+                    + "\(row.failures)" + (row.firstFailure.map { " (first: \($0))" } ?? ""))
+        }
+        return lines.joined(separator: "\n")
+    }
+
     static func render(_ rows: [Row], _ options: Options) -> String {
         var lines = [
             "transport: \(options.users) users refreshing at once against the local OAuth fixture (python3 "
@@ -199,6 +345,26 @@ struct TransportWorkload {
 
     static func note(_ text: String) {
         FileHandle.standardError.write(Data((text + "\n").utf8))
+    }
+}
+
+/// A transport that counts the requests it has open at once and remembers the most.
+final class InFlightCountingTransport: HTTPTransport {
+    private let inner: any HTTPTransport
+    private let counts = Mutex((open: 0, peak: 0))
+
+    init(_ inner: any HTTPTransport) { self.inner = inner }
+
+    /// The most requests open at once so far.
+    var peak: Int { counts.withLock { $0.peak } }
+
+    func send(_ request: HTTPTransportRequest) async throws -> HTTPTransportResponse {
+        counts.withLock {
+            $0.open += 1
+            $0.peak = max($0.peak, $0.open)
+        }
+        defer { counts.withLock { $0.open -= 1 } }
+        return try await inner.send(request)
     }
 }
 

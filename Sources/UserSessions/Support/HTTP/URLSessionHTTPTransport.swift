@@ -14,12 +14,27 @@ import FoundationNetworking
 ///
 /// Copies share one session; it is invalidated when the last copy goes away. Share one transport between a
 /// refresher and a store if you like; it is safe to use from any number of tasks at once.
+///
+/// **Connections per host.** `URLSession` opens at most ``maximumConnectionsPerHost`` connections to one host at a
+/// time and queues every further request. Its own default, 6, suits a browser, not a server refreshing many users
+/// against one identity provider: after a restart with 200 expired sessions, 200 refreshes go 6 at a time (the
+/// benchmark's restart storm measures it). Pass a larger limit, or use the `AsyncHTTPClient` trait's transport, on
+/// a server; keep the provider's own rate limits in mind.
 public struct URLSessionHTTPTransport: HTTPTransport, Sendable {
     private let client: Client
+    /// The most connections the session opens to one host at once; requests beyond it wait for a connection.
+    public let maximumConnectionsPerHost: Int
+
+    /// `URLSession`'s own default for ``maximumConnectionsPerHost``.
+    public static let defaultMaximumConnectionsPerHost = 6
 
     /// Creates a transport with its own ephemeral `URLSession`.
-    public init() {
-        client = Client()
+    ///
+    /// - Parameter maximumConnectionsPerHost: The most connections open to one host at once (at least 1; smaller
+    ///   values count as 1). The default is `URLSession`'s, ``defaultMaximumConnectionsPerHost``.
+    public init(maximumConnectionsPerHost: Int = URLSessionHTTPTransport.defaultMaximumConnectionsPerHost) {
+        self.maximumConnectionsPerHost = max(1, maximumConnectionsPerHost)
+        client = Client(maximumConnectionsPerHost: self.maximumConnectionsPerHost)
     }
 
     /// Sends `request` as described on ``HTTPTransport/send(_:)``.
@@ -39,8 +54,9 @@ extension URLSessionHTTPTransport {
         private let session: URLSession
         private let delegate: Delegate
 
-        init() {
+        init(maximumConnectionsPerHost: Int) {
             let configuration = URLSessionConfiguration.ephemeral
+            configuration.httpMaximumConnectionsPerHost = maximumConnectionsPerHost
             configuration.httpCookieStorage = nil
             configuration.httpShouldSetCookies = false
             configuration.httpCookieAcceptPolicy = .never
