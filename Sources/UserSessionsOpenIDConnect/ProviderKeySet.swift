@@ -1,6 +1,7 @@
 #if OpenIDConnect
 import Foundation
 import JWTKit
+import Synchronization
 import UserSessions
 
 /// The provider's signing keys (its JWKS), fetched when first needed, kept for a lifetime, and refetched at most
@@ -12,6 +13,10 @@ import UserSessions
 ///
 /// Signatures are verified by jwt-kit; this type only chooses the key: by `kid`, of a type that fits the token's
 /// algorithm, and never for an algorithm outside the allow-list.
+///
+/// Each key is made into jwt-kit keys once, when the key set is loaded, not once per token: a collection per
+/// processor, taken in turn, since a collection is an actor and one would verify every sign-in's token one after
+/// the other.
 final class ProviderKeySet: Sendable {
     /// One signing key of the JWKS.
     struct Key: Sendable {
@@ -19,7 +24,17 @@ final class ProviderKeySet: Sendable {
         var type: String
         var algorithm: String?
         var jwk: JWK
+        /// The key in jwt-kit collections, ready to verify (empty until the key set is loaded, and for a key jwt-kit
+        /// cannot use).
+        var verifiers: [JWTKeyCollection] = []
+        /// Why jwt-kit cannot use the key (the error's type only), when it cannot.
+        var unusable: String?
     }
+
+    /// How many collections each key gets: one per processor, at most 8.
+    private static let verifiersPerKey = min(max(ProcessInfo.processInfo.activeProcessorCount, 1), 8)
+    /// Which collection of a key the next verification takes.
+    private let nextVerifier = Atomic<Int>(0)
 
     private struct State {
         var keys: [Key]?
@@ -52,7 +67,9 @@ final class ProviderKeySet: Sendable {
         guard allowedAlgorithms.contains(algorithm), Self.isAsymmetric(algorithm) else {
             throw OpenIDConnectError(.algorithmRefused, "\(what) is signed with \(algorithm), which is refused")
         }
-        guard token.split(separator: ".", omittingEmptySubsequences: false).allSatisfy({ !$0.isEmpty }) else {
+        guard
+            token.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false).allSatisfy({ !$0.isEmpty })
+        else {
             throw OpenIDConnectError(.malformedToken, "\(what) has an empty part")
         }
         let keyID = header["kid"] as? String
@@ -80,9 +97,14 @@ final class ProviderKeySet: Sendable {
         // Connect Core §10.1), so the order of the key set never decides whether a valid token is accepted.
         var lastFailure = OpenIDConnectError(.signatureInvalid, "the signature of \(what) does not verify")
         for key in candidates {
-            let collection = JWTKeyCollection()
+            guard !key.verifiers.isEmpty else {
+                lastFailure = OpenIDConnectError(
+                    .signatureInvalid, "\(what) could not be verified (\(key.unusable ?? "the key is unusable"))")
+                continue
+            }
+            let turn = nextVerifier.wrappingAdd(1, ordering: .relaxed).oldValue
+            let collection = key.verifiers[(turn & Int.max) % key.verifiers.count]
             do {
-                try await collection.add(jwk: key.jwk, isDefault: true)
                 let payload = try await collection.verify(token, as: ClaimsPayload.self)
                 return (OpenIDClaims(payload.values), algorithm)
             } catch let error as JWTError where error.errorType == .signatureVerificationFailed {
@@ -97,8 +119,8 @@ final class ProviderKeySet: Sendable {
 
     /// The decoded JOSE header of `token`, refusing anything but three base64url parts (a JWE is malformed).
     static func header(of token: String, what: String) throws(OpenIDConnectError) -> [String: Any] {
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, !parts[0].isEmpty, let bytes = base64URLDecode(parts[0]) else {
+        let parts = token.utf8.split(separator: UInt8(ascii: "."), maxSplits: 3, omittingEmptySubsequences: false)
+        guard parts.count == 3, !parts[0].isEmpty, let bytes = CanonicalBase64.decodeURL(parts[0]) else {
             throw OpenIDConnectError(.malformedToken, "\(what) is not a signed JWT")
         }
         return try JSONObject.parse(bytes, what: "the header of \(what)", code: .malformedToken)
@@ -148,12 +170,31 @@ final class ProviderKeySet: Sendable {
     private func load(now: Date, fetch: () async throws(OpenIDConnectError) -> Data)
         async throws(OpenIDConnectError) -> [Key]
     {
-        let keys = try Self.parse(try await fetch())
+        let keys = await Self.prepared(try Self.parse(try await fetch()))
         state.withLock { state in
             state.keys = keys
             state.fetchedAt = now
         }
         return keys
+    }
+
+    /// `keys`, each added to its jwt-kit collections.
+    private static func prepared(_ keys: [Key]) async -> [Key] {
+        var prepared: [Key] = []
+        for var key in keys {
+            do {
+                for _ in 0..<verifiersPerKey {
+                    let collection = JWTKeyCollection()
+                    try await collection.add(jwk: key.jwk, isDefault: true)
+                    key.verifiers.append(collection)
+                }
+            } catch {
+                key.verifiers = []
+                key.unusable = "\(type(of: error))"
+            }
+            prepared.append(key)
+        }
+        return prepared
     }
 
     /// The signing keys of a JWKS document; keys for encryption, of unknown types or unreadable are left out.
@@ -178,15 +219,9 @@ final class ProviderKeySet: Sendable {
     }
 }
 
-/// Decodes unpadded base64url (RFC 4648 §5), as JWS uses it, in its one canonical spelling: a last character
-/// whose unused bits are not zero is refused (RFC 4648 §3.5), so no two texts decode to the same bytes and a
-/// changed character always changes what is decoded.
+/// Decodes unpadded base64url (RFC 4648 §5), as JWS uses it, in its one canonical spelling (``CanonicalBase64``).
 func base64URLDecode(_ text: some StringProtocol) -> Data? {
-    var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-    guard !base64.contains("=") else { return nil }
-    base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
-    guard let data = Data(base64Encoded: base64), base64URLEncode(data).elementsEqual(text) else { return nil }
-    return data
+    CanonicalBase64.decodeURL(text.utf8)
 }
 
 /// Encodes bytes as unpadded base64url.

@@ -134,28 +134,8 @@ enum SealedRecordFormat {
         guard found == version, parts.count == 4 else { return .malformed }
         let keyID = String(decoding: parts[2], as: UTF8.self)
         // Only the canonical base64 spelling: a changed character always changes the bytes the seal checks.
-        guard SealingKey.isValid(id: keyID),
-            let combined = Data(base64Encoded: String(decoding: parts[3], as: UTF8.self)),
-            hasNoUnusedBitsSet(parts[3])
-        else { return .malformed }
+        guard SealingKey.isValid(id: keyID), let combined = CanonicalBase64.decode(parts[3]) else { return .malformed }
         return .sealed(keyID: keyID, combined: combined)
-    }
-
-    /// Whether the unused low bits of the last character before the padding of `base64` (already decoded, so
-    /// well formed and padded) are zero, as RFC 4648 §3.5 asks: the one spelling of its bytes.
-    private static func hasNoUnusedBitsSet(_ base64: Substring.UTF8View) -> Bool {
-        let padding = base64.reversed().prefix { $0 == UInt8(ascii: "=") }.count
-        guard padding > 0, let last = base64.dropLast(padding).last else { return true }
-        let value: UInt8
-        switch last {
-        case UInt8(ascii: "A")...UInt8(ascii: "Z"): value = last - UInt8(ascii: "A")
-        case UInt8(ascii: "a")...UInt8(ascii: "z"): value = last - UInt8(ascii: "a") + 26
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): value = last - UInt8(ascii: "0") + 52
-        case UInt8(ascii: "+"): value = 62
-        default: value = 63
-        }
-        // One padding character leaves 2 bits of the last character unused, two leave 4.
-        return value & (padding == 1 ? 0b11 : 0b1111) == 0
     }
 
     private static func failure(_ problem: SealedRecordProblem) -> UserSessionError {
