@@ -62,6 +62,7 @@ let package = Package(
         .library(name: "UserSessionsSealing", targets: ["UserSessionsSealing"]),
         .library(name: "UserSessionsOpenIDConnect", targets: ["UserSessionsOpenIDConnect"]),
         .library(name: "UserSessionsHummingbird", targets: ["UserSessionsHummingbird"]),
+        .library(name: "UserSessionsWeb", targets: ["UserSessionsWeb"]),
     ],
     traits: traits.union([.default(enabledTraits: defaultTraits)]),
     dependencies: [
@@ -139,21 +140,34 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
             ]
         ),
-        // Web sessions for Hummingbird 2: the browser's cookie, the sign-in routes, the middleware, the token-forwarding
-        // proxy and CSRF checks, on UserSessionsOpenIDConnect. Its browser-record store on PostgreSQL builds only when
-        // the PostgreSQL trait is on too (`#if Hummingbird && PostgreSQL` in the target).
+        // The framework-neutral web-session layer both adapters share: browser records and their stores, the cookie,
+        // the CSRF check, the proxy's rules and the routes' behaviour as framework-free requests and responses. It
+        // builds when a web trait is on (`#if Hummingbird || Vapor` in the target); its browser-record store on
+        // PostgreSQL only when the PostgreSQL trait is on too.
+        .target(
+            name: "UserSessionsWeb",
+            dependencies: [
+                "UserSessions",
+                "UserSessionsOpenIDConnect",
+                .product(
+                    name: "HTTPTypes", package: "swift-http-types", condition: .when(traits: ["Hummingbird"])),
+                .product(name: "Crypto", package: "swift-crypto", condition: .when(traits: ["Hummingbird"])),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Hummingbird"])),
+                .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
+            ]
+        ),
+        // Web sessions for Hummingbird 2: a thin adapter over UserSessionsWeb (routes, middleware, proxy mount).
         .target(
             name: "UserSessionsHummingbird",
             dependencies: [
                 "UserSessions",
                 "UserSessionsOpenIDConnect",
+                "UserSessionsWeb",
                 .product(name: "Hummingbird", package: "hummingbird", condition: .when(traits: ["Hummingbird"])),
                 .product(
                     name: "HummingbirdAuth", package: "hummingbird-auth", condition: .when(traits: ["Hummingbird"])),
                 .product(name: "HTTPTypes", package: "swift-http-types", condition: .when(traits: ["Hummingbird"])),
-                .product(name: "Crypto", package: "swift-crypto", condition: .when(traits: ["Hummingbird"])),
-                .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
-                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Hummingbird"])),
             ]
         ),
