@@ -43,6 +43,12 @@ let traits: Set<Trait> = [
             "UserSessionsHummingbird: web sessions for Hummingbird 2 (cookie, sign-in routes, middleware, proxy, CSRF).",
         enabledTraits: ["OpenIDConnect"]
     ),
+    .trait(
+        name: "Vapor",
+        description:
+            "UserSessionsVapor: web sessions for Vapor 4 (cookie, sign-in routes, middleware, proxy, CSRF).",
+        enabledTraits: ["OpenIDConnect"]
+    ),
 ]
 
 // CI and documentation builds may switch every trait on with ENABLE_ALL_TRAITS=1 (same as `--enable-all-traits`).
@@ -63,6 +69,7 @@ let package = Package(
         .library(name: "UserSessionsOpenIDConnect", targets: ["UserSessionsOpenIDConnect"]),
         .library(name: "UserSessionsHummingbird", targets: ["UserSessionsHummingbird"]),
         .library(name: "UserSessionsWeb", targets: ["UserSessionsWeb"]),
+        .library(name: "UserSessionsVapor", targets: ["UserSessionsVapor"]),
     ],
     traits: traits.union([.default(enabledTraits: defaultTraits)]),
     dependencies: [
@@ -77,6 +84,7 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
         .package(url: "https://github.com/hummingbird-project/hummingbird-auth", from: "2.5.0"),
         .package(url: "https://github.com/apple/swift-http-types", from: "1.4.0"),
+        .package(url: "https://github.com/vapor/vapor", from: "4.122.3"),
     ],
     targets: [
         .target(name: "UserSessions"),
@@ -142,7 +150,7 @@ let package = Package(
         ),
         // The framework-neutral web-session layer both adapters share: browser records and their stores, the cookie,
         // the CSRF check, the proxy's rules and the routes' behaviour as framework-free requests and responses. It
-        // builds when a web trait is on (`#if Hummingbird || Vapor` in the target); its browser-record store on
+        // builds when either web trait is on (`#if Hummingbird || Vapor` in the target); its browser-record store on
         // PostgreSQL only when the PostgreSQL trait is on too.
         .target(
             name: "UserSessionsWeb",
@@ -150,9 +158,9 @@ let package = Package(
                 "UserSessions",
                 "UserSessionsOpenIDConnect",
                 .product(
-                    name: "HTTPTypes", package: "swift-http-types", condition: .when(traits: ["Hummingbird"])),
-                .product(name: "Crypto", package: "swift-crypto", condition: .when(traits: ["Hummingbird"])),
-                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Hummingbird"])),
+                    name: "HTTPTypes", package: "swift-http-types", condition: .when(traits: ["Hummingbird", "Vapor"])),
+                .product(name: "Crypto", package: "swift-crypto", condition: .when(traits: ["Hummingbird", "Vapor"])),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Hummingbird", "Vapor"])),
                 .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
             ]
@@ -169,6 +177,18 @@ let package = Package(
                     name: "HummingbirdAuth", package: "hummingbird-auth", condition: .when(traits: ["Hummingbird"])),
                 .product(name: "HTTPTypes", package: "swift-http-types", condition: .when(traits: ["Hummingbird"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Hummingbird"])),
+            ]
+        ),
+        // Web sessions for Vapor 4: a thin adapter over UserSessionsWeb (routes, a middleware filling `req.auth`,
+        // the proxy mount).
+        .target(
+            name: "UserSessionsVapor",
+            dependencies: [
+                "UserSessions",
+                "UserSessionsOpenIDConnect",
+                "UserSessionsWeb",
+                .product(name: "Vapor", package: "vapor", condition: .when(traits: ["Vapor"])),
+                .product(name: "HTTPTypes", package: "swift-http-types", condition: .when(traits: ["Vapor"])),
             ]
         ),
         .executableTarget(
@@ -316,6 +336,19 @@ let package = Package(
                 .product(name: "HTTPTypes", package: "swift-http-types", condition: .when(traits: ["Hummingbird"])),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Hummingbird"])),
+            ]
+        ),
+        // Web sessions against a real Vapor server on 127.0.0.1 (Vapor's testing support, `.running`), the provider
+        // fixture and the test support; every file is behind `#if Vapor`.
+        .testTarget(
+            name: "UserSessionsVaporTests",
+            dependencies: [
+                "UserSessions",
+                "UserSessionsOpenIDConnect",
+                "UserSessionsVapor",
+                "UserSessionsTestSupport",
+                .product(name: "Vapor", package: "vapor", condition: .when(traits: ["Vapor"])),
+                .product(name: "VaporTesting", package: "vapor", condition: .when(traits: ["Vapor"])),
             ]
         ),
     ],
