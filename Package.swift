@@ -217,6 +217,22 @@ let package = Package(
             dependencies: ["UserSessions"],
             path: "Examples/ServerDemo"
         ),
+        // The Vapor example (Examples/VaporServer): the Hummingbird example's pages, routes and command line on Vapor 4.
+        // Every file is behind `#if Vapor`, so with default traits it is an empty program that builds no other
+        // package; with every trait it is built by the every-trait build, at no extra cost for CI.
+        .executableTarget(
+            name: "VaporServer",
+            dependencies: [
+                "UserSessions",
+                "UserSessionsOpenIDConnect",
+                .target(name: "UserSessionsVapor", condition: .when(traits: ["Vapor"])),
+                .product(name: "Vapor", package: "vapor", condition: .when(traits: ["Vapor"])),
+                .target(name: "UserSessionsLogging", condition: .when(traits: ["Logging"])),
+                .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
+            ],
+            path: "Examples/VaporServer/Sources/VaporServer"
+        ),
         .executableTarget(
             name: "FileStoreCrashWriter",
             dependencies: ["UserSessions"],
