@@ -11,7 +11,7 @@ import Vapor
 /// - With `requiringHeader`, every request must also carry the CSRF header (`WebSessionConfiguration/csrfHeaderName`,
 ///   value `1`), which a cross-site form or a simple cross-site fetch cannot send: for APIs and the proxy.
 ///
-/// Paths in `exemptPaths` (with ``UserSessionsWeb/WebSessions/crossSiteRequestMiddleware(requiringHeader:exemptPaths:)``, always the
+/// Paths in `exemptPaths` (with `WebSessions.crossSiteRequestMiddleware(requiringHeader:exemptPaths:)`, always the
 /// back-channel logout route, which the provider calls server to server) are not checked.
 public struct CrossSiteRequestMiddleware: AsyncMiddleware, Sendable {
     let check: CrossSiteRequestCheck

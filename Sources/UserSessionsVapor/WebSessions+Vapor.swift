@@ -5,7 +5,7 @@ import UserSessionsWeb
 import Vapor
 
 extension WebSessions {
-    /// Mounts the sign-in routes under ``UserSessionsWeb/WebSessionConfiguration/routePrefix`` (here `/auth`):
+    /// Mounts the sign-in routes under `WebSessionConfiguration.routePrefix` (here `/auth`):
     /// `GET /auth/login`, `GET /auth/callback`, `POST /auth/logout`, `POST /auth/backchannel-logout` and
     /// `GET /auth/user`, whose behaviour the web-session layer decides (the same as with Hummingbird):
     ///
@@ -48,7 +48,7 @@ extension WebSessions {
     }
 
     /// Checks, on the post-logout page, that the `state` the provider sent the browser back with is the one
-    /// `POST <prefix>/logout` sent (kept in the cookie ``UserSessionsWeb/WebSessionConfiguration/signOutCookieName``
+    /// `POST <prefix>/logout` sent (kept in the cookie `WebSessionConfiguration.signOutCookieName`
     /// for 10 minutes).
     ///
     /// - Throws: `OpenIDConnectError` of code `postLogoutStateMismatch` when the query's `state` or the cookie is
