@@ -43,6 +43,12 @@ let traits: Set<Trait> = [
             "UserSessionsHummingbird: web sessions for Hummingbird 2 (cookie, sign-in routes, middleware, proxy, CSRF).",
         enabledTraits: ["OpenIDConnect"]
     ),
+    .trait(
+        name: "Vapor",
+        description:
+            "UserSessionsVapor: web sessions for Vapor 4 (cookie, sign-in routes, middleware, proxy, CSRF).",
+        enabledTraits: ["OpenIDConnect"]
+    ),
 ]
 
 // CI and documentation builds may switch every trait on with ENABLE_ALL_TRAITS=1 (same as `--enable-all-traits`).
@@ -62,6 +68,8 @@ let package = Package(
         .library(name: "UserSessionsSealing", targets: ["UserSessionsSealing"]),
         .library(name: "UserSessionsOpenIDConnect", targets: ["UserSessionsOpenIDConnect"]),
         .library(name: "UserSessionsHummingbird", targets: ["UserSessionsHummingbird"]),
+        .library(name: "UserSessionsWeb", targets: ["UserSessionsWeb"]),
+        .library(name: "UserSessionsVapor", targets: ["UserSessionsVapor"]),
     ],
     traits: traits.union([.default(enabledTraits: defaultTraits)]),
     dependencies: [
@@ -76,6 +84,7 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
         .package(url: "https://github.com/hummingbird-project/hummingbird-auth", from: "2.5.0"),
         .package(url: "https://github.com/apple/swift-http-types", from: "1.4.0"),
+        .package(url: "https://github.com/vapor/vapor", from: "4.122.3"),
     ],
     targets: [
         .target(name: "UserSessions"),
@@ -139,22 +148,47 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
             ]
         ),
-        // Web sessions for Hummingbird 2: the browser's cookie, the sign-in routes, the middleware, the token-forwarding
-        // proxy and CSRF checks, on UserSessionsOpenIDConnect. Its browser-record store on PostgreSQL builds only when
-        // the PostgreSQL trait is on too (`#if Hummingbird && PostgreSQL` in the target).
+        // The framework-neutral web-session layer both adapters share: browser records and their stores, the cookie,
+        // the CSRF check, the proxy's rules and the routes' behaviour as framework-free requests and responses. It
+        // builds when either web trait is on (`#if Hummingbird || Vapor` in the target); its browser-record store on
+        // PostgreSQL only when the PostgreSQL trait is on too.
+        .target(
+            name: "UserSessionsWeb",
+            dependencies: [
+                "UserSessions",
+                "UserSessionsOpenIDConnect",
+                .product(
+                    name: "HTTPTypes", package: "swift-http-types", condition: .when(traits: ["Hummingbird", "Vapor"])),
+                .product(name: "Crypto", package: "swift-crypto", condition: .when(traits: ["Hummingbird", "Vapor"])),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Hummingbird", "Vapor"])),
+                .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
+            ]
+        ),
+        // Web sessions for Hummingbird 2: a thin adapter over UserSessionsWeb (routes, middleware, proxy mount).
         .target(
             name: "UserSessionsHummingbird",
             dependencies: [
                 "UserSessions",
                 "UserSessionsOpenIDConnect",
+                "UserSessionsWeb",
                 .product(name: "Hummingbird", package: "hummingbird", condition: .when(traits: ["Hummingbird"])),
                 .product(
                     name: "HummingbirdAuth", package: "hummingbird-auth", condition: .when(traits: ["Hummingbird"])),
                 .product(name: "HTTPTypes", package: "swift-http-types", condition: .when(traits: ["Hummingbird"])),
-                .product(name: "Crypto", package: "swift-crypto", condition: .when(traits: ["Hummingbird"])),
-                .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
-                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Hummingbird"])),
+            ]
+        ),
+        // Web sessions for Vapor 4: a thin adapter over UserSessionsWeb (routes, a middleware filling `req.auth`,
+        // the proxy mount).
+        .target(
+            name: "UserSessionsVapor",
+            dependencies: [
+                "UserSessions",
+                "UserSessionsOpenIDConnect",
+                "UserSessionsWeb",
+                .product(name: "Vapor", package: "vapor", condition: .when(traits: ["Vapor"])),
+                .product(name: "HTTPTypes", package: "swift-http-types", condition: .when(traits: ["Vapor"])),
             ]
         ),
         .executableTarget(
@@ -186,6 +220,22 @@ let package = Package(
             name: "ServerDemo",
             dependencies: ["UserSessions"],
             path: "Examples/ServerDemo"
+        ),
+        // The Vapor example (Examples/VaporServer): the Hummingbird example's pages, routes and command line on Vapor 4.
+        // Every file is behind `#if Vapor`, so with default traits it is an empty program that builds no other
+        // package; with every trait it is built by the every-trait build, at no extra cost for CI.
+        .executableTarget(
+            name: "VaporServer",
+            dependencies: [
+                "UserSessions",
+                "UserSessionsOpenIDConnect",
+                .target(name: "UserSessionsVapor", condition: .when(traits: ["Vapor"])),
+                .product(name: "Vapor", package: "vapor", condition: .when(traits: ["Vapor"])),
+                .target(name: "UserSessionsLogging", condition: .when(traits: ["Logging"])),
+                .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
+            ],
+            path: "Examples/VaporServer/Sources/VaporServer"
         ),
         .executableTarget(
             name: "FileStoreCrashWriter",
@@ -306,6 +356,19 @@ let package = Package(
                 .product(name: "HTTPTypes", package: "swift-http-types", condition: .when(traits: ["Hummingbird"])),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Hummingbird"])),
+            ]
+        ),
+        // Web sessions against a real Vapor server on 127.0.0.1 (Vapor's testing support, `.running`), the provider
+        // fixture and the test support; every file is behind `#if Vapor`.
+        .testTarget(
+            name: "UserSessionsVaporTests",
+            dependencies: [
+                "UserSessions",
+                "UserSessionsOpenIDConnect",
+                "UserSessionsVapor",
+                "UserSessionsTestSupport",
+                .product(name: "Vapor", package: "vapor", condition: .when(traits: ["Vapor"])),
+                .product(name: "VaporTesting", package: "vapor", condition: .when(traits: ["Vapor"])),
             ]
         ),
     ],

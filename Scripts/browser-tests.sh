@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # Browser tests of web sessions: headless Chromium, driven by Selenium, signs in to the Hummingbird example
-# (Examples/HummingbirdServer) through the OpenID Connect provider fixture, everything on 127.0.0.1.
+# (Examples/HummingbirdServer) and to the Vapor example (Examples/VaporServer) through the OpenID Connect provider
+# fixture, everything on 127.0.0.1: the same scenarios against each.
 #
-#   Scripts/browser-tests.sh                               (scratch path: Examples/HummingbirdServer/.build)
-#   SCRATCH_PATH="$PWD/.build-example" Scripts/browser-tests.sh      (what .ci/run does, after the smoke test)
+#   Scripts/browser-tests.sh                               (both examples; scratch paths below)
+#   EXAMPLES=hummingbird SCRATCH_PATH="$PWD/.build-example" Scripts/browser-tests.sh   (what .ci/run does, after the
+#                                                            Hummingbird example's smoke test)
+#   EXAMPLES=vapor Scripts/browser-tests.sh      (what .ci/run does, after the every-trait build, which built the
+#                                                 Vapor example in .build-traits; VAPOR_SCRATCH_PATH, relative to the
+#                                                 repository's root, names another; VAPOR_SERVER, an executable
+#                                                 already built, skips the build)
 #   Scripts/browser-tests.sh --only sign_in_lands_on_return_to       (arguments go to Tests/Browser/web_sessions.py)
 #   BROWSER_TESTS_SCREENSHOT=docs/web-session-example.png Scripts/browser-tests.sh   (refreshes the README's picture;
 #                                                            a relative path is relative to the repository's root)
@@ -14,8 +20,11 @@
 #    (/usr/bin/chromedriver), Selenium from PyPI, Authlib and Flask (the provider fixture), PostgreSQL's server
 #    programs. .ci/run installs them (`apt-get install -y chromium chromium-driver postgresql`,
 #    `python3 -m pip install selenium authlib flask`). A missing tool is a failure, never a skip.
-# 2. Builds the example once (`swift build --product HummingbirdServer`) in SCRATCH_PATH; CI passes the scratch path
-#    the smoke test already built, so this build finds nothing to do.
+# 2. Builds the Hummingbird example once (`swift build --product HummingbirdServer`) in SCRATCH_PATH (default
+#    Examples/HummingbirdServer/.build); CI passes the scratch path the smoke test already built, so this build finds
+#    nothing to do. The Vapor example is a target of the root package: it is built with every trait and the flags of
+#    CI's every-trait build in VAPOR_SCRATCH_PATH (default .build-traits), where that build already made it.
+#    Screenshots and logs of a failed run stay in SCRATCH_PATH/browser-tests/<executable>/.
 # 3. Runs Tests/Browser/web_sessions.py under Scripts/with-postgres.sh (a throwaway PostgreSQL on a free port,
 #    named by USER_SESSIONS_POSTGRES_URL). web_sessions.py starts the provider fixture
 #    (Tests/UserSessionsOpenIDConnectTests/Fixtures/oidc_provider.py), two example instances A and B on free ports
@@ -60,10 +69,32 @@ if [ "${#missing[@]}" -gt 0 ]; then
     exit 1
 fi
 
-example="${EXAMPLE_DIR:-$root/Examples/HummingbirdServer}"
-swift build --package-path "$example" --scratch-path "$scratch" --product HummingbirdServer
-bin="$(swift build --package-path "$example" --scratch-path "$scratch" --show-bin-path)"
-server="$bin/HummingbirdServer"
+examples="${EXAMPLES:-hummingbird vapor}"
+servers=()
+for name in $examples; do
+    case "$name" in
+        hummingbird)
+            example="${EXAMPLE_DIR:-$root/Examples/HummingbirdServer}"
+            swift build --package-path "$example" --scratch-path "$scratch" --product HummingbirdServer
+            bin="$(swift build --package-path "$example" --scratch-path "$scratch" --show-bin-path)"
+            servers+=("$bin/HummingbirdServer")
+            ;;
+        vapor)
+            # .ci/run's every-trait build command line, word for word (from the root, a relative scratch path), so
+            # that it finds the example built; another spelling of it rebuilds everything.
+            vapor_scratch="${VAPOR_SCRATCH_PATH:-.build-traits}"
+            build=(swift build --build-tests --enable-all-traits --scratch-path "$vapor_scratch"
+                -Xswiftc -warnings-as-errors)
+            if [ -n "${VAPOR_SERVER:-}" ]; then
+                servers+=("$(cd "$(dirname "$VAPOR_SERVER")" && pwd)/$(basename "$VAPOR_SERVER")")
+            else
+                "${build[@]}"
+                servers+=("$("${build[@]}" --show-bin-path)/VaporServer")
+            fi
+            ;;
+        *) echo "browser-tests: unknown example $name (hummingbird, vapor)" >&2; exit 2 ;;
+    esac
+done
 
 screenshot=()
 if [ -n "${BROWSER_TESTS_SCREENSHOT:-}" ]; then
@@ -83,11 +114,16 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # In a session of its own (setsid), so that stop_runner can signal the runner's whole process group: with-postgres.sh
-# defers its own trap until its command ends, so the python runner must get the signal too.
-setsid Scripts/with-postgres.sh python3 -u Tests/Browser/web_sessions.py --server "$server" \
-    --artifacts "$scratch/browser-tests" ${screenshot[@]+"${screenshot[@]}"} "$@" &
-runner=$!
-status=0
-wait "$runner" || status=$?
-runner=""
-exit "$status"
+# defers its own trap until its command ends, so the python runner must get the signal too. One run per example, each
+# with its own cluster; the first failure ends the script.
+for server in "${servers[@]}"; do
+    name="$(basename "$server")"
+    echo "browser-tests: $name"
+    setsid Scripts/with-postgres.sh python3 -u Tests/Browser/web_sessions.py --server "$server" \
+        --artifacts "$scratch/browser-tests/$name" ${screenshot[@]+"${screenshot[@]}"} "$@" &
+    runner=$!
+    status=0
+    wait "$runner" || status=$?
+    runner=""
+    [ "$status" = 0 ] || exit "$status"
+done

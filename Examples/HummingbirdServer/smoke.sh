@@ -13,14 +13,21 @@
 # another site (Origin or Sec-Fetch-Site) is 403; /upstream/profile without a session is 401 and without X-CSRF is
 # refused; an `X-User-ID` header (the old example's identity) and a forged cookie authenticate nobody; a garbage
 # back-channel logout token is refused; no JWT reaches the log; SIGTERM ends the server with status 0.
+#
+# Examples/VaporServer/smoke.sh runs these same checks against the Vapor example, which it builds itself: it passes
+# its directory as EXAMPLE_DIR and its built executable as EXAMPLE_SERVER.
 set -euo pipefail
-cd "$(dirname "$0")"
+cd "${EXAMPLE_DIR:-$(dirname "$0")}"
 example="$PWD"
 fixture="$example/../../Tests/UserSessionsOpenIDConnectTests/Fixtures/oidc_provider.py"
 scratch="${SCRATCH_PATH:-.build}"
 
-swift build --scratch-path "$scratch" --product HummingbirdServer
-server="$(swift build --scratch-path "$scratch" --show-bin-path)/HummingbirdServer"
+if [ -n "${EXAMPLE_SERVER:-}" ]; then
+    server="$EXAMPLE_SERVER"
+else
+    swift build --scratch-path "$scratch" --product HummingbirdServer
+    server="$(swift build --scratch-path "$scratch" --show-bin-path)/HummingbirdServer"
+fi
 
 work="$(mktemp -d)"
 pid=""

@@ -1,9 +1,10 @@
 #if Hummingbird
 import HTTPTypes
 import Hummingbird
+import UserSessionsWeb
 
 /// Sets the headers that keep the application's own pages from being framed, sniffed or leaking their URL, on
-/// every response that does not set them itself:
+/// every response that does not set them itself (the web-session layer's headers, the same for every framework):
 ///
 /// - `Content-Security-Policy: frame-ancestors 'none'` and `X-Frame-Options: DENY`: no other site can frame a page
 ///   (clickjacking a signed-in user). Only when the response has no `Content-Security-Policy` of its own: an
@@ -33,38 +34,7 @@ public struct SecurityHeadersMiddleware<Context: RequestContext>: RouterMiddlewa
         _ request: Request, context: Context, next: (Request, Context) async throws -> Response
     ) async throws -> Response {
         var response = try await next(request, context)
-        SecurityHeaders.apply(to: &response, frameAncestors: frameAncestors, referrerPolicy: referrerPolicy)
-        return response
-    }
-}
-
-/// The headers of ``SecurityHeadersMiddleware``, for the pages the kit writes itself.
-enum SecurityHeaders {
-    // Both are valid field names, so the fallback is never taken.
-    static let xFrameOptions = HTTPField.Name("X-Frame-Options") ?? .contentSecurityPolicyReportOnly
-    static let referrerPolicy = HTTPField.Name("Referrer-Policy") ?? .contentSecurityPolicyReportOnly
-
-    static func apply(to response: inout Response, frameAncestors: String, referrerPolicy policy: String) {
-        if response.headers[.contentSecurityPolicy] == nil {
-            response.headers[.contentSecurityPolicy] = "frame-ancestors " + frameAncestors
-            if response.headers[xFrameOptions] == nil, frameAncestors == "'none'" {
-                response.headers[xFrameOptions] = "DENY"
-            }
-        }
-        if response.headers[.xContentTypeOptions] == nil { response.headers[.xContentTypeOptions] = "nosniff" }
-        if response.headers[Self.referrerPolicy] == nil { response.headers[Self.referrerPolicy] = policy }
-    }
-
-    /// A small HTML page the kit writes (a failed sign-in), never cached, framed or sniffed.
-    static func page(_ html: String, status: HTTPResponse.Status) -> Response {
-        var response = Response(
-            status: status,
-            headers: [
-                .contentType: "text/html; charset=utf-8", .cacheControl: "no-store",
-                .contentSecurityPolicy: "default-src 'none'; frame-ancestors 'none'",
-            ],
-            body: ResponseBody(byteBuffer: ByteBuffer(string: html)))
-        apply(to: &response, frameAncestors: "'none'", referrerPolicy: "same-origin")
+        SecurityHeaders.apply(to: &response.headers, frameAncestors: frameAncestors, referrerPolicy: referrerPolicy)
         return response
     }
 }

@@ -2,17 +2,19 @@
 import HTTPTypes
 import Hummingbird
 import UserSessions
+import UserSessionsWeb
 
 /// Resolves the browser's cookie to the signed-in user for the application's own routes, and puts it in the
-/// request context (`context.identity`, a ``WebSession``).
+/// request context (`context.identity`, a `WebSession`).
 ///
 /// The record of the cookie is read from the shared store at every request (so a sign-out through another
 /// instance is seen at once), then the user's controller comes from the registry's get-or-restore
-/// (`UserSessionRegistry/session(for:)`).
+/// (`UserSessionRegistry/session(for:)`). What happens is decided by the web-session layer, the same for every
+/// framework:
 ///
 /// - Without a session: navigations (GET with `Accept: text/html`) are redirected to `<prefix>/login?returnTo=…`,
-///   other requests get a JSON 401 (``Requirement/required``); ``Requirement/api`` always answers the 401, and
-///   ``Requirement/optional`` lets the request through without an identity.
+///   other requests get a JSON 401 (`WebSessionRequirement/required`); `WebSessionRequirement/api` always answers
+///   the 401, and `WebSessionRequirement/optional` lets the request through without an identity.
 /// - When the user's session ends for good while resolving it or in the route (a terminal refresh failure: the
 ///   refresh token was revoked), the browser is signed out: its records are deleted, the cookie cleared, and the
 ///   request answered as one without a session.
@@ -23,14 +25,7 @@ import UserSessions
 ///   browser's cache.
 public struct WebSessionMiddleware<Context: WebSessionRequestContext>: RouterMiddleware {
     /// What a route needs of the browser.
-    public enum Requirement: Sendable {
-        /// A signed-in user; navigations without one are redirected to the login route, other requests get a 401.
-        case required
-        /// A signed-in user; every request without one gets a JSON 401 (for APIs and the proxy).
-        case api
-        /// The user when there is one; requests without one reach the route with no identity.
-        case optional
-    }
+    public typealias Requirement = WebSessionRequirement
 
     /// The web sessions the cookie is resolved with.
     public let sessions: WebSessions
@@ -51,30 +46,21 @@ public struct WebSessionMiddleware<Context: WebSessionRequestContext>: RouterMid
     public func handle(
         _ request: Request, context: Context, next: (Request, Context) async throws -> Response
     ) async throws -> Response {
-        var context = context
-        switch await sessions.resolve(request) {
-        case .unavailable:
-            return WebSessions.unavailable()
-        case .signedOut(let clearCookie):
-            guard requirement == .optional else {
-                return sessions.unauthenticated(request, clearCookie: clearCookie, api: requirement == .api)
-            }
-            var response = try await next(request, context)
-            if clearCookie { response.setCookie(sessions.clearedCookie()) }
-            return response
-        case .session(let session):
+        let webRequest = WebRequest(request)
+        switch await sessions.admit(webRequest, requirement: requirement) {
+        case .respond(let answer):
+            return Response(answer)
+        case .proceed(let session, let clearCookie):
+            var context = context
             context.identity = session
             do {
                 var response = try await next(request, context)
-                if noStore, response.headers[.cacheControl] == nil { response.headers[.cacheControl] = "no-store" }
+                sessions.finish(&response.headers, session: session, clearCookie: clearCookie, noStore: noStore)
                 return response
             } catch let error as UserSessionError {
-                switch await sessions.handle(error, identifier: session.identifier) {
-                case .signedOut:
-                    return sessions.unauthenticated(request, clearCookie: true, api: requirement != .required)
-                case .unavailable:
-                    return WebSessions.unavailable()
-                }
+                guard let session else { throw error }
+                return Response(
+                    await sessions.recover(from: error, of: session, request: webRequest, requirement: requirement))
             }
         }
     }
@@ -83,7 +69,7 @@ public struct WebSessionMiddleware<Context: WebSessionRequestContext>: RouterMid
 extension WebSessions {
     /// A ``WebSessionMiddleware`` over these sessions.
     public func middleware<Context: WebSessionRequestContext>(
-        _ requirement: WebSessionMiddleware<Context>.Requirement = .required, noStore: Bool = true
+        _ requirement: WebSessionRequirement = .required, noStore: Bool = true
     ) -> WebSessionMiddleware<Context> {
         WebSessionMiddleware(self, requirement: requirement, noStore: noStore)
     }

@@ -1,0 +1,3 @@
+#if Hummingbird
+@_exported import UserSessionsWeb
+#endif

@@ -1,0 +1,3 @@
+#if Vapor
+@_exported import UserSessionsWeb
+#endif
