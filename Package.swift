@@ -43,6 +43,11 @@ let traits: Set<Trait> = [
             "UserSessionsHummingbird: web sessions for Hummingbird 2 (cookie, sign-in routes, middleware, proxy, CSRF).",
         enabledTraits: ["OpenIDConnect"]
     ),
+    .trait(
+        name: "Tracing",
+        description:
+            "UserSessionsTracing: swift-distributed-tracing spans for refreshes, restores, store calls and remote calls."
+    ),
 ]
 
 // CI and documentation builds may switch every trait on with ENABLE_ALL_TRAITS=1 (same as `--enable-all-traits`).
@@ -62,6 +67,7 @@ let package = Package(
         .library(name: "UserSessionsSealing", targets: ["UserSessionsSealing"]),
         .library(name: "UserSessionsOpenIDConnect", targets: ["UserSessionsOpenIDConnect"]),
         .library(name: "UserSessionsHummingbird", targets: ["UserSessionsHummingbird"]),
+        .library(name: "UserSessionsTracing", targets: ["UserSessionsTracing"]),
     ],
     traits: traits.union([.default(enabledTraits: defaultTraits)]),
     dependencies: [
@@ -76,6 +82,8 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
         .package(url: "https://github.com/hummingbird-project/hummingbird-auth", from: "2.5.0"),
         .package(url: "https://github.com/apple/swift-http-types", from: "1.4.0"),
+        // hummingbird 2.28.1 asks for 1.6.0 or later too, so both traits resolve one swift-distributed-tracing.
+        .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.6.0"),
     ],
     targets: [
         .target(name: "UserSessions"),
@@ -155,6 +163,16 @@ let package = Package(
                 .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Hummingbird"])),
+                .target(name: "UserSessionsTracing", condition: .when(traits: ["Tracing"])),
+                .product(name: "Tracing", package: "swift-distributed-tracing", condition: .when(traits: ["Tracing"])),
+            ]
+        ),
+        // Spans for refreshes, restores, store calls and remote calls; the core's seam is UserSessionInstrumentation.
+        .target(
+            name: "UserSessionsTracing",
+            dependencies: [
+                "UserSessions",
+                .product(name: "Tracing", package: "swift-distributed-tracing", condition: .when(traits: ["Tracing"])),
             ]
         ),
         .executableTarget(
@@ -212,6 +230,8 @@ let package = Package(
                 // `PostgresTestClient`, the PostgreSQL test targets' one client; without the trait nothing is built.
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
+                // `RecordingTracer`, the tracing tests' in-memory tracer; without the trait nothing is built.
+                .product(name: "Tracing", package: "swift-distributed-tracing", condition: .when(traits: ["Tracing"])),
             ],
             path: "Tests/UserSessionsTestSupport"
         ),
@@ -242,6 +262,8 @@ let package = Package(
                 .product(
                     name: "AsyncHTTPClient", package: "async-http-client",
                     condition: .when(traits: ["AsyncHTTPClient"])),
+                .target(name: "UserSessionsTracing", condition: .when(traits: ["Tracing"])),
+                .product(name: "Tracing", package: "swift-distributed-tracing", condition: .when(traits: ["Tracing"])),
             ]
         ),
         // The PostgreSQL store's tests; every file is behind `#if PostgreSQL`, and they run only when
@@ -281,6 +303,8 @@ let package = Package(
                 "UserSessionsTestSupport",
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
+                .target(name: "UserSessionsTracing", condition: .when(traits: ["Tracing"])),
+                .product(name: "Tracing", package: "swift-distributed-tracing", condition: .when(traits: ["Tracing"])),
             ],
             exclude: ["Fixtures"]
         ),
@@ -302,6 +326,8 @@ let package = Package(
                 .product(name: "HTTPTypes", package: "swift-http-types", condition: .when(traits: ["Hummingbird"])),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Hummingbird"])),
+                .target(name: "UserSessionsTracing", condition: .when(traits: ["Tracing"])),
+                .product(name: "Tracing", package: "swift-distributed-tracing", condition: .when(traits: ["Tracing"])),
             ]
         ),
     ],
