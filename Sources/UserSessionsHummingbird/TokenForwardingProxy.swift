@@ -109,6 +109,14 @@ public struct TokenForwardingProxy: Sendable {
     func forward(_ request: Request, subpath: String, session: WebSession, csrfHeader: String) async throws
         -> Response
     {
+        try await traced(request, subpath: subpath, session: session) { request in
+            try await forwardUntraced(request, subpath: subpath, session: session, csrfHeader: csrfHeader)
+        }
+    }
+
+    private func forwardUntraced(_ request: Request, subpath: String, session: WebSession, csrfHeader: String)
+        async throws -> Response
+    {
         guard let url = url(forSubpath: subpath, query: request.uri.query) else {
             return WebSessions.json(["error": "invalid_path"], status: .badRequest)
         }
