@@ -16,7 +16,7 @@ import UserSessions
 /// Give it to `OAuth2TokenRefresher`, `RemoteTokenStore` or the OpenID Connect
 /// client, so that the refresh, the store and sign-in spans get a child for each remote call. Make one with
 /// `HTTPTransport/tracing(_:)`.
-public struct TracingHTTPTransport<Base: HTTPTransport>: HTTPTransport {
+public struct TracingHTTPTransport<Base: HTTPTransport>: HTTPTransport, Sendable {
     /// The transport that sends the requests.
     public let base: Base
     /// Makes the spans and injects their context.

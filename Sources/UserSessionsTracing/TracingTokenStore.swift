@@ -14,7 +14,7 @@ import UserSessions
 ///
 /// Make one with `TokenStore/tracing(_:)`. A class, so that every controller given this instance
 /// shares one owner of each user's credentials, as with any other store instance.
-public final class TracingTokenStore<Base: TokenStore>: TokenStore {
+public final class TracingTokenStore<Base: TokenStore>: TokenStore, Sendable {
     /// The store that does the work.
     public let base: Base
     /// Makes the spans.

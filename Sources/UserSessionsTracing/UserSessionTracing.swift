@@ -18,7 +18,7 @@ import UserSessions
 /// A span that ends with an error has status `error` and `error.type` (a `UserSessionError`'s code,
 /// or the error's type): errors are never recorded as they are, because their descriptions might hold a secret. No
 /// attribute holds a token, a session identifier or anything from the credentials.
-public struct UserSessionTracing: UserSessionInstrumentation, UserSessionObserver {
+public struct UserSessionTracing: UserSessionInstrumentation, UserSessionObserver, Sendable {
     /// Makes the spans.
     public let tracer: any Tracer
 

@@ -63,6 +63,26 @@ struct TracingTests {
         #expect(SecretScan.leaked(Fixtures.secrets, in: Array(span.allText.utf8)).isEmpty)
     }
 
+    @Test func aTracedCoordinatedStoreKeepsItsLeaseAndTheRefreshRunsUnderTheLeaseSpan() async throws {
+        let directory = FileManager.default.temporaryDirectory.appending(path: "tracing-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let tracer = RecordingTracer()
+        let store = FileTokenStore(directory: directory).tracing(tracer)
+        #expect((store as any TokenStore) is any CoordinatedTokenStore, "the wrapper keeps the coordination")
+        let controller = UserSessionController(
+            store: store, refresher: ScriptedRefresher(), configuration: Self.configuration(tracer))
+        _ = try await controller.open(Fixtures.prototype("alice"))
+        _ = try await controller.refreshCredentials()
+        let refresh = try #require(await tracer.waitForSpans(named: "user_sessions.refresh").first)
+        let lease = try #require(tracer.spans(named: "user_sessions.store.withRefreshLease").first)
+        #expect(lease.ids.parentSpanID == refresh.ids.spanID)
+        #expect(lease.attribute("user_sessions.store.type") == "FileTokenStore")
+        let underLease = tracer.endedSpans.filter { $0.ids.parentSpanID == lease.ids.spanID }.map(\.name)
+        #expect(underLease.contains("user_sessions.store.loadRevised"))
+        #expect(underLease.contains("user_sessions.store.saveRevised"))
+        await controller.shutdown()
+    }
+
     @Test func aRefreshIsASpanWhoseRemoteCallIsAClientSpanThatPropagatesTheTraceContext() async throws {
         try await OAuthFixtureServer.with { server in
             let tracer = RecordingTracer()
