@@ -8,26 +8,35 @@ import UserSessions
 /// Unlike `Tracer.withSpan`, a thrown error is not recorded as it is (its description might hold a secret): the
 /// span gets status `error` and `error.type` (``errorType(_:)``) instead.
 struct SpanScope: Sendable {
-    /// The span of the operation that ``run(_:kind:isolation:_:)`` runs, in the context current while it runs.
-    enum OperationSpanKey: ServiceContextKey {
-        typealias Value = any Span
-    }
+    /// The span of the refresh flight running in this task, for `UserSessionTracing.observeRefresh(_:)`: a task
+    /// local of its own, so the spans of the store and transport calls made inside the flight (the report comes
+    /// from inside the lease of a coordinated store) never hide it, whatever a tracer keeps in their contexts.
+    @TaskLocal static var refreshSpan: (any Span)?
 
     let tracer: any Tracer
 
+    /// Runs `body` in a span named `name`, current while it runs; with `bindingRefreshSpan`, the span is also
+    /// ``refreshSpan`` while it runs.
     func run<Result>(
         _ name: String,
         kind: SpanKind,
+        bindingRefreshSpan: Bool = false,
         isolation: isolated (any Actor)? = #isolation,
         _ body: (any Span) async throws -> Result
     ) async throws -> Result {
         let span = tracer.startSpan(name, context: ServiceContext.current ?? .topLevel, ofKind: kind)
         defer { span.end() }
-        var context = span.context
-        context[OperationSpanKey.self] = span
         do {
-            return try await ServiceContext.$current.withValue(
-                context, operation: { try await body(span) }, isolation: isolation)
+            guard bindingRefreshSpan else {
+                return try await ServiceContext.$current.withValue(
+                    span.context, operation: { try await body(span) }, isolation: isolation)
+            }
+            return try await Self.$refreshSpan.withValue(
+                span,
+                operation: {
+                    try await ServiceContext.$current.withValue(
+                        span.context, operation: { try await body(span) }, isolation: isolation)
+                }, isolation: isolation)
         } catch {
             Self.recordFailure(error, on: span)
             throw error

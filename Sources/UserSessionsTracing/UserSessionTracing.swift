@@ -32,7 +32,9 @@ public struct UserSessionTracing: UserSessionInstrumentation, UserSessionObserve
         isolation: isolated (any Actor)?,
         _ body: () async throws -> Result
     ) async throws -> Result {
-        try await SpanScope(tracer: tracer).run(operation.name, kind: .internal, isolation: isolation) { span in
+        try await SpanScope(tracer: tracer).run(
+            operation.name, kind: .internal, bindingRefreshSpan: operation == .refresh, isolation: isolation
+        ) { _ in
             try await body()
         }
     }
@@ -40,10 +42,8 @@ public struct UserSessionTracing: UserSessionInstrumentation, UserSessionObserve
     public func observe(_ event: UserSessionEvent, context: UserSessionEventContext) {}
 
     public func observeRefresh(_ report: UserSessionRefreshReport) {
-        // Called on the flight's task, inside `measure(.refresh)`: the current context carries its span.
-        guard let span = ServiceContext.current?[SpanScope.OperationSpanKey.self],
-            span.operationName == UserSessionOperation.refresh.name
-        else { return }
+        // Called on the flight's task, inside `measure(.refresh)`, which bound its span.
+        guard let span = SpanScope.refreshSpan else { return }
         span.updateAttributes { attributes in
             attributes[SpanAttributeName.refreshOutcome] = report.outcome.rawValue
             attributes[SpanAttributeName.refreshWaiters] = report.waiters

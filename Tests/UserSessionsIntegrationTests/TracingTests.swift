@@ -77,6 +77,9 @@ struct TracingTests {
         let lease = try #require(tracer.spans(named: "user_sessions.store.withRefreshLease").first)
         #expect(lease.ids.parentSpanID == refresh.ids.spanID)
         #expect(lease.attribute("user_sessions.store.type") == "FileTokenStore")
+        // The report comes from inside the lease's span, and still lands on the refresh span.
+        #expect(refresh.attribute("user_sessions.refresh.outcome") == "succeeded")
+        #expect(refresh.attribute("user_sessions.refresh.waiters") == "1")
         let underLease = tracer.endedSpans.filter { $0.ids.parentSpanID == lease.ids.spanID }.map(\.name)
         #expect(underLease.contains("user_sessions.store.loadRevised"))
         #expect(underLease.contains("user_sessions.store.saveRevised"))
