@@ -163,8 +163,8 @@ let package = Package(
                 .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Hummingbird"])),
+                // The proxy's span (TokenForwardingProxy+Tracing.swift).
                 .target(name: "UserSessionsTracing", condition: .when(traits: ["Tracing"])),
-                .product(name: "Tracing", package: "swift-distributed-tracing", condition: .when(traits: ["Tracing"])),
             ]
         ),
         // Spans for refreshes, restores, store calls and remote calls; the core's seam is UserSessionInstrumentation.
