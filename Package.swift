@@ -49,6 +49,11 @@ let traits: Set<Trait> = [
             "UserSessionsVapor: web sessions for Vapor 4 (cookie, sign-in routes, middleware, proxy, CSRF).",
         enabledTraits: ["OpenIDConnect"]
     ),
+    .trait(
+        name: "Tracing",
+        description:
+            "UserSessionsTracing: swift-distributed-tracing spans for refreshes, restores, store calls and remote calls."
+    ),
 ]
 
 // CI and documentation builds may switch every trait on with ENABLE_ALL_TRAITS=1 (same as `--enable-all-traits`).
@@ -70,6 +75,7 @@ let package = Package(
         .library(name: "UserSessionsHummingbird", targets: ["UserSessionsHummingbird"]),
         .library(name: "UserSessionsWeb", targets: ["UserSessionsWeb"]),
         .library(name: "UserSessionsVapor", targets: ["UserSessionsVapor"]),
+        .library(name: "UserSessionsTracing", targets: ["UserSessionsTracing"]),
     ],
     traits: traits.union([.default(enabledTraits: defaultTraits)]),
     dependencies: [
@@ -85,6 +91,8 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird-auth", from: "2.5.0"),
         .package(url: "https://github.com/apple/swift-http-types", from: "1.4.0"),
         .package(url: "https://github.com/vapor/vapor", from: "4.122.3"),
+        // hummingbird 2.28.1 asks for 1.6.0 or later too, so both traits resolve one swift-distributed-tracing.
+        .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.6.0"),
     ],
     targets: [
         .target(name: "UserSessions"),
@@ -163,6 +171,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Hummingbird", "Vapor"])),
                 .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
+                // The proxy's span (TokenForwardingProxy+Tracing.swift), for both adapters.
+                .target(name: "UserSessionsTracing", condition: .when(traits: ["Tracing"])),
             ]
         ),
         // Web sessions for Hummingbird 2: a thin adapter over UserSessionsWeb (routes, middleware, proxy mount).
@@ -177,6 +187,14 @@ let package = Package(
                     name: "HummingbirdAuth", package: "hummingbird-auth", condition: .when(traits: ["Hummingbird"])),
                 .product(name: "HTTPTypes", package: "swift-http-types", condition: .when(traits: ["Hummingbird"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Hummingbird"])),
+            ]
+        ),
+        // Spans for refreshes, restores, store calls and remote calls; the core's seam is UserSessionInstrumentation.
+        .target(
+            name: "UserSessionsTracing",
+            dependencies: [
+                "UserSessions",
+                .product(name: "Tracing", package: "swift-distributed-tracing", condition: .when(traits: ["Tracing"])),
             ]
         ),
         // Web sessions for Vapor 4: a thin adapter over UserSessionsWeb (routes, a middleware filling `req.auth`,
@@ -266,6 +284,8 @@ let package = Package(
                 // `PostgresTestClient`, the PostgreSQL test targets' one client; without the trait nothing is built.
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
+                // `RecordingTracer`, the tracing tests' in-memory tracer; without the trait nothing is built.
+                .product(name: "Tracing", package: "swift-distributed-tracing", condition: .when(traits: ["Tracing"])),
             ],
             path: "Tests/UserSessionsTestSupport"
         ),
@@ -296,6 +316,8 @@ let package = Package(
                 .product(
                     name: "AsyncHTTPClient", package: "async-http-client",
                     condition: .when(traits: ["AsyncHTTPClient"])),
+                .target(name: "UserSessionsTracing", condition: .when(traits: ["Tracing"])),
+                .product(name: "Tracing", package: "swift-distributed-tracing", condition: .when(traits: ["Tracing"])),
             ]
         ),
         // The PostgreSQL store's tests; every file is behind `#if PostgreSQL`, and they run only when
@@ -335,6 +357,8 @@ let package = Package(
                 "UserSessionsTestSupport",
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
+                .target(name: "UserSessionsTracing", condition: .when(traits: ["Tracing"])),
+                .product(name: "Tracing", package: "swift-distributed-tracing", condition: .when(traits: ["Tracing"])),
             ],
             exclude: ["Fixtures"]
         ),
@@ -356,6 +380,8 @@ let package = Package(
                 .product(name: "HTTPTypes", package: "swift-http-types", condition: .when(traits: ["Hummingbird"])),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Hummingbird"])),
+                .target(name: "UserSessionsTracing", condition: .when(traits: ["Tracing"])),
+                .product(name: "Tracing", package: "swift-distributed-tracing", condition: .when(traits: ["Tracing"])),
             ]
         ),
         // Web sessions against a real Vapor server on 127.0.0.1 (Vapor's testing support, `.running`), the provider

@@ -31,6 +31,15 @@ extension OpenIDConnectClient {
     public func handleBackChannelLogout(logoutToken: String, registry: UserSessionRegistry)
         async throws(OpenIDConnectError) -> [String]
     {
+        try await measure(.backChannelLogout) { () async throws(OpenIDConnectError) in
+            try await handleBackChannelLogoutUnmeasured(logoutToken: logoutToken, registry: registry)
+        }
+    }
+
+    /// ``handleBackChannelLogout(logoutToken:registry:)`` without its measurement.
+    private func handleBackChannelLogoutUnmeasured(logoutToken: String, registry: UserSessionRegistry)
+        async throws(OpenIDConnectError) -> [String]
+    {
         let claims = try await validateLogoutToken(logoutToken)
         let records: [OpenIDSignInRecord]
         do {

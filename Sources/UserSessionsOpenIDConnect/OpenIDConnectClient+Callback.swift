@@ -29,6 +29,15 @@ extension OpenIDConnectClient {
     public func completeSignIn(callbackQuery: String, sealedPendingSignIn: String?)
         async throws(OpenIDConnectError) -> OpenIDSignIn
     {
+        try await measure(.signIn) { () async throws(OpenIDConnectError) in
+            try await completeSignInUnmeasured(callbackQuery: callbackQuery, sealedPendingSignIn: sealedPendingSignIn)
+        }
+    }
+
+    /// ``completeSignIn(callbackQuery:sealedPendingSignIn:)`` without its measurement.
+    private func completeSignInUnmeasured(callbackQuery: String, sealedPendingSignIn: String?)
+        async throws(OpenIDConnectError) -> OpenIDSignIn
+    {
         let parameters = try Self.parseQuery(callbackQuery)
         let now = self.now
         let state = parameters["state"].flatMap { $0.isEmpty ? nil : $0 }

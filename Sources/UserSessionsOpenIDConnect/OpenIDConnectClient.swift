@@ -208,11 +208,13 @@ public final class OpenIDConnectClient: Sendable {
 
     /// Fetches the JWKS named by the provider's metadata.
     func fetchKeySet() async throws(OpenIDConnectError) -> Data {
-        guard let jwksURI = try await providerMetadata().jwksURI else {
-            throw OpenIDConnectError(
-                .keySetFetchFailed, "the provider has no jwks_uri", failureClass: .misconfiguration)
+        try await measure(.keySetFetch) { () async throws(OpenIDConnectError) in
+            guard let jwksURI = try await providerMetadata().jwksURI else {
+                throw OpenIDConnectError(
+                    .keySetFetchFailed, "the provider has no jwks_uri", failureClass: .misconfiguration)
+            }
+            return try await get(jwksURI, what: "the JWKS", code: .keySetFetchFailed)
         }
-        return try await get(jwksURI, what: "the JWKS", code: .keySetFetchFailed)
     }
 
     /// The current time.

@@ -50,6 +50,11 @@ public struct OpenIDConnectConfiguration: Sendable {
     public var pushesAuthorizationRequests: Bool
     /// The session identifier of a signed-in user, from the ID token's claims. Default: the `sub`.
     public var identifier: @Sendable (OpenIDClaims) -> String?
+    /// What runs around a sign-in's completion (the code exchange and the callback's validation), a JWKS fetch and
+    /// a back-channel logout, for tracing: with the trait `Tracing`, a `UserSessionTracing` of the product
+    /// `UserSessionsTracing`. Default `nil` (none). Revocations at sign-out are measured by the registry's or the
+    /// controller's own `UserSessionController.Configuration.instrumentation`.
+    public var instrumentation: (any UserSessionInstrumentation)? = nil
 
     /// Creates a configuration with the defaults described on each property.
     public init(

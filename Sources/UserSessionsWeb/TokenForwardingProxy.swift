@@ -123,9 +123,18 @@ public struct TokenForwardingProxy: Sendable {
         return try await forward(request, subpath: subpath, session: session, csrfHeader: csrfHeader)
     }
 
-    /// Forwards `request` (whose path below the mount point is `subpath`) as the user of `session`.
+    /// Forwards `request` (whose path below the mount point is `subpath`) as the user of `session`, in a span when
+    /// the session is traced (``traced(_:subpath:session:_:)``).
     func forward(_ request: WebRequest, subpath: String, session: WebSession, csrfHeader: String) async throws
         -> WebResponse
+    {
+        try await traced(request, subpath: subpath, session: session) { request in
+            try await forwardUntraced(request, subpath: subpath, session: session, csrfHeader: csrfHeader)
+        }
+    }
+
+    private func forwardUntraced(_ request: WebRequest, subpath: String, session: WebSession, csrfHeader: String)
+        async throws -> WebResponse
     {
         guard let url = url(forSubpath: subpath, query: request.query) else {
             return .json(["error": "invalid_path"], status: .badRequest)

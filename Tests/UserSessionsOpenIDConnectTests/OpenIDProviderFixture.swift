@@ -53,13 +53,14 @@ final class OpenIDProviderFixture: Sendable {
             id: "web-app", secret: "web-secret"),
         stateStore: any OpenIDConnectStateStore = InMemoryOpenIDConnectStateStore(),
         clock: SessionClock = .system,
+        transport: (any HTTPTransport)? = nil,
         configure: (inout OpenIDConnectConfiguration) -> Void = { _ in }
     ) throws -> OpenIDConnectClient {
         var configuration = OpenIDConnectConfiguration(
             clientAuthentication: authentication, redirectURI: Self.redirectURI)
         configure(&configuration)
         return try OpenIDConnectClient(
-            issuer: issuer, configuration: configuration, stateStore: stateStore, clock: clock)
+            issuer: issuer, configuration: configuration, stateStore: stateStore, transport: transport, clock: clock)
     }
 
     /// Posts the provider's login form for the authorization URL `url` as `user` and returns the query of the

@@ -33,6 +33,8 @@ package final class OAuthFixtureServer: Sendable {
         package var heldRequests: Int
         /// Client-credentials grants for a scope whose last token had more than half its lifetime left.
         package var prematureGrants: Int
+        /// The `traceparent` header of the last token request, if it had one.
+        package var lastTraceparent: String?
 
         enum CodingKeys: String, CodingKey {
             case tokenRequests = "token_requests"
@@ -52,6 +54,7 @@ package final class OAuthFixtureServer: Sendable {
             case lastAudience = "last_audience"
             case heldRequests = "held_requests"
             case prematureGrants = "premature_grants"
+            case lastTraceparent = "last_traceparent"
         }
     }
 

@@ -41,7 +41,7 @@ enum SignOutRevocation {
             }
             guard let target else { return nil }
             do {
-                try await refresher.revoke(target)
+                try await configuration.instrumentation.measure(.revocation) { try await refresher.revoke(target) }
                 return nil
             } catch {
                 return failure(error, secrets: [target.accessToken, target.refreshToken ?? ""])

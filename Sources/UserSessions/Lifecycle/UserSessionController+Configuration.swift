@@ -55,6 +55,9 @@ extension UserSessionController {
         public var dataDirectories: SessionDirectories?
         /// Who watches the controller as it works, for logs and metrics (see ``UserSessionObserver``). Default none.
         public var observers: [any UserSessionObserver] = []
+        /// What runs around refreshes, restores and revocations, for tracing (see ``UserSessionInstrumentation``).
+        /// Default `nil` (none).
+        public var instrumentation: (any UserSessionInstrumentation)? = nil
         /// Whether signing out (``UserSessionController/closeAndClear()``,
         /// ``UserSessionRegistry/closeAndClear(identifier:)``) first revokes the credentials at the authorization
         /// server, through ``TokenRefresher/revoke(_:)`` (RFC 7009), so they stop working everywhere. Default `true`;

@@ -635,6 +635,13 @@ extension UserSessionController {
     /// The part of restore that runs in the caller's turn, once no session is opened: reads and checks the stored
     /// session, then opens it through ``openInTurn(_:services:openedAt:)``.
     func restoreInTurn(identifier: String) async throws -> UserSession {
+        try await configuration.instrumentation.measure(.restore) {
+            try await restoreStoredSession(identifier: identifier)
+        }
+    }
+
+    /// ``restoreInTurn(identifier:)`` without its measurement.
+    private func restoreStoredSession(identifier: String) async throws -> UserSession {
         // Held from before the read until the session's gate takes the hold over: a rotation the store has not
         // taken yet, or a refresh in flight, cannot leave the ledger in between. Released here if nothing opens.
         let fence = gate.ledger.hold(identifier)

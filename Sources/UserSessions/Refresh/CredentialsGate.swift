@@ -556,7 +556,10 @@ extension CredentialsGate {
     /// Runs a refresh in an unstructured task, so that no caller's cancellation can cancel it: a rotated refresh
     /// token must always be committed.
     func startFlight(_ job: RefreshStateMachine.RefreshJob) {
-        runInBackground { await self.runFlight(job) }
+        runInBackground {
+            // Measured as one operation; how it ended reaches the observers from inside (`reportFlight`).
+            await self.settings.configuration.instrumentation.measure(.refresh) { await self.runFlight(job) }
+        }
     }
 
     private func runFlight(_ job: RefreshStateMachine.RefreshJob) async {

@@ -1,4 +1,4 @@
-#if Logging || Metrics || ServiceLifecycle
+#if Logging || Metrics || ServiceLifecycle || Tracing
 import Foundation
 import Synchronization
 import UserSessions

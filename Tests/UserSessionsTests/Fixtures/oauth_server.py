@@ -96,6 +96,7 @@ class State:
             "last_audience": None,
             "held_requests": 0,
             "premature_grants": 0,
+            "last_traceparent": None,
         }
         self.last_client_grant = {}  # scope -> (time issued, lifetime)
 
@@ -350,6 +351,8 @@ class Handler(BaseHTTPRequestHandler):
         with state.lock:
             state.stats["token_requests"] += 1
             state.stats["held_requests"] += 1
+            # The W3C trace context a traced transport propagates (the tracing tests check it).
+            state.stats["last_traceparent"] = self.headers.get("traceparent")
         state.gate.wait()
         with state.lock:
             state.stats["held_requests"] -= 1
