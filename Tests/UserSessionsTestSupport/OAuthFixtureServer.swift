@@ -35,6 +35,8 @@ package final class OAuthFixtureServer: Sendable {
         package var prematureGrants: Int
         /// The `traceparent` header of the last token request, if it had one.
         package var lastTraceparent: String?
+        /// The most token requests the fixture was answering at once since ``resetPeakInFlight()``.
+        package var peakInFlight: Int
 
         enum CodingKeys: String, CodingKey {
             case tokenRequests = "token_requests"
@@ -55,6 +57,7 @@ package final class OAuthFixtureServer: Sendable {
             case heldRequests = "held_requests"
             case prematureGrants = "premature_grants"
             case lastTraceparent = "last_traceparent"
+            case peakInFlight = "peak_in_flight"
         }
     }
 
@@ -124,6 +127,9 @@ package final class OAuthFixtureServer: Sendable {
     package func release() async throws { _ = try await request("POST", "admin/release") }
 
     /// Revokes every token family.
+    /// ``Stats/peakInFlight`` counts from now.
+    package func resetPeakInFlight() async throws { _ = try await request("POST", "admin/reset_peak") }
+
     package func revokeAll() async throws { _ = try await request("POST", "admin/revoke") }
 
     /// Sets the server's mode and settings, such as `["mode": "error500"]` or `["expires_in": "120"]`.

@@ -200,7 +200,10 @@ struct TransportWorkload {
         var users: Int
         var requests: Int
         var wallMilliseconds: [Double] = []
+        /// The most token requests the fixture answered at once, and the most the transport had been handed at once
+        /// (the difference waited in the transport for a connection).
         var peakInFlight: [Int] = []
+        var queuedInTransport: [Int] = []
         var refreshes: [Int] = []
         var failures = 0
         var firstFailure: String?
@@ -256,6 +259,7 @@ struct TransportWorkload {
             requestTimeout: .seconds(60), transport: transport)
         let registry = UserSessionRegistry(store: store, refresher: refresher)
         let refreshesBefore = try await server.stats().refreshes
+        try await server.resetPeakInFlight()
         let expired = families.map(\.accessToken)
         let users = options.stormUsers
         let clock = ContinuousClock()
@@ -275,7 +279,8 @@ struct TransportWorkload {
         let wall = clock.now - start
         await registry.shutdown()
         try await shutdown()
-        let refreshes = try await server.stats().refreshes - refreshesBefore
+        let stats = try await server.stats()
+        let refreshes = stats.refreshes - refreshesBefore
         if failed > 0 {
             row.failures += failed
             row.firstFailure = row.firstFailure ?? "\(failed) requests got no fresh token"
@@ -285,7 +290,8 @@ struct TransportWorkload {
             row.firstFailure = row.firstFailure ?? "the server counted \(refreshes) refreshes for \(users) users"
         }
         row.wallMilliseconds.append(wall.milliseconds)
-        row.peakInFlight.append(transport.peak)
+        row.peakInFlight.append(stats.peakInFlight)
+        row.queuedInTransport.append(transport.peak)
         row.refreshes.append(refreshes)
     }
 
@@ -294,13 +300,16 @@ struct TransportWorkload {
             "restart storm: \(options.stormUsers) stored users whose tokens expired while the server was down, "
                 + "\(options.stormRequests) first requests at once through one UserSessionRegistry, the fixture "
                 + "answering each token request after \(options.stormDelayMilliseconds) ms; median of "
-                + "\(options.repetitions) [min-max]; in flight: the most token requests the transport had open at once",
-            pad("transport", 24) + pad("wall ms", 24) + pad("in flight", 18) + pad("refreshes", 12) + "failures",
+                + "\(options.repetitions) [min-max]; in flight: the most token requests the provider answered at once; "
+                + "handed over: the most the transport had been given at once",
+            pad("transport", 24) + pad("wall ms", 24) + pad("in flight", 18) + pad("handed over", 18)
+                + pad("refreshes", 12) + "failures",
         ]
         for row in rows {
             lines.append(
                 pad(row.transport, 24) + pad(spread(row.wallMilliseconds, 0), 24)
                     + pad(spread(row.peakInFlight.map(Double.init), 0), 18)
+                    + pad(spread(row.queuedInTransport.map(Double.init), 0), 18)
                     + pad(spread(row.refreshes.map(Double.init), 0), 12)
                     + "\(row.failures)" + (row.firstFailure.map { " (first: \($0))" } ?? ""))
         }

@@ -17,6 +17,7 @@ GET  /stats          JSON counters: token_requests, refreshes, invalid_grant, re
 POST /admin/issue    JSON {"refresh_token", "access_token"}: a new token family. With a JSON body {"count": n}:
                      {"families": [[refresh_token, access_token], ...]}, n new families at once.
 POST /admin/revoke   revokes every family.
+POST /admin/reset_peak   stats' peak_in_flight (the most token requests answered at once) starts again from now.
 POST /admin/hold     token requests wait (after they are counted) until POST /admin/release; /stats counts
                      held_requests, the requests waiting now.
 POST /admin/mode     JSON {"mode": "normal|error500|garbage|invalid_client|slow|redirect|status|
@@ -97,6 +98,8 @@ class State:
             "held_requests": 0,
             "premature_grants": 0,
             "last_traceparent": None,
+            "in_flight": 0,
+            "peak_in_flight": 0,
         }
         self.last_client_grant = {}  # scope -> (time issued, lifetime)
 
@@ -207,6 +210,10 @@ class Handler(BaseHTTPRequestHandler):
                 self.reply(200, {"refresh_token": issued[0][0], "access_token": issued[0][1]})
             else:
                 self.reply(200, {"families": issued})
+        elif self.path == "/admin/reset_peak":
+            with self.state.lock:
+                self.state.stats["peak_in_flight"] = self.state.stats["in_flight"]
+            self.reply(200, {"peak_in_flight": self.state.stats["peak_in_flight"]})
         elif self.path == "/admin/revoke":
             with self.state.lock:
                 for family in self.state.families:
@@ -347,6 +354,19 @@ class Handler(BaseHTTPRequestHandler):
         return False
 
     def token(self, body):
+        """Answers a token request; in_flight counts the ones being answered now, peak_in_flight the most at once
+        since the last POST /admin/reset_peak (the restart-storm benchmark reads it)."""
+        state = self.state
+        with state.lock:
+            state.stats["in_flight"] += 1
+            state.stats["peak_in_flight"] = max(state.stats["peak_in_flight"], state.stats["in_flight"])
+        try:
+            self.answer_token(body)
+        finally:
+            with state.lock:
+                state.stats["in_flight"] -= 1
+
+    def answer_token(self, body):
         state = self.state
         with state.lock:
             state.stats["token_requests"] += 1
