@@ -384,7 +384,10 @@ package enum CredentialsJSON {
                     return string
                 case UInt8(ascii: "\\"):
                     index += 1
-                    try readEscape(into: &decoded)
+                    guard
+                        JSONEscape.decode(
+                            UnsafeRawBufferPointer(bytes), at: &index, into: &decoded, loneSurrogate: .refused)
+                    else { throw failure() }
                 case 0..<0x20:
                     throw failure()
                 default:
@@ -393,51 +396,6 @@ package enum CredentialsJSON {
                 }
             }
             throw failure()
-        }
-
-        private mutating func readEscape(into decoded: inout [UInt8]) throws(Failure) {
-            guard index < bytes.count else { throw failure() }
-            let escaped = bytes[index]
-            index += 1
-            switch escaped {
-            case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): decoded.append(escaped)
-            case UInt8(ascii: "b"): decoded.append(0x08)
-            case UInt8(ascii: "f"): decoded.append(0x0C)
-            case UInt8(ascii: "n"): decoded.append(0x0A)
-            case UInt8(ascii: "r"): decoded.append(0x0D)
-            case UInt8(ascii: "t"): decoded.append(0x09)
-            case UInt8(ascii: "u"):
-                var scalar = try readHex4()
-                if (0xD800..<0xDC00).contains(scalar) {
-                    // A high surrogate must be followed by an escaped low one.
-                    try readLiteral("\\u")
-                    let low = try readHex4()
-                    guard (0xDC00..<0xE000).contains(low) else { throw failure() }
-                    scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
-                }
-                guard let unicode = Unicode.Scalar(scalar) else { throw failure() }
-                decoded.append(contentsOf: String(Character(unicode)).utf8)
-            default:
-                throw failure()
-            }
-        }
-
-        private mutating func readHex4() throws(Failure) -> UInt32 {
-            guard bytes.count - index >= 4 else { throw failure() }
-            var value: UInt32 = 0
-            for _ in 0..<4 {
-                let byte = bytes[index]
-                let digit: UInt8
-                switch byte {
-                case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = byte - UInt8(ascii: "0")
-                case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = byte - UInt8(ascii: "a") + 10
-                case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = byte - UInt8(ascii: "A") + 10
-                default: throw failure()
-                }
-                value = value << 4 | UInt32(digit)
-                index += 1
-            }
-            return value
         }
 
         /// The bytes of a number, checked against RFC 8259's grammar.

@@ -330,20 +330,8 @@ extension StrictJSONScan {
                 case UInt8(ascii: "\""):
                     return String(decoding: nameBuffer, as: UTF8.self)
                 case UInt8(ascii: "\\"):
-                    guard offset < bytes.count else { return nil }
-                    let escaped = bytes[offset]
-                    offset += 1
-                    switch escaped {
-                    case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): nameBuffer.append(escaped)
-                    case UInt8(ascii: "b"): nameBuffer.append(0x08)
-                    case UInt8(ascii: "f"): nameBuffer.append(0x0C)
-                    case UInt8(ascii: "n"): nameBuffer.append(0x0A)
-                    case UInt8(ascii: "r"): nameBuffer.append(0x0D)
-                    case UInt8(ascii: "t"): nameBuffer.append(0x09)
-                    case UInt8(ascii: "u"):
-                        guard let scalar = readUnicodeEscape() else { return nil }
-                        nameBuffer.append(contentsOf: String(Character(scalar)).utf8)
-                    default: return nil
+                    guard JSONEscape.decode(bytes, at: &offset, into: &nameBuffer, loneSurrogate: .replaced) else {
+                        return nil
                     }
                 case 0x00..<0x20:
                     return nil
@@ -352,45 +340,6 @@ extension StrictJSONScan {
                 }
             }
             return nil
-        }
-
-        /// Reads the four hex digits after `\u` (and a low surrogate's escape after a high one). A surrogate that
-        /// is not part of a pair becomes U+FFFD, as a lenient decoder would make it.
-        private mutating func readUnicodeEscape() -> Unicode.Scalar? {
-            guard let first = readHex4() else { return nil }
-            if (0xD800...0xDBFF).contains(first) {
-                if bytes.count - offset >= 6, bytes[offset] == UInt8(ascii: "\\"),
-                    bytes[offset + 1] == UInt8(ascii: "u")
-                {
-                    let mark = offset
-                    offset += 2
-                    guard let second = readHex4() else { return nil }
-                    if (0xDC00...0xDFFF).contains(second) {
-                        return Unicode.Scalar(0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00))
-                    }
-                    offset = mark  // Not a low surrogate: it is read as an escape of its own.
-                }
-                return "\u{FFFD}"
-            }
-            return Unicode.Scalar(first) ?? "\u{FFFD}"
-        }
-
-        private mutating func readHex4() -> UInt32? {
-            guard bytes.count - offset >= 4 else { return nil }
-            var value: UInt32 = 0
-            for _ in 0..<4 {
-                let byte = bytes[offset]
-                let digit: UInt8
-                switch byte {
-                case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = byte - UInt8(ascii: "0")
-                case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = byte - UInt8(ascii: "a") + 10
-                case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = byte - UInt8(ascii: "A") + 10
-                default: return nil
-                }
-                value = value << 4 | UInt32(digit)
-                offset += 1
-            }
-            return value
         }
     }
 }
