@@ -224,8 +224,8 @@ func base64URLDecode(_ text: some StringProtocol) -> Data? {
     CanonicalBase64.decodeURL(text.utf8)
 }
 
-/// Encodes bytes as unpadded base64url.
-func base64URLEncode(_ bytes: some Sequence<UInt8>) -> String {
+/// Encodes bytes as unpadded base64url (package-wide: the benchmark spells its JWKs with it).
+package func base64URLEncode(_ bytes: some Sequence<UInt8>) -> String {
     Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
         .replacingOccurrences(of: "=", with: "")
 }

@@ -12,13 +12,13 @@ import UserSessions
 /// - the access token field holds `sealed:1:<key id>:<base64 of nonce ‖ ciphertext ‖ tag>`: AES-256-GCM with a
 ///   fresh random 12-byte nonce per write and a 16-byte tag, under the key named by `<key id>`.
 ///
-/// The plaintext is the whole `Credentials` in the package's JSON form (the form of its `Codable`
-/// conformance, sorted keys, written and read by `CredentialsJSON`), so every field the credentials carry, secret or not, is sealed and comes back exactly;
-/// what a load returns is what was sealed, never the clear copy. The associated data is
+/// The plaintext is the whole `Credentials` in the package's JSON form (the form of its `Codable` conformance, sorted
+/// keys, written and read by `CredentialsJSON`), so every field the credentials carry, secret or not, is sealed and
+/// comes back exactly; what a load returns is what was sealed, never the clear copy. The associated data is
 /// `"swift-user-sessions.sealed" 0x00 "1" 0x00`, then the namespace and the identifier's UTF-8 bytes, each after
 /// its length as a 4-byte big-endian integer: a record opens only under the namespace and identifier it was written
 /// for.
-enum SealedRecordFormat {
+package enum SealedRecordFormat {
     static let version = 1
     static let prefix = "sealed:"
     static let domain = "swift-user-sessions.sealed"
@@ -143,7 +143,7 @@ enum SealedRecordFormat {
     }
 
     /// The associated data: domain, version, then the namespace and identifier bytes, each after its length.
-    static func associatedData(identifier: String, namespace: String) -> [UInt8] {
+    package static func associatedData(identifier: String, namespace: String) -> [UInt8] {
         var data: [UInt8] = []
         data.reserveCapacity(domain.utf8.count + 11 + namespace.utf8.count + identifier.utf8.count)
         data.append(contentsOf: domain.utf8)

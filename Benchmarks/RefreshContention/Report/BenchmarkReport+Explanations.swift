@@ -140,7 +140,7 @@ enum Explanations {
             + "a write, and opening and decoding add to a load. Tokens: a 900-byte access token, a 66-byte refresh "
             + "token",
         "AES-GCM seal/open ns: AES-256-GCM alone on the same plaintext (the credentials' JSON, encoded before the "
-            + "clock starts) with associated data of the same length; +seal/AES and +open/AES: what sealing and "
+            + "clock starts) with the same associated data; +seal/AES and +open/AES: what sealing and "
             + "opening add, as multiples of it (goal: at most 3)",
     ]
 

@@ -103,7 +103,7 @@ extension CallbackValidationWorkload {
                 await signing.add(rsa: key, digestAlgorithm: .sha256, kid: keyID)
                 let (modulus, exponent) = try key.publicKey.getKeyPrimitives()
                 jwk = .rsa(
-                    .rs256, identifier: keyID, modulus: Self.base64URL(modulus), exponent: Self.base64URL(exponent))
+                    .rs256, identifier: keyID, modulus: base64URLEncode(modulus), exponent: base64URLEncode(exponent))
             case "ES256":
                 let key = ES256PrivateKey()
                 await signing.add(ecdsa: key, kid: keyID)
@@ -113,7 +113,7 @@ extension CallbackValidationWorkload {
                 let key = try EdDSA.PrivateKey(curve: .ed25519)
                 await signing.add(eddsa: key, kid: keyID)
                 jwk = .octetKeyPair(
-                    .eddsa, identifier: keyID, x: Self.base64URL(key.publicKey.rawRepresentation), y: nil,
+                    .eddsa, identifier: keyID, x: base64URLEncode(key.publicKey.rawRepresentation), y: nil,
                     curve: .ed25519)
             }
             let now = Int(Date().timeIntervalSince1970)
@@ -151,11 +151,6 @@ extension CallbackValidationWorkload {
 
         /// A URL from a literal the workload spells correctly.
         static func url(_ text: String) -> URL { URL(string: text) ?? URL(fileURLWithPath: "/") }
-
-        static func base64URL(_ data: Data) -> String {
-            data.base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-                .replacingOccurrences(of: "=", with: "")
-        }
     }
 
     /// Serves the JWKS to the client's one fetch, in process; anything else is a 404.

@@ -10,7 +10,7 @@ import UserSessionsSealing
 /// ``SealedTokenStore`` over the same kind of store, taking turns within every repetition; the difference is the
 /// cost of sealing per write (AES-256-GCM plus the JSON of the credentials) and of opening per load. Beside them,
 /// the floor: AES-256-GCM alone sealing and opening the same plaintext bytes (the credentials' JSON, encoded
-/// beforehand) with associated data of the same length.
+/// beforehand) with the same associated data.
 ///
 /// The kinds are `memory` (``InMemoryTokenStore``: the cryptography alone), `file` (a ``FileTokenStore`` on a real
 /// directory, fsync per write) and `postgres` (with the PostgreSQL trait and `USER_SESSIONS_POSTGRES_URL`).
@@ -155,7 +155,7 @@ struct SealingWorkload {
     }
 
     /// Wall nanoseconds per AES-256-GCM seal (fresh nonce) and per open of the plaintext the sealed store seals for
-    /// the same sessions, with associated data as long as the store's, everything prepared before the clock starts.
+    /// the same sessions, with the store's associated data, everything prepared before the clock starts.
     static func aesAlone(_ operations: Int) throws -> (seal: Double, open: Double) {
         let key = SymmetricKey(data: (0..<32).map { UInt8($0) })
         let inputs = try (0..<identifiers).map { index in
@@ -163,9 +163,7 @@ struct SealingWorkload {
                 throw BenchmarkError("a session without credentials")
             }
             let plaintext = try CredentialsJSON.encode(credentials)
-            let associated =
-                Array("swift-user-sessions.sealed\u{0}1\u{0}\u{0}\u{0}\u{0}\u{5}bench".utf8)
-                + [0, 0, 0, UInt8("user-\(index)".utf8.count)] + Array("user-\(index)".utf8)
+            let associated = SealedRecordFormat.associatedData(identifier: "user-\(index)", namespace: "bench")
             return (plaintext, associated)
         }
         let clock = ContinuousClock()
