@@ -1,5 +1,6 @@
 #if Hummingbird || Vapor
 import Foundation
+import Synchronization
 import UserSessions
 
 #if canImport(Glibc)
@@ -21,6 +22,15 @@ public final class FileWebSessionStore: WebSessionStore {
     /// The directory of the records.
     public let directory: URL
 
+    /// The records decoded last, under their key's hash, each with the exact bytes it was decoded from. A load whose
+    /// file holds those same bytes returns the record without decoding it again (decoding was a fifth of a
+    /// signed-in request's time); the file is still read at every load, so a record another process rewrote or
+    /// removed is seen at once.
+    private let decoded = Mutex<[String: (bytes: Data, record: WebSessionRecord)]>([:])
+
+    /// The most records ``decoded`` holds; past it, an arbitrary one makes room.
+    static let decodedLimit = 4_096
+
     /// A store in `directory` (created, mode 0700, when first written).
     public init(directory: URL) {
         self.directory = directory
@@ -38,8 +48,19 @@ public final class FileWebSessionStore: WebSessionStore {
     public func load(key: WebSessionKey) async throws -> WebSessionRecord? {
         let file = file(key)
         let data = try await BlockingIO.run { () throws(WebSessionError) -> Data? in try Self.read(file) }
-        guard let data else { return nil }
-        return try WebSessionRecord.decode(data)
+        guard let data else {
+            decoded.withLock { _ = $0.removeValue(forKey: key.hash) }
+            return nil
+        }
+        if let known = decoded.withLock({ $0[key.hash] }), known.bytes == data { return known.record }
+        let record = try WebSessionRecord.decode(data)
+        decoded.withLock { records in
+            if records.count >= Self.decodedLimit, records[key.hash] == nil, let any = records.keys.first {
+                records.removeValue(forKey: any)
+            }
+            records[key.hash] = (data, record)
+        }
+        return record
     }
 
     /// Sets the `lastSeenAt` of the record under `key`, if it is there and readable.
@@ -56,6 +77,7 @@ public final class FileWebSessionStore: WebSessionStore {
 
     /// Removes the record under `key`.
     public func remove(key: WebSessionKey) async throws {
+        decoded.withLock { _ = $0.removeValue(forKey: key.hash) }
         let file = file(key)
         try await BlockingIO.run { try Self.remove(file) }
     }

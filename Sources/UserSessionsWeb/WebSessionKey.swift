@@ -13,7 +13,9 @@ public struct WebSessionKey: Sendable, Hashable, CustomStringConvertible {
 
     /// The key of a cookie value.
     init(cookieValue: String) {
-        hash = HexEscaping.lowercaseDigits(of: SHA256.hash(data: Data(cookieValue.utf8)))
+        var cookieValue = cookieValue
+        let digest = cookieValue.withUTF8 { SHA256.hash(data: UnsafeRawBufferPointer($0)) }
+        hash = digest.withUnsafeBytes { HexEscaping.lowercaseDigits(of: $0) }
     }
 
     /// A key from its hash, as a store reads it back (64 lowercase hex digits), or `nil` for anything else.

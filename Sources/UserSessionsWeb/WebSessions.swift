@@ -57,7 +57,11 @@ public final class WebSessions: Sendable {
         self.store = store
         self.configuration = configuration
         self.logger = logger
+        cookieName = configuration.cookieName
     }
+
+    /// The session cookie's name, worked out once (every request looks for it).
+    private let cookieName: String
 
     /// The current time.
     package var now: Date { configuration.clock.now() }
@@ -84,7 +88,7 @@ public final class WebSessions: Sendable {
 
     /// The key of the request's cookie, when it carries one of the shape this library issues.
     func key(of request: WebRequest) -> (key: WebSessionKey?, hadCookie: Bool) {
-        key(ofCookieValue: request.cookie(configuration.cookieName))
+        key(ofCookieValue: request.cookie(cookieName))
     }
 
     /// The unexpired record of the request's cookie; an expired or unreadable record is removed.

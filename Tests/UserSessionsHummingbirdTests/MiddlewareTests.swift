@@ -178,6 +178,35 @@ struct MiddlewareTests {
         }
     }
 
+    @Test func theFileStoreSeesWhatAnotherProcessWroteThoughItKeepsDecodedRecords() async throws {
+        try await withTemporaryDirectory { directory in
+            // Two stores over one directory stand for two server processes of one machine.
+            let (first, second) = (FileWebSessionStore(directory: directory), FileWebSessionStore(directory: directory))
+            let now = Date(timeIntervalSince1970: 1_800_000_000)
+            let key = try #require(WebSessionKey(hash: String(repeating: "c", count: 64)))
+            func record(_ identifier: String) -> WebSessionRecord {
+                WebSessionRecord(
+                    identifier: identifier, subject: identifier, sessionID: nil, claims: [:], createdAt: now,
+                    lastSeenAt: now, absoluteExpiresAt: now + 3600)
+            }
+            try await first.insert(record("alice"), key: key)
+            #expect(try await first.load(key: key)?.identifier == "alice")
+            #expect(try await first.load(key: key)?.identifier == "alice", "the same bytes, the same record")
+            try await second.insert(record("bob"), key: key)
+            #expect(try await first.load(key: key)?.identifier == "bob", "a rewritten record is read again")
+            try await second.touch(key: key, lastSeenAt: now + 60)
+            #expect(try await first.load(key: key)?.lastSeenAt == now + 60)
+            let file = directory.appending(path: key.hash + ".json")
+            let valid = try Data(contentsOf: file)
+            try Data("{}".utf8).write(to: file)
+            await #expect(throws: WebSessionError(.storeCorrupt, "")) { try await first.load(key: key) }
+            try valid.write(to: file)
+            #expect(try await first.load(key: key)?.identifier == "bob")
+            try await second.remove(key: key)
+            #expect(try await first.load(key: key) == nil, "a record removed elsewhere is gone here too")
+        }
+    }
+
     @Test func theConfigurationRefusesWhatCannotBeSafe() throws {
         let plainHTTP = try #require(URL(string: "http://app.example.com"))
         #expect(throws: WebSessionError(.invalidConfiguration, "")) {

@@ -49,13 +49,22 @@ package struct HexEscaping: Sendable {
     /// `bytes` as lowercase hex digits, two per byte, every byte escaped and no escape character: a digest as a
     /// file name or a store key.
     package static func lowercaseDigits(of bytes: some Sequence<UInt8>) -> String {
-        var output: [UInt8] = []
-        output.reserveCapacity(bytes.underestimatedCount * 2)
-        for byte in bytes {
-            output.append(digit(byte >> 4, uppercase: false))
-            output.append(digit(byte & 0x0F, uppercase: false))
+        if let digits = bytes.withContiguousStorageIfAvailable({ lowercaseDigits(of: UnsafeRawBufferPointer($0)) }) {
+            return digits
         }
-        return String(decoding: output, as: UTF8.self)
+        return lowercaseDigits(of: Array(bytes))
+    }
+
+    /// `bytes` as lowercase hex digits, written straight into the string's storage (a digest per request: no
+    /// generic iteration, no intermediate array).
+    package static func lowercaseDigits(of bytes: UnsafeRawBufferPointer) -> String {
+        String(unsafeUninitializedCapacity: bytes.count * 2) { output in
+            for (index, byte) in bytes.enumerated() {
+                output[2 * index] = digit(byte >> 4, uppercase: false)
+                output[2 * index + 1] = digit(byte & 0x0F, uppercase: false)
+            }
+            return bytes.count * 2
+        }
     }
 
     private static func digit(_ nibble: UInt8, uppercase: Bool) -> UInt8 {
