@@ -221,7 +221,8 @@ let package = Package(
                 // The fleet workload's `postgres` rows; without the trait the target builds no other package.
                 .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
-                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
+                .product(
+                    name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL", "Hummingbird", "Vapor"])),
                 // The sealing workload's rows; without the trait the target builds no other package.
                 .target(name: "UserSessionsSealing", condition: .when(traits: ["Sealing"])),
                 // The private_key_jwt workload's rows (an ES256 assertion per token request).
@@ -231,6 +232,17 @@ let package = Package(
                 // The callback-validation workload's rows (keys and ID tokens made with jwt-kit).
                 .product(name: "JWTKit", package: "jwt-kit", condition: .when(traits: ["OpenIDConnect"])),
                 .product(name: "_CryptoExtras", package: "swift-crypto", condition: .when(traits: ["OpenIDConnect"])),
+                // The web request overhead workload (`--web`): each framework's bare route, its own sessions (the
+                // peer) and the session middleware, served by a child process and loaded by wrk.
+                .target(name: "UserSessionsHummingbird", condition: .when(traits: ["Hummingbird"])),
+                .product(name: "Hummingbird", package: "hummingbird", condition: .when(traits: ["Hummingbird"])),
+                .product(
+                    name: "HummingbirdAuth", package: "hummingbird-auth", condition: .when(traits: ["Hummingbird"])),
+                .product(
+                    name: "ServiceLifecycle", package: "swift-service-lifecycle",
+                    condition: .when(traits: ["Hummingbird"])),
+                .target(name: "UserSessionsVapor", condition: .when(traits: ["Vapor"])),
+                .product(name: "Vapor", package: "vapor", condition: .when(traits: ["Vapor"])),
             ],
             path: "Benchmarks/RefreshContention"
         ),

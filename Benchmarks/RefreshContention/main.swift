@@ -11,6 +11,20 @@ if CommandLine.arguments.dropFirst().first == "--transport" {
     exit(64)
     #endif
 }
+if CommandLine.arguments.dropFirst().first == "--web" || CommandLine.arguments.dropFirst().first == "--web-server" {
+    // The web request overhead under wrk (Web/WebOverheadWorkload.swift), and the server it starts per
+    // configuration (Web/WebOverheadServer.swift); needs the Hummingbird or the Vapor trait.
+    #if Hummingbird || Vapor
+    let rest = Array(CommandLine.arguments.dropFirst(2))
+    exit(
+        CommandLine.arguments[1] == WebOverheadServer.flag
+            ? await WebOverheadServer.main(arguments: rest) : await WebOverheadWorkload.main(arguments: rest))
+    #else
+    FileHandle.standardError.write(
+        Data("--web needs the Hummingbird or Vapor trait: swift run -c release --traits Hummingbird,Vapor ...\n".utf8))
+    exit(64)
+    #endif
+}
 if CommandLine.arguments.dropFirst().first == FleetNode.flag {
     // One process of the fleet workload, started by the workload itself (Fleet/FleetNode.swift).
     exit(await FleetNode.main(arguments: Array(CommandLine.arguments.dropFirst(2))))

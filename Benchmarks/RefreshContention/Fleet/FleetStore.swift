@@ -53,18 +53,23 @@ enum FleetStore {
     }
 
     #if PostgreSQL
-    static func withPostgres<Value: Sendable>(
-        namespace: String, _ body: (any CoordinatedTokenStore) async throws -> Value
-    ) async throws -> Value {
+    /// A client of the server `USER_SESSIONS_POSTGRES_URL` names (not running yet), logging nothing.
+    static func postgresClient(maximumConnections: Int) throws -> PostgresClient {
         guard let url = postgresURL else { throw BenchmarkError("USER_SESSIONS_POSTGRES_URL is not set") }
         var configuration = PostgresClient.Configuration(
             host: url.host ?? "127.0.0.1", port: url.port ?? 5432, username: url.user ?? "postgres",
             password: url.password, database: String(url.path.dropFirst()), tls: .disable)
-        // One lease connection per identifier refreshing at once, one listener, and the reads around them.
-        configuration.options.maximumConnections = 8
-        let client = PostgresClient(
+        configuration.options.maximumConnections = maximumConnections
+        return PostgresClient(
             configuration: configuration,
-            backgroundLogger: Logger(label: "fleet", factory: { _ in SwiftLogNoOpLogHandler() }))
+            backgroundLogger: Logger(label: "benchmark", factory: { _ in SwiftLogNoOpLogHandler() }))
+    }
+
+    static func withPostgres<Value: Sendable>(
+        namespace: String, _ body: (any CoordinatedTokenStore) async throws -> Value
+    ) async throws -> Value {
+        // One lease connection per identifier refreshing at once, one listener, and the reads around them.
+        let client = try postgresClient(maximumConnections: 8)
         return try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await client.run() }
             defer { group.cancelAll() }
