@@ -118,11 +118,32 @@ struct ClaimsPayload: JWTPayload {
         values = try decoder.singleValueContainer().decode([String: ClaimValue].self)
     }
 
+    /// The claims of a payload's JSON, read with the package's reader: a repeated claim is refused (decoders keep
+    /// one of them, and two readers of one token must not disagree on who it names).
+    init(json: Data) throws {
+        values = try JSONReader.read(json) { reader in
+            guard case .object(let members) = try reader.readParsedJSON() else { throw reader.failure() }
+            return members.mapValues(ClaimValue.init)
+        }
+    }
+
     func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         try container.encode(values)
     }
 
     func verify(using algorithm: some JWTAlgorithm) async throws {}
+}
+
+/// The JSON decoder of the provider's key collections: jwt-kit reads a token's header with Foundation's decoder as
+/// it always does, and hands the claims to ``ClaimsPayload/init(json:)``, which reads them in one pass with no
+/// decoder (through `JSONDecoder`, dictionary of claims cost more than an RS256 signature check).
+struct ClaimsJSONDecoder: JWTJSONDecoder {
+    private let fallback: any JWTJSONDecoder = .defaultForJWT
+
+    func decode<T: Decodable>(_ type: T.Type, from data: Data) throws -> T {
+        if type == ClaimsPayload.self, let payload = try ClaimsPayload(json: data) as? T { return payload }
+        return try fallback.decode(type, from: data)
+    }
 }
 #endif
