@@ -28,6 +28,37 @@ struct CanonicalBase64Tests {
         }
     }
 
+    /// Against Foundation's reading plus the check of the unused bits, over every text of up to 4 characters drawn
+    /// from a few letters, the padding and a stranger, and random texts of up to 64.
+    @Test func itReadsWhatFoundationReadsInTheCanonicalSpellingOnly() {
+        func expected(_ text: [UInt8]) -> Data? {
+            guard let data = Data(base64Encoded: Data(text)) else { return nil }
+            // Canonical when encoding the bytes again gives the text back.
+            return data.base64EncodedString().utf8.elementsEqual(text) ? data : nil
+        }
+        let symbols = Array("AQgw/+=\n-".utf8)
+        var texts: [[UInt8]] = [[]]
+        for length in 1...4 {
+            texts += texts.filter { $0.count == length - 1 }.flatMap { text in symbols.map { text + [$0] } }
+        }
+        var generator = SystemRandomNumberGenerator()
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
+        for _ in 0..<2_000 {
+            let bytes = (0..<Int.random(in: 0...48, using: &generator)).map { _ in
+                UInt8.random(in: 0...255, using: &generator)
+            }
+            var text = Array(Data(bytes).base64EncodedString().utf8)
+            if !text.isEmpty, Bool.random(using: &generator) {
+                text[Int.random(in: 0..<text.count, using: &generator)] =
+                    alphabet[Int.random(in: 0..<64, using: &generator)]
+            }
+            texts.append(text)
+        }
+        for text in texts {
+            #expect(CanonicalBase64.decode(text) == expected(text), "\(String(decoding: text, as: UTF8.self))")
+        }
+    }
+
     @Test func base64URLRefusesPaddingAndTheStandardAlphabetsCharacters() {
         #expect(CanonicalBase64.decodeURL(Array("-_8".utf8)) != nil)
         #expect(CanonicalBase64.decodeURL(Array("+/8".utf8)) == nil)

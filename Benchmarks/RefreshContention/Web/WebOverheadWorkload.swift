@@ -245,14 +245,7 @@ final class WebOverheadChild {
 
     init(arguments: [String], cpu: Int?) throws {
         let executable = Bundle.main.executableURL ?? URL(fileURLWithPath: CommandLine.arguments[0])
-        process = Process()
-        if let cpu {
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/taskset")
-            process.arguments = ["-c", "\(cpu)", executable.path] + arguments
-        } else {
-            process.executableURL = executable
-            process.arguments = arguments
-        }
+        process = pinnedProcess(executable, arguments, cpu: cpu)
         input = Pipe()
         output = Pipe()
         process.standardInput = input
@@ -260,10 +253,12 @@ final class WebOverheadChild {
         try process.run()
     }
 
-    /// The port the child announces on its first line, or an error when it exits first.
+    /// The port the child announces on its first line, or an error when it exits first or says nothing within 60 s
+    /// (then it is killed).
     func port() async throws -> Int {
         let handle = output.fileHandleForReading
-        let line = await Task.detached { () -> String in
+        let process = process
+        let reading = Task.detached { () -> String in
             var bytes: [UInt8] = []
             while true {
                 let chunk = handle.availableData
@@ -272,7 +267,13 @@ final class WebOverheadChild {
                 if bytes.contains(UInt8(ascii: "\n")) { break }
             }
             return String(decoding: bytes, as: UTF8.self)
-        }.value
+        }
+        let watchdog = Task.detached {
+            try await Task.sleep(for: .seconds(60))
+            process.terminate()
+        }
+        let line = await reading.value
+        watchdog.cancel()
         guard let port = Int(line.trimmingCharacters(in: .whitespacesAndNewlines)), port > 0 else {
             throw BenchmarkError("the web server did not start")
         }

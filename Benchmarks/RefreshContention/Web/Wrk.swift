@@ -40,14 +40,7 @@ struct Wrk {
     /// Standard output of `executable` run with `arguments` (pinned to `cpu` through `taskset`); an error when it
     /// exits with another status than 0.
     static func output(of executable: URL, _ arguments: [String], pinnedTo cpu: Int?) async throws -> String {
-        let process = Process()
-        if let cpu {
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/taskset")
-            process.arguments = ["-c", "\(cpu)", executable.path] + arguments
-        } else {
-            process.executableURL = executable
-            process.arguments = arguments
-        }
+        let process = pinnedProcess(executable, arguments, cpu: cpu)
         let output = Pipe()
         process.standardOutput = output
         try process.run()
@@ -107,4 +100,17 @@ struct Wrk {
         }
         throw BenchmarkError("wrk printed a latency without a known unit")
     }
+}
+
+/// A process that runs `executable` with `arguments`, through `taskset` on `cpu` when one is given (not started).
+func pinnedProcess(_ executable: URL, _ arguments: [String], cpu: Int?) -> Process {
+    let process = Process()
+    if let cpu {
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/taskset")
+        process.arguments = ["-c", "\(cpu)", executable.path] + arguments
+    } else {
+        process.executableURL = executable
+        process.arguments = arguments
+    }
+    return process
 }

@@ -159,19 +159,28 @@ package struct JSONReader {
     }
 
     package mutating func readStrings() throws -> [String] {
-        try expect(UInt8(ascii: "["))
         var strings: [String] = []
+        try readElements { reader in strings.append(try reader.readString()) }
+        return strings
+    }
+
+    /// Reads an array, calling `element` once the reader stands on each element.
+    private mutating func readElements(_ element: (inout JSONReader) throws -> Void) throws {
+        try expect(UInt8(ascii: "["))
+        try enter()
         if try peek() == UInt8(ascii: "]") {
             index += 1
-            return strings
+            depth -= 1
+            return
         }
         while true {
-            strings.append(try readString())
+            try element(&self)
             switch try peek() {
             case UInt8(ascii: ","): index += 1
             case UInt8(ascii: "]"):
                 index += 1
-                return strings
+                depth -= 1
+                return
             default: throw failure()
             }
         }
@@ -306,25 +315,9 @@ package struct JSONReader {
             try readMembers(knownNames: []) { _, name, reader in object[name ?? ""] = try reader.readParsedJSON() }
             return .object(object)
         case UInt8(ascii: "["):
-            index += 1
-            try enter()
             var array: [ParsedJSON] = []
-            if try peek() == UInt8(ascii: "]") {
-                index += 1
-                depth -= 1
-                return .array(array)
-            }
-            while true {
-                array.append(try readParsedJSON())
-                switch try peek() {
-                case UInt8(ascii: ","): index += 1
-                case UInt8(ascii: "]"):
-                    index += 1
-                    depth -= 1
-                    return .array(array)
-                default: throw failure()
-                }
-            }
+            try readElements { reader in array.append(try reader.readParsedJSON()) }
+            return .array(array)
         case UInt8(ascii: "\""): return .string(try readString())
         case UInt8(ascii: "t"):
             try readLiteral("true")
@@ -351,25 +344,7 @@ package struct JSONReader {
     package mutating func skipValue() throws {
         switch try peek() {
         case UInt8(ascii: "{"): try readObject { _, reader in try reader.skipValue() }
-        case UInt8(ascii: "["):
-            index += 1
-            try enter()
-            if try peek() == UInt8(ascii: "]") {
-                index += 1
-                depth -= 1
-                return
-            }
-            while true {
-                try skipValue()
-                switch try peek() {
-                case UInt8(ascii: ","): index += 1
-                case UInt8(ascii: "]"):
-                    index += 1
-                    depth -= 1
-                    return
-                default: throw failure()
-                }
-            }
+        case UInt8(ascii: "["): try readElements { reader in try reader.skipValue() }
         case UInt8(ascii: "\""): _ = try readString()
         case UInt8(ascii: "t"): try readLiteral("true")
         case UInt8(ascii: "f"): try readLiteral("false")

@@ -8,9 +8,60 @@ import Foundation
 package enum CanonicalBase64 {
     /// The bytes of `text` in the standard alphabet with padding, or `nil` when it is not base64 or not canonical.
     package static func decode(_ text: some Collection<UInt8>) -> Data? {
-        guard let data = Data(base64Encoded: Data(text)), hasNoUnusedBitsSet(text) else { return nil }
-        return data
+        if let data = text.withContiguousStorageIfAvailable({ decode(buffer: $0) }) { return data }
+        return Array(text).withUnsafeBufferPointer { decode(buffer: $0) }
     }
+
+    /// The decoding itself, in one pass over the bytes with a table (a sealed record's envelope is a kilobyte and
+    /// more, read at every load): four characters of the alphabet make three bytes; only the last group may end in
+    /// one or two `=`, and the bits its last character leaves unused must be zero.
+    private static func decode(buffer text: UnsafeBufferPointer<UInt8>) -> Data? {
+        let count = text.count
+        guard count % 4 == 0 else { return nil }
+        guard count > 0 else { return Data() }
+        let padding = text[count - 1] != UInt8(ascii: "=") ? 0 : text[count - 2] != UInt8(ascii: "=") ? 1 : 2
+        var data = Data(count: count / 4 * 3 - padding)
+        let decoded = alphabetValues.withUnsafeBufferPointer { values in
+            data.withUnsafeMutableBytes { (output: UnsafeMutableRawBufferPointer) -> Bool in
+                var (input, written) = (0, 0)
+                // Every group but a padded last one; a byte outside the alphabet is looked for once, at the end.
+                let whole = padding == 0 ? count : count - 4
+                var outside: UInt8 = 0
+                while input < whole {
+                    let (a, b, c, d) = (
+                        values[Int(text[input])], values[Int(text[input + 1])], values[Int(text[input + 2])],
+                        values[Int(text[input + 3])]
+                    )
+                    outside |= a | b | c | d
+                    output[written] = a << 2 | b >> 4
+                    output[written + 1] = (b & 0x0F) << 4 | c >> 2
+                    output[written + 2] = (c & 0x03) << 6 | d
+                    input += 4
+                    written += 3
+                }
+                guard outside & 0xC0 == 0 else { return false }
+                guard padding > 0 else { return true }
+                let (a, b) = (values[Int(text[input])], values[Int(text[input + 1])])
+                guard (a | b) & 0xC0 == 0 else { return false }
+                output[written] = a << 2 | b >> 4
+                if padding == 2 { return b & 0x0F == 0 }
+                let c = values[Int(text[input + 2])]
+                guard c & 0xC0 == 0, c & 0x03 == 0 else { return false }
+                output[written + 1] = (b & 0x0F) << 4 | c >> 2
+                return true
+            }
+        }
+        return decoded ? data : nil
+    }
+
+    /// The value of each byte in the standard alphabet, `0xFF` for a byte outside it (`=` included).
+    private static let alphabetValues: [UInt8] = {
+        var values = [UInt8](repeating: 0xFF, count: 256)
+        for (value, character) in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8.enumerated() {
+            values[Int(character)] = UInt8(value)
+        }
+        return values
+    }()
 
     /// The bytes of `text` in base64url without padding (RFC 4648 §5, as JWS uses it), or `nil` when it is not that
     /// or not canonical (a `=` is refused).
@@ -29,21 +80,4 @@ package enum CanonicalBase64 {
         return decode(standard)
     }
 
-    /// Whether the unused bits of the last character before the padding of `text` (padded base64 in the standard
-    /// alphabet) are zero: one padding character leaves 2 bits unused, two leave 4.
-    private static func hasNoUnusedBitsSet(_ text: some Collection<UInt8>) -> Bool {
-        let bytes = Array(text.suffix(3))
-        let padding = bytes.reversed().prefix { $0 == UInt8(ascii: "=") }.count
-        guard padding > 0, padding < bytes.count else { return true }
-        let last = bytes[bytes.count - 1 - padding]
-        let value: UInt8
-        switch last {
-        case UInt8(ascii: "A")...UInt8(ascii: "Z"): value = last - UInt8(ascii: "A")
-        case UInt8(ascii: "a")...UInt8(ascii: "z"): value = last - UInt8(ascii: "a") + 26
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): value = last - UInt8(ascii: "0") + 52
-        case UInt8(ascii: "+"): value = 62
-        default: value = 63
-        }
-        return value & (padding == 1 ? 0b11 : 0b1111) == 0
-    }
 }
