@@ -50,6 +50,13 @@ struct BenchmarkOptions {
           --charts    write one SVG chart per workload into DIR (default .build/benchmarks)
           --no-charts write no charts
 
+        Two modes of their own, each with its own options:
+          RefreshContention --transport [--quick] [--json]   the HTTP transports and the restart storm over each
+                                                             (AsyncHTTPClient trait)
+          RefreshContention --web [--quick] [--json] [--seconds S] [--connections N] [--repetitions R]
+                                                             a signed-in GET under wrk: bare, the framework's own
+                                                             sessions, WebSessionMiddleware (Hummingbird or Vapor trait)
+
         Exit status: 0 when every invariant holds, 1 when one breaks (a coalescing strategy made more than one
         refresh or token request per expiry, a fleet refreshed other than once per expiry or reused a refresh token, or the restore storm made other than one store load and one restore per user),
         2 when a run failed or did not finish in time. Timings never change the exit status.

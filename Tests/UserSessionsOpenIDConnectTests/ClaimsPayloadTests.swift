@@ -22,7 +22,7 @@ struct ClaimsPayloadTests {
     @Test(arguments: [
         #"{"sub":"alice","sub":"mallory"}"#, #"{"o":{"k":1,"k":2}}"#, #"["sub"]"#, #""sub""#, #"{"sub":"a"} x"#,
         #"{"sub":"a",}"#, #"{"n":01}"#, #"{"n":1e999}"#, #"{"s":"\x"}"#,
-        String(repeating: #"{"a":"#, 130) + "1" + String(repeating: "}", count: 130),
+        String(repeating: #"{"a":"#, count: 130) + "1" + String(repeating: "}", count: 130),
     ])
     func whatIsNotOneObjectOfUniqueClaimsIsRefused(json: String) {
         #expect(throws: (any Error).self) { try ClaimsPayload(json: Data(json.utf8)) }
