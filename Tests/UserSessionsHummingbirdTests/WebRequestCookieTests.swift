@@ -17,7 +17,7 @@ import UserSessionsHummingbird
         (["user_session=abc"], "abc"),
         (["a=1; user_session=abc; b=2"], "abc"),
         (["a=1;user_session=abc"], "abc"),
-        (["  user_session=abc  "], "abc  "),
+        (["a=1;   user_session=abc"], "abc"),
         (["user_session="], ""),
         (["user_session=a=b"], "a=b"),
         ([";;user_session=abc;"], "abc"),
