@@ -127,14 +127,25 @@ package enum SealedRecordFormat {
 
     /// Splits `sealed:<version>:<key id>:<base64>` on its UTF-8 bytes (the base64 part is never scanned for `:`).
     private static func parse(_ text: String) -> Parsed {
-        let parts = text.utf8.split(separator: UInt8(ascii: ":"), maxSplits: 3, omittingEmptySubsequences: false)
-        guard parts.count >= 2, parts[0].elementsEqual("sealed".utf8) else { return .notSealed }
-        guard let found = Int(String(decoding: parts[1], as: UTF8.self)) else { return .malformed }
+        // The first three colons, found in place (the base64 part after them is never scanned for one).
+        let utf8 = text.utf8
+        func colon(after start: String.Index) -> String.Index? { utf8[start...].firstIndex(of: UInt8(ascii: ":")) }
+        guard let first = colon(after: utf8.startIndex), utf8[..<first].elementsEqual("sealed".utf8) else {
+            return .notSealed
+        }
+        let versionStart = utf8.index(after: first)
+        let second = colon(after: versionStart)
+        guard let found = Int(String(decoding: utf8[versionStart..<(second ?? utf8.endIndex)], as: UTF8.self)) else {
+            return .malformed
+        }
         if found > version { return .newerVersion(found) }
-        guard found == version, parts.count == 4 else { return .malformed }
-        let keyID = String(decoding: parts[2], as: UTF8.self)
+        guard found == version, let second, let third = colon(after: utf8.index(after: second)) else {
+            return .malformed
+        }
+        let keyID = String(decoding: utf8[utf8.index(after: second)..<third], as: UTF8.self)
         // Only the canonical base64 spelling: a changed character always changes the bytes the seal checks.
-        guard SealingKey.isValid(id: keyID), let combined = CanonicalBase64.decode(parts[3]) else { return .malformed }
+        guard SealingKey.isValid(id: keyID), let combined = CanonicalBase64.decode(utf8[utf8.index(after: third)...])
+        else { return .malformed }
         return .sealed(keyID: keyID, combined: combined)
     }
 

@@ -193,11 +193,30 @@ package struct JSONReader {
         let end = Self.plainRunEnd(bytes, from: start)
         index = end
         guard end < bytes.count, bytes[end] != UInt8(ascii: "\\") else { return try readEscapedString(from: start) }
+        let run = UnsafeBufferPointer(rebasing: bytes[start..<end])
+        // ASCII needs no validation: a token is hundreds of ASCII bytes, and the generic validating initializer
+        // cost more than the reading.
         guard bytes[end] == UInt8(ascii: "\""),
-            let string = String(validating: UnsafeBufferPointer(rebasing: bytes[start..<end]), as: UTF8.self)
+            let string = Self.isASCII(run)
+                ? String(decoding: run, as: UTF8.self) : String(validating: run, as: UTF8.self)
         else { throw failure() }
         index = end + 1
         return string
+    }
+
+    /// Whether every byte of `run` is below 0x80, tested eight at a time.
+    static func isASCII(_ run: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard let base = run.baseAddress else { return true }
+        var (offset, seen): (Int, UInt64) = (0, 0)
+        while offset + 8 <= run.count {
+            seen |= UnsafeRawPointer(base + offset).loadUnaligned(as: UInt64.self)
+            offset += 8
+        }
+        while offset < run.count {
+            seen |= UInt64(run[offset])
+            offset += 1
+        }
+        return seen & 0x8080_8080_8080_8080 == 0
     }
 
     /// The index of the first byte from `start` on that ends a run of string content without escapes: a quote,
