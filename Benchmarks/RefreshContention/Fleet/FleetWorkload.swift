@@ -167,17 +167,7 @@ struct FleetWorkload {
 
     /// Runs this executable in node mode and decodes the summary it prints.
     static func runNode(_ arguments: [String]) async throws -> FleetNodeSummary {
-        let process = Process()
-        process.executableURL = Bundle.main.executableURL ?? URL(fileURLWithPath: CommandLine.arguments[0])
-        process.arguments = arguments
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
-        let (data, status) = await Task.detached {
-            let data = output.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            return (data, process.terminationStatus)
-        }.value
+        let (data, status) = try await runToEnd(benchmarkExecutable, arguments, cpu: nil)
         guard status == 0 else { throw BenchmarkError("a node exited with status \(status)") }
         do {
             return try JSONDecoder().decode(FleetNodeSummary.self, from: data)

@@ -244,8 +244,7 @@ final class WebOverheadChild {
     private let output: Pipe
 
     init(arguments: [String], cpu: Int?) throws {
-        let executable = Bundle.main.executableURL ?? URL(fileURLWithPath: CommandLine.arguments[0])
-        process = pinnedProcess(executable, arguments, cpu: cpu)
+        process = pinnedProcess(benchmarkExecutable, arguments, cpu: cpu)
         input = Pipe()
         output = Pipe()
         process.standardInput = input

@@ -40,15 +40,7 @@ struct Wrk {
     /// Standard output of `executable` run with `arguments` (pinned to `cpu` through `taskset`); an error when it
     /// exits with another status than 0.
     static func output(of executable: URL, _ arguments: [String], pinnedTo cpu: Int?) async throws -> String {
-        let process = pinnedProcess(executable, arguments, cpu: cpu)
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
-        let (data, status) = await Task.detached {
-            let data = output.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            return (data, process.terminationStatus)
-        }.value
+        let (data, status) = try await runToEnd(executable, arguments, cpu: cpu)
         let text = String(decoding: data, as: UTF8.self)
         guard status == 0 else { throw BenchmarkError("\(executable.lastPathComponent) exited with status \(status)") }
         return text
@@ -100,6 +92,23 @@ struct Wrk {
         }
         throw BenchmarkError("wrk printed a latency without a known unit")
     }
+}
+
+/// This benchmark's own executable, which the fleet and web workloads start again in another mode.
+let benchmarkExecutable = Bundle.main.executableURL ?? URL(fileURLWithPath: CommandLine.arguments[0])
+
+/// Runs `executable` with `arguments` (through `taskset` on `cpu` when one is given) until it exits; its standard
+/// output and exit status.
+func runToEnd(_ executable: URL, _ arguments: [String], cpu: Int?) async throws -> (output: Data, status: Int32) {
+    let process = pinnedProcess(executable, arguments, cpu: cpu)
+    let output = Pipe()
+    process.standardOutput = output
+    try process.run()
+    return await Task.detached {
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (data, process.terminationStatus)
+    }.value
 }
 
 /// A process that runs `executable` with `arguments`, through `taskset` on `cpu` when one is given (not started).
