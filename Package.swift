@@ -151,6 +151,8 @@ let package = Package(
                 "UserSessions",
                 .product(name: "JWTKit", package: "jwt-kit", condition: .when(traits: ["OpenIDConnect"])),
                 .product(name: "Crypto", package: "swift-crypto", condition: .when(traits: ["OpenIDConnect"])),
+                // RSA DPoP keys (RS256) are made with swift-crypto's RSA, which lives there.
+                .product(name: "_CryptoExtras", package: "swift-crypto", condition: .when(traits: ["OpenIDConnect"])),
                 .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),

@@ -63,7 +63,7 @@ extension OpenIDConnectClient {
     static let reservedParameters: Set<String> = [
         "response_type", "client_id", "redirect_uri", "scope", "state", "nonce", "code_challenge",
         "code_challenge_method", "prompt", "login_hint", "max_age", "resource", "request_uri", "client_assertion",
-        "client_assertion_type", "client_secret",
+        "client_assertion_type", "client_secret", "dpop_jkt",
     ]
 
     /// Starts a sign-in: makes a pending sign-in (fresh `state`, `nonce` and PKCE verifier of 256 random bits
@@ -97,8 +97,9 @@ extension OpenIDConnectClient {
         }
         let metadata = try await providerMetadata()
         try Self.checkSecure(metadata.authorizationEndpoint, named: "the authorization endpoint")
+        try checkProfile(metadata)
         let now = self.now
-        let pending = PendingSignIn(
+        var pending = PendingSignIn(
             state: SignInSecrets.random(), nonce: SignInSecrets.random(), codeVerifier: SignInSecrets.random(),
             redirectURI: configuration.redirectURI, maximumAuthenticationAge: options.maximumAuthenticationAge,
             context: options.context, createdAt: now,
@@ -113,6 +114,17 @@ extension OpenIDConnectClient {
             ("state", pending.state), ("nonce", pending.nonce),
             ("code_challenge", SignInSecrets.challenge(for: pending.codeVerifier)), ("code_challenge_method", "S256"),
         ]
+        if let dpop = configuration.dpop {
+            do {
+                let key = try dpop.makeKey()
+                parameters.append(("dpop_jkt", try dpop.thumbprint(of: key)))
+                pending.dpopKey = key
+            } catch {
+                throw OpenIDConnectError(
+                    .invalidConfiguration, "the sign-in's DPoP key could not be made: \(error.message)",
+                    failureClass: .misconfiguration)
+            }
+        }
         if let prompt = options.prompt { parameters.append(("prompt", prompt)) }
         if let loginHint = options.loginHint { parameters.append(("login_hint", loginHint)) }
         if let maxAge = options.maximumAuthenticationAge { parameters.append(("max_age", String(maxAge))) }
@@ -144,6 +156,31 @@ extension OpenIDConnectClient {
             }
         }
         return AuthorizationRedirect(url: url, expiresAt: pending.expiresAt, sealedPendingSignIn: sealed)
+    }
+
+    /// Checks `metadata` against ``OpenIDConnectConfiguration/profile``: under FAPI 2.0 the provider must push
+    /// (name a PAR endpoint), accept PKCE S256 and send `iss` in authorization responses, and must accept the DPoP
+    /// algorithm when it lists some.
+    func checkProfile(_ metadata: OpenIDProviderMetadata) throws(OpenIDConnectError) {
+        func refuse(_ what: String) -> OpenIDConnectError {
+            OpenIDConnectError(
+                .invalidConfiguration, "FAPI 2.0: the provider \(what)", failureClass: .misconfiguration)
+        }
+        if let dpop = configuration.dpop, let algorithms = metadata.dpopSigningAlgorithmsSupported,
+            !algorithms.contains(dpop.algorithm.rawValue)
+        {
+            throw OpenIDConnectError(
+                .invalidConfiguration, "the provider does not accept \(dpop.algorithm) DPoP proofs",
+                failureClass: .misconfiguration)
+        }
+        guard configuration.profile == .fapi2 else { return }
+        if metadata.pushedAuthorizationRequestEndpoint == nil { throw refuse("names no pushed authorization endpoint") }
+        if let methods = metadata.codeChallengeMethodsSupported, !methods.contains("S256") {
+            throw refuse("does not accept PKCE S256")
+        }
+        if !metadata.authorizationResponseIssuerParameterSupported {
+            throw refuse("does not send iss in its authorization responses (RFC 9207)")
+        }
     }
 
     /// What a sealed pending sign-in is bound to: this issuer and client id, so another client's never opens here.

@@ -85,7 +85,7 @@ extension OpenIDConnectClient {
                 throw OpenIDConnectError(
                     .callbackIssuerMismatch, "the callback's iss is not \(metadata.issuer) (a mix-up)")
             }
-        } else if metadata.authorizationResponseIssuerParameterSupported {
+        } else if metadata.authorizationResponseIssuerParameterSupported || configuration.profile == .fapi2 {
             throw OpenIDConnectError(.callbackIssuerMismatch, "the callback has no iss though the provider sends it")
         }
         guard let code = parameters["code"], !code.isEmpty else {
@@ -97,7 +97,7 @@ extension OpenIDConnectClient {
         let claims = try await validateIDToken(idToken, pending: pending, accessToken: credentials.accessToken)
         var userInfoClaims: OpenIDClaims?
         if configuration.readsUserInfo {
-            userInfoClaims = try await readUserInfo(metadata: metadata, accessToken: credentials.accessToken, claims)
+            userInfoClaims = try await readUserInfo(metadata: metadata, credentials: credentials, claims)
         }
         return try await finish(
             claims: claims, userInfoClaims: userInfoClaims, credentials: credentials, idToken: idToken,
@@ -163,12 +163,14 @@ extension OpenIDConnectClient {
         ]
         let body = try await postAuthenticated(
             fields, to: metadata.tokenEndpoint, named: "the token endpoint", metadata: metadata, secrets: secrets,
-            failure: (.tokenExchangeFailed, "the code exchange"))
+            failure: (.tokenExchangeFailed, "the code exchange"), dpopKey: pending.dpopKey)
         let credentials: Credentials
         do {
-            credentials = try OAuth2TokenResponse.parseSuccess(body, previous: nil, sentAt: sentAt, source: .signIn)
+            credentials = try OAuth2TokenResponse.parseSuccess(
+                body, previous: nil, sentAt: sentAt, source: .signIn, dpopKey: pending.dpopKey)
         } catch let error as UserSessionError {
-            throw OpenIDConnectError(.tokenExchangeFailed, error.message, failureClass: error.failureClass)
+            let code: OpenIDConnectError.Code = error.code == .dpopDowngraded ? .dpopDowngraded : .tokenExchangeFailed
+            throw OpenIDConnectError(code, error.message, failureClass: error.failureClass)
         } catch {
             throw OpenIDConnectError(.tokenExchangeFailed, "the token response is unreadable", failureClass: .transient)
         }
@@ -229,7 +231,7 @@ extension OpenIDConnectClient {
         -> (claims: OpenIDClaims, algorithm: String)
     {
         let (claims, algorithm) = try await keys.verify(
-            token, what: what, allowedAlgorithms: configuration.allowedAlgorithms, now: now
+            token, what: what, allowedAlgorithms: configuration.acceptedAlgorithms, now: now
         ) { () async throws(OpenIDConnectError) -> Data in try await fetchKeySet() }
         try checkIssuerAndAudience(claims, what: what)
         return (claims, algorithm)
@@ -256,14 +258,16 @@ extension OpenIDConnectClient {
         }
     }
 
-    private func readUserInfo(metadata: OpenIDProviderMetadata, accessToken: String, _ claims: OpenIDClaims)
+    private func readUserInfo(metadata: OpenIDProviderMetadata, credentials: Credentials, _ claims: OpenIDClaims)
         async throws(OpenIDConnectError) -> OpenIDClaims
     {
         guard let endpoint = metadata.userInfoEndpoint else {
             throw OpenIDConnectError(
                 .userInfoFailed, "the provider has no userinfo endpoint", failureClass: .misconfiguration)
         }
-        let body = try await get(endpoint, what: "the userinfo endpoint", code: .userInfoFailed, bearer: accessToken)
+        let body = try await get(
+            endpoint, what: "the userinfo endpoint", code: .userInfoFailed, bearer: credentials.accessToken,
+            dpopKey: credentials.dpopKey)
         let object = try JSONObject.decode(
             [String: ClaimValue].self, from: body, what: "the userinfo answer", code: .userInfoFailed,
             failureClass: .transient)

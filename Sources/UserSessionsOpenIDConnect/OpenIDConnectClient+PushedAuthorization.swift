@@ -9,7 +9,7 @@ extension OpenIDConnectClient {
     /// - Throws: ``OpenIDConnectError/Code/invalidConfiguration`` when pushing is required or asked for and the
     ///   provider has no endpoint, or one that is neither HTTPS nor loopback HTTP.
     func pushedAuthorizationRequestEndpoint(in metadata: OpenIDProviderMetadata) throws(OpenIDConnectError) -> URL? {
-        guard metadata.requiresPushedAuthorizationRequests || configuration.pushesAuthorizationRequests else {
+        guard metadata.requiresPushedAuthorizationRequests || configuration.pushesAlways else {
             return nil
         }
         guard let endpoint = metadata.pushedAuthorizationRequestEndpoint else {

@@ -147,14 +147,20 @@ public final class OpenIDConnectClient: Sendable {
     }
 
     /// GETs `url` and returns the body of a 2xx answer.
-    func get(_ url: URL, what: String, code: OpenIDConnectError.Code, bearer: String? = nil)
-        async throws(OpenIDConnectError) -> Data
-    {
-        var headers: HTTPTransportHeaders = [("Accept", "application/json")]
-        if let bearer { headers.add(name: "Authorization", value: "Bearer " + bearer) }
-        let response: HTTPTransportResponse
+    func get(
+        _ url: URL, what: String, code: OpenIDConnectError.Code, bearer: String? = nil, dpopKey: DPoPKey? = nil
+    ) async throws(OpenIDConnectError) -> Data {
+        var response: HTTPTransportResponse
         do {
-            response = try await client.send(.get, url, headers: headers, timeout: configuration.requestTimeout)
+            response = try await getOnce(url, bearer: bearer, dpopKey: dpopKey)
+            // A resource server's DPoP nonce challenge is answered once, with the nonce it gave.
+            if dpopKey != nil, let dpop = configuration.dpop, dpop.noteAnswer(response, from: url) {
+                response = try await getOnce(url, bearer: bearer, dpopKey: dpopKey)
+                _ = dpop.noteAnswer(response, from: url)
+            }
+        } catch let error as UserSessionError {
+            throw OpenIDConnectError(
+                code, "fetching \(what) failed: \(error.message)", failureClass: error.failureClass)
         } catch let failure as HTTPExchangeFailure {
             throw OpenIDConnectError(
                 code, "fetching \(what) failed: \(failure.message)",
@@ -172,6 +178,24 @@ public final class OpenIDConnectClient: Sendable {
         return response.body
     }
 
+    /// One GET of `url`, with `bearer` as a bearer token, or as a DPoP-bound one with a proof signed by `dpopKey`.
+    private func getOnce(_ url: URL, bearer: String?, dpopKey: DPoPKey?) async throws -> HTTPTransportResponse {
+        var headers: HTTPTransportHeaders = [("Accept", "application/json")]
+        if let bearer, let dpopKey {
+            guard let dpop = configuration.dpop else {
+                throw UserSessionError(
+                    .dpopProofFailed, "the token is bound to a DPoP key and the configuration has no DPoP proofs",
+                    failureClass: .misconfiguration)
+            }
+            headers.add(name: "Authorization", value: "DPoP " + bearer)
+            headers.add(
+                name: "DPoP", value: try await dpop.proof(key: dpopKey, method: "GET", url: url, accessToken: bearer))
+        } else if let bearer {
+            headers.add(name: "Authorization", value: "Bearer " + bearer)
+        }
+        return try await client.send(.get, url, headers: headers, timeout: configuration.requestTimeout)
+    }
+
     /// POSTs `fields` as a form to `endpoint` with the client's authentication, through the refresher's code (HTTPS
     /// or loopback, no redirects, the size limit, ``OpenIDConnectConfiguration/requestTimeout``), and returns the
     /// body of a 2xx answer.
@@ -180,15 +204,17 @@ public final class OpenIDConnectClient: Sendable {
     ///   provider's OAuth error code, and a message naming `failure.request`; never one of `secrets`.
     func postAuthenticated(
         _ fields: [(String, String)], to endpoint: URL, named endpointName: String, metadata: OpenIDProviderMetadata,
-        secrets: [String], failure: (code: OpenIDConnectError.Code, request: String)
+        secrets: [String], failure: (code: OpenIDConnectError.Code, request: String), dpopKey: DPoPKey? = nil
     ) async throws(OpenIDConnectError) -> Data {
         var providerErrorCode: String?
         do {
             let refresher = try OAuth2TokenRefresher(
                 tokenEndpoint: metadata.tokenEndpoint, clientAuthentication: configuration.clientAuthentication,
-                requestTimeout: configuration.requestTimeout, clock: clock, transport: transport)
+                requestTimeout: configuration.requestTimeout, clock: clock, transport: transport,
+                dpop: configuration.dpop)
             let client = GuardedHTTPClient(transport: transport, endpointName: endpointName)
-            let response = try await refresher.post(fields, to: endpoint, through: client, failureCode: .refreshFailed)
+            let response = try await refresher.post(
+                fields, to: endpoint, through: client, failureCode: .refreshFailed, dpopKey: dpopKey)
             guard (200..<300).contains(response.statusCode) else {
                 providerErrorCode = Self.providerErrorCode(inBody: response.body)
                 throw OAuth2TokenResponse.failure(

@@ -48,6 +48,15 @@ public struct OpenIDConnectConfiguration: Sendable {
     /// provider's metadata says `require_pushed_authorization_requests`. When `true` and the provider has no such
     /// endpoint, starting a sign-in fails with ``OpenIDConnectError/Code/invalidConfiguration``.
     public var pushesAuthorizationRequests: Bool
+    /// The DPoP proofs (RFC 9449) of sign-ins, or `nil` (the default) for bearer tokens. With them every sign-in
+    /// makes a key (``UserSessions/DPoPProofs/algorithm``), sends its thumbprint as `dpop_jkt`, exchanges the code with
+    /// a proof, refuses a token response that is not `token_type` `DPoP` (``OpenIDConnectError/Code/dpopDowngraded``)
+    /// and puts the key in the session's credentials (`Credentials.dpopKey`), where every store keeps it. The
+    /// refresher of ``OpenIDConnectClient/tokenRefresher(revocationEndpoint:)`` gets the same proofs.
+    public var dpop: DPoPProofs?
+    /// The security profile sign-ins are held to. Default ``OpenIDConnectProfile/standard``;
+    /// ``OpenIDConnectProfile/fapi2`` demands the FAPI 2.0 Security Profile.
+    public var profile: OpenIDConnectProfile
     /// The session identifier of a signed-in user, from the ID token's claims. Default: the `sub`.
     public var identifier: @Sendable (OpenIDClaims) -> String?
     /// What runs around a sign-in's completion (the code exchange and the callback's validation), a JWKS fetch and
@@ -74,6 +83,8 @@ public struct OpenIDConnectConfiguration: Sendable {
         readsUserInfo: Bool = false,
         maximumLogoutTokenAge: Duration = .seconds(300),
         pushesAuthorizationRequests: Bool = false,
+        dpop: DPoPProofs? = nil,
+        profile: OpenIDConnectProfile = .standard,
         identifier: @escaping @Sendable (OpenIDClaims) -> String? = { $0.subject }
     ) {
         self.clientAuthentication = clientAuthentication
@@ -92,6 +103,8 @@ public struct OpenIDConnectConfiguration: Sendable {
         self.readsUserInfo = readsUserInfo
         self.maximumLogoutTokenAge = maximumLogoutTokenAge
         self.pushesAuthorizationRequests = pushesAuthorizationRequests
+        self.dpop = dpop
+        self.profile = profile
         self.identifier = identifier
     }
 
@@ -103,7 +116,8 @@ public struct OpenIDConnectConfiguration: Sendable {
     /// - Throws: ``OpenIDConnectError/Code/invalidConfiguration`` naming the setting: an allowed algorithm that is
     ///   `none`, HMAC or unknown; an empty allow-list; a clock skew that is negative or over 5 minutes; a lifetime or
     ///   timeout that is not positive; a JWKS refetch interval outside 0…300 s; fewer than 1 pending
-    ///   sign-in; an empty client id.
+    ///   sign-in; an empty client id; under ``OpenIDConnectProfile/fapi2``, anything weaker than the profile asks
+    ///   (see there).
     public func validate() throws(OpenIDConnectError) {
         func refuse(_ message: String) -> OpenIDConnectError {
             OpenIDConnectError(.invalidConfiguration, message, failureClass: .misconfiguration)
@@ -124,6 +138,49 @@ public struct OpenIDConnectConfiguration: Sendable {
         }
         if maximumPendingSignIns < 1 { throw refuse("maximumPendingSignIns must be at least 1") }
         if clientID.isEmpty { throw refuse("the client id is empty") }
+        if profile == .fapi2 { try validateFAPI2(refuse) }
     }
+
+    /// The ID token algorithms accepted: ``allowedAlgorithms``, without RS256 under ``OpenIDConnectProfile/fapi2``
+    /// (FAPI 2.0 allows PS256, ES256 and EdDSA only).
+    var acceptedAlgorithms: Set<String> {
+        profile == .fapi2 ? allowedAlgorithms.subtracting(["RS256"]) : allowedAlgorithms
+    }
+
+    /// Whether authorization requests are pushed whatever the provider says.
+    var pushesAlways: Bool { pushesAuthorizationRequests || profile == .fapi2 }
+
+    private func validateFAPI2(_ refuse: (String) -> OpenIDConnectError) throws(OpenIDConnectError) {
+        guard case .privateKeyJWT(_, let audience, let signer) = clientAuthentication else {
+            throw refuse("FAPI 2.0 needs private_key_jwt client authentication")
+        }
+        guard case .issuer = audience else {
+            throw refuse("FAPI 2.0 needs client assertions addressed to the issuer")
+        }
+        if let signer = signer as? PrivateKeyJWTSigner, signer.algorithm == .rs256 {
+            throw refuse("FAPI 2.0 does not allow RS256 client assertions (PS256, ES256 or EdDSA)")
+        }
+        guard let dpop else { throw refuse("FAPI 2.0 needs DPoP (the dpop setting)") }
+        if dpop.algorithm == .rs256 { throw refuse("FAPI 2.0 does not allow RS256 DPoP proofs (ES256 or EdDSA)") }
+        if acceptedAlgorithms.isEmpty {
+            throw refuse("FAPI 2.0 does not allow RS256 ID tokens, and allowedAlgorithms has nothing else")
+        }
+    }
+}
+
+/// The security profile an ``OpenIDConnectClient`` holds its sign-ins to.
+public enum OpenIDConnectProfile: String, Sendable, Hashable, CustomStringConvertible {
+    /// OpenID Connect with PKCE (S256), the RFC 9207 `iss` when the provider sends it, and whatever the configuration
+    /// turns on.
+    case standard
+    /// The FAPI 2.0 Security Profile: the configuration must use `private_key_jwt` addressed to the issuer and
+    /// DPoP, with no RS256 anywhere (``OpenIDConnectConfiguration/validate()`` refuses anything else);
+    /// authorization requests are always pushed (PAR); the provider must name a pushed authorization request
+    /// endpoint, accept PKCE S256, send `iss` in its authorization responses (RFC 9207) and, when it lists DPoP
+    /// algorithms, list the configured one, or the sign-in fails at discovery with
+    /// ``OpenIDConnectError/Code/invalidConfiguration``; a callback without `iss` is refused.
+    case fapi2
+
+    public var description: String { rawValue }
 }
 #endif

@@ -49,6 +49,9 @@ public struct OpenIDConnectError: Error, Sendable, Equatable, CustomStringConver
         /// The token endpoint refused the code or the client, or could not be reached; see
         /// ``OpenIDConnectError/failureClass``.
         public static let tokenExchangeFailed = Code("tokenExchangeFailed")
+        /// The sign-in asked for DPoP-bound tokens (``OpenIDConnectConfiguration/dpop``) and the token endpoint
+        /// answered a `token_type` other than `DPoP`: a downgrade to bearer tokens (RFC 9449 §5), refused.
+        public static let dpopDowngraded = Code("dpopDowngraded")
         /// The pushed authorization request endpoint (RFC 9126) refused the request or the client, could not be
         /// reached, or answered without a usable `request_uri` and `expires_in`; see
         /// ``OpenIDConnectError/failureClass``.

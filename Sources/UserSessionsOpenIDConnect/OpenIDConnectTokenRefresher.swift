@@ -40,7 +40,8 @@ public struct OpenIDConnectTokenRefresher: TokenRefresher, CustomStringConvertib
         if let scope = refresher.scope { fields.append(("scope", scope.sorted().joined(separator: " "))) }
         let sentAt = client.now
         let response = try await refresher.post(
-            fields, to: refresher.tokenEndpoint, through: refresher.tokenClient, failureCode: .refreshFailed)
+            fields, to: refresher.tokenEndpoint, through: refresher.tokenClient, failureCode: .refreshFailed,
+            dpopKey: credentials.dpopKey)
         var refreshed = try OAuth2TokenRefresher.credentials(
             fromTokenResponse: response, refreshing: credentials, sentAt: sentAt)
         let object: [String: Any]
@@ -70,6 +71,9 @@ public struct OpenIDConnectTokenRefresher: TokenRefresher, CustomStringConvertib
     /// Whether ``refresher`` can revoke.
     public var canRevoke: Bool { refresher.canRevoke }
 
+    /// The DPoP proofs of ``refresher``.
+    public var dpop: DPoPProofs? { refresher.dpop }
+
     /// The refresher's description (its endpoint; never a secret).
     public var description: String { "OpenIDConnectTokenRefresher(\(refresher))" }
 }
@@ -91,7 +95,7 @@ extension OpenIDConnectClient {
                 tokenEndpoint: metadata.tokenEndpoint,
                 revocationEndpoint: revocationEndpoint ?? metadata.revocationEndpoint,
                 clientAuthentication: configuration.clientAuthentication, requestTimeout: configuration.requestTimeout,
-                clock: clock, transport: transport)
+                clock: clock, transport: transport, dpop: configuration.dpop)
             return OpenIDConnectTokenRefresher(client: self, refresher: refresher)
         } catch {
             throw OpenIDConnectError(

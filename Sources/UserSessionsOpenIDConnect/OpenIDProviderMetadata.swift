@@ -31,13 +31,19 @@ public struct OpenIDProviderMetadata: Sendable, Hashable {
     /// Whether the provider accepts authorization requests only through ``pushedAuthorizationRequestEndpoint``
     /// (`require_pushed_authorization_requests`). When it does, every sign-in is pushed.
     public var requiresPushedAuthorizationRequests: Bool
+    /// The PKCE methods the provider names (`code_challenge_methods_supported`), or `nil` when it names none.
+    public var codeChallengeMethodsSupported: [String]?
+    /// The DPoP proof algorithms the provider accepts (`dpop_signing_alg_values_supported`, RFC 9449 §5.1), or `nil`
+    /// when it names none.
+    public var dpopSigningAlgorithmsSupported: [String]?
 
     /// Creates provider metadata by hand.
     public init(
         issuer: String, authorizationEndpoint: URL, tokenEndpoint: URL, jwksURI: URL? = nil,
         userInfoEndpoint: URL? = nil, endSessionEndpoint: URL? = nil, revocationEndpoint: URL? = nil,
         authorizationResponseIssuerParameterSupported: Bool = false, pushedAuthorizationRequestEndpoint: URL? = nil,
-        requiresPushedAuthorizationRequests: Bool = false
+        requiresPushedAuthorizationRequests: Bool = false, codeChallengeMethodsSupported: [String]? = nil,
+        dpopSigningAlgorithmsSupported: [String]? = nil
     ) {
         self.issuer = issuer
         self.authorizationEndpoint = authorizationEndpoint
@@ -49,6 +55,8 @@ public struct OpenIDProviderMetadata: Sendable, Hashable {
         self.authorizationResponseIssuerParameterSupported = authorizationResponseIssuerParameterSupported
         self.pushedAuthorizationRequestEndpoint = pushedAuthorizationRequestEndpoint
         self.requiresPushedAuthorizationRequests = requiresPushedAuthorizationRequests
+        self.codeChallengeMethodsSupported = codeChallengeMethodsSupported
+        self.dpopSigningAlgorithmsSupported = dpopSigningAlgorithmsSupported
     }
 
     /// The metadata in a discovery document `body`, which must name `expectedIssuer` exactly.
@@ -89,7 +97,17 @@ public struct OpenIDProviderMetadata: Sendable, Hashable {
             authorizationResponseIssuerParameterSupported: document["authorization_response_iss_parameter_supported"]
                 as? Bool ?? false,
             pushedAuthorizationRequestEndpoint: try url("pushed_authorization_request_endpoint", required: false),
-            requiresPushedAuthorizationRequests: document["require_pushed_authorization_requests"] as? Bool ?? false)
+            requiresPushedAuthorizationRequests: document["require_pushed_authorization_requests"] as? Bool ?? false,
+            codeChallengeMethodsSupported: try strings("code_challenge_methods_supported"),
+            dpopSigningAlgorithmsSupported: try strings("dpop_signing_alg_values_supported"))
+
+        func strings(_ name: String) throws(OpenIDConnectError) -> [String]? {
+            guard let value = document[name] else { return nil }
+            guard let strings = value as? [String] else {
+                throw OpenIDConnectError(.discoveryFailed, "the discovery document's \(name) is not a list of strings")
+            }
+            return strings
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 #if OpenIDConnect
 import Foundation
+import UserSessions
 
 /// A sign-in that was started (the browser was sent to the provider) and has not come back yet.
 ///
@@ -23,11 +24,14 @@ public struct PendingSignIn: Sendable, Hashable, Codable, CustomStringConvertibl
     public var createdAt: Date
     /// When it expires; a callback after that is refused with ``OpenIDConnectError/Code/stateUnknown``.
     public var expiresAt: Date
+    /// The DPoP key whose thumbprint was sent as `dpop_jkt`, when the sign-in uses DPoP: the code is exchanged with a
+    /// proof signed by it, and the session's credentials keep it. A secret.
+    public var dpopKey: DPoPKey?
 
     /// Creates a pending sign-in.
     public init(
         state: String, nonce: String, codeVerifier: String, redirectURI: URL, maximumAuthenticationAge: Int? = nil,
-        context: [String: String] = [:], createdAt: Date, expiresAt: Date
+        context: [String: String] = [:], createdAt: Date, expiresAt: Date, dpopKey: DPoPKey? = nil
     ) {
         self.state = state
         self.nonce = nonce
@@ -37,6 +41,7 @@ public struct PendingSignIn: Sendable, Hashable, Codable, CustomStringConvertibl
         self.context = context
         self.createdAt = createdAt
         self.expiresAt = expiresAt
+        self.dpopKey = dpopKey
     }
 
     /// Whether it has expired at `date`.
@@ -60,6 +65,7 @@ public struct PendingSignIn: Sendable, Hashable, Codable, CustomStringConvertibl
         case context
         case createdAt = "created_at"
         case expiresAt = "expires_at"
+        case dpopKey = "dpop_key"
     }
 }
 

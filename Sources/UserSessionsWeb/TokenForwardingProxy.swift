@@ -8,8 +8,10 @@ import UserSessions
 ///
 /// Mount it with the adapter's `addProxy` (Hummingbird's `WebSessions.addProxy(_:at:to:)`, Vapor's
 /// `WebSessions.addProxy(_:at:to:)` on a `RoutesBuilder`): `<mount>/<path>?<query>` is sent to `<upstream>/<path>?<query>`
-/// with `Authorization: Bearer <the user's access token>`, through `UserSessionController/withAccessToken`: after a
-/// 401 the token is refreshed (once for every concurrent caller) and the call replayed once.
+/// with `Authorization: Bearer <the user's access token>` (or, for a session bound with DPoP, `Authorization: DPoP`
+/// and a fresh proof), through `UserSessionController/withAuthorization`: after a 401 the token is refreshed (once
+/// for every concurrent caller) and the call replayed once; a DPoP nonce challenge is answered once, without a
+/// refresh.
 ///
 /// - The upstream is an allow-listed base URL (HTTPS, or HTTP on loopback): a path that would leave it (`..`, an
 ///   encoded slash or backslash) is refused with 400.
@@ -82,11 +84,15 @@ public struct TokenForwardingProxy: Sendable {
         "cookie", "authorization", "host", "content-length", "connection", "keep-alive", "proxy-authorization",
         "proxy-authenticate", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "origin",
         "forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto",
+        // A proof the browser made is not the session's: the proxy signs its own.
+        "dpop",
     ]
     /// The answer's headers never passed back (lowercased).
     static let strippedResponseHeaders: Set<String> = [
         "set-cookie", "set-cookie2", "content-length", "connection", "keep-alive", "proxy-authenticate",
         "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "www-authenticate",
+        // The upstream's nonce is the session's proof state, not the browser's business.
+        "dpop-nonce",
     ]
 
     /// The upstream URL of `subpath` (the part of the request's path after the mount point, with its query), or
@@ -159,19 +165,14 @@ public struct TokenForwardingProxy: Sendable {
         let data = body.isEmpty ? nil : Data(body)
         let answer: HTTPTransportResponse
         do {
-            answer = try await session.controller.withAccessToken(
-                isAuthenticationFailure: { $0 is UpstreamRefusedToken }
-            ) { token in
+            answer = try await session.controller.withAuthorization(method: method.rawValue, url: url) {
+                authorization in
                 var headers = headers
-                headers.add(name: "Authorization", value: "Bearer " + token)
-                let answer = try await client.send(
+                for field in authorization { headers.add(name: field.name, value: field.value) }
+                return try await client.send(
                     method, url, headers: headers, body: data, timeout: configuration.timeout,
                     maximumResponseBytes: configuration.maximumResponseBytes)
-                if answer.statusCode == 401 { throw UpstreamRefusedToken(response: answer) }
-                return answer
             }
-        } catch let refused as UpstreamRefusedToken {
-            answer = refused.response
         } catch let failure as HTTPExchangeFailure {
             switch failure.kind {
             case .timedOut: return .json(["error": "upstream_timeout"], status: .gatewayTimeout)
@@ -202,8 +203,4 @@ public struct TokenForwardingProxy: Sendable {
     }
 }
 
-/// The upstream answered 401: `withAccessToken` refreshes and replays once; a second one is passed on.
-struct UpstreamRefusedToken: Error {
-    let response: HTTPTransportResponse
-}
 #endif

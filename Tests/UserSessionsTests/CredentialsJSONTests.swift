@@ -50,7 +50,14 @@ import Testing
                 Int.random(in: 0..<4, using: &random)],
             grantedPermissions: permissions(),
             declinedPermissions: permissions(),
-            idToken: Bool.random(using: &random) ? string() : nil
+            idToken: Bool.random(using: &random) ? string() : nil,
+            dpopKey: Bool.random(using: &random)
+                ? DPoPKey(
+                    algorithm: [.es256, .edDSA, .rs256][Int.random(in: 0..<3, using: &random)],
+                    privateKey: (0..<Int.random(in: 1...64, using: &random)).map { _ in
+                        UInt8.random(in: 0...255, using: &random)
+                    })
+                : nil
         )
     }
 
@@ -90,7 +97,7 @@ import Testing
     }
 
     @Test func aNewerVersionIsRefusedAsTheCodableConformanceRefusesIt() throws {
-        let newer = Array(#"{"access_token":"t","version":2}"#.utf8)
+        let newer = Array(#"{"access_token":"t","version":3}"#.utf8)
         #expect(throws: UserSessionError.self) { try CredentialsJSON.decode(newer) }
         do {
             _ = try CredentialsJSON.decode(newer)

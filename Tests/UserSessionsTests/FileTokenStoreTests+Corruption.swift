@@ -87,7 +87,7 @@ extension FileTokenStoreTests {
     @Test(arguments: [
         #"{"format": "swift-user-sessions.token", "version": 3, "identifier": "victim", "session": {"new": true}}"#,
         #"{"format": "swift-user-sessions.token", "version": 1, "identifier": "victim", "session": "#
-            + #"{"user_info": {"id": "u", "attributes": {}}, "credentials": {"version": 2, "access_token": "a"}}}"#,
+            + #"{"user_info": {"id": "u", "attributes": {}}, "credentials": {"version": 3, "access_token": "a"}}}"#,
     ])
     func newerFormatsAreRejectedAndKept(_ contents: String) async throws {
         let scratch = try FileStoreScratch()

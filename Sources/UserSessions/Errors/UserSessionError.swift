@@ -17,6 +17,7 @@ public struct UserSessionError: Error, Sendable, CustomStringConvertible {
             case invalidConfiguration, minimumValidityUnreachable
             case revocationFailed, revisionConflict, refreshTokenRefused
             case tokenRequestFailed, clientRejected, invalidTokenRequest
+            case dpopProofFailed, dpopDowngraded
         }
         private let base: Base
         private init(_ base: Base) { self.base = base }
@@ -91,6 +92,14 @@ public struct UserSessionError: Error, Sendable, CustomStringConvertible {
         /// that is not an RFC 6749 scope token, a resource that is not an absolute URI without a fragment, an empty
         /// audience). Nothing was sent.
         public static let invalidTokenRequest = Code(.invalidTokenRequest)
+        /// A DPoP key, thumbprint or proof (RFC 9449) could not be made: the ``DPoPProofSigner`` failed, or the
+        /// credentials carry a key the signer cannot read. Its ``UserSessionError/failureClass`` is misconfiguration;
+        /// nothing was sent.
+        public static let dpopProofFailed = Code(.dpopProofFailed)
+        /// DPoP was asked for (the credentials carry a ``DPoPKey``) and the token endpoint answered a `token_type`
+        /// other than `DPoP`: a downgrade to bearer tokens (RFC 9449 §5), refused. For a refresh its
+        /// ``UserSessionError/failureClass`` is terminal: the server's grant is no longer the one the session holds.
+        public static let dpopDowngraded = Code(.dpopDowngraded)
 
         public var description: String { base.rawValue }
     }

@@ -3,7 +3,14 @@ import Foundation
 extension Credentials: Codable {
     /// The current version of the encoded form. Decoding rejects newer versions with
     /// ``UserSessionError/Code/unsupportedFormatVersion``.
-    public static let formatVersion = 1
+    ///
+    /// Version 2 adds the DPoP key (`dpop_key`). Credentials without one are still written as version 1, so a
+    /// rollback to a release that knows only version 1 reads them; credentials with a key are version 2, so such a
+    /// release refuses them instead of dropping the key and presenting unbound requests for bound tokens.
+    public static let formatVersion = 2
+
+    /// The version these credentials are written as.
+    package var encodedVersion: Int { dpopKey == nil ? 1 : 2 }
 
     enum CodingKeys: String, CodingKey {
         case version
@@ -16,6 +23,7 @@ extension Credentials: Codable {
         case grantedPermissions = "granted_permissions"
         case declinedPermissions = "declined_permissions"
         case idToken = "id_token"
+        case dpopKey = "dpop_key"
     }
 
     public init(from decoder: any Decoder) throws {
@@ -34,11 +42,12 @@ extension Credentials: Codable {
         declinedPermissions = Set(try container.decodeIfPresent([String].self, forKey: .declinedPermissions) ?? [])
         // Absent in files written before sign-in with OpenID Connect existed: no ID token.
         idToken = try container.decodeIfPresent(String.self, forKey: .idToken)
+        dpopKey = try container.decodeIfPresent(DPoPKey.self, forKey: .dpopKey)
     }
 
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(Self.formatVersion, forKey: .version)
+        try container.encode(encodedVersion, forKey: .version)
         try container.encode(accessToken, forKey: .accessToken)
         try container.encodeIfPresent(refreshToken, forKey: .refreshToken)
         try container.encodeIfPresent(tokenType, forKey: .tokenType)
@@ -48,5 +57,6 @@ extension Credentials: Codable {
         try container.encode(grantedPermissions.sorted(), forKey: .grantedPermissions)
         try container.encode(declinedPermissions.sorted(), forKey: .declinedPermissions)
         try container.encodeIfPresent(idToken, forKey: .idToken)
+        try container.encodeIfPresent(dpopKey, forKey: .dpopKey)
     }
 }

@@ -11,6 +11,7 @@ extension Credentials: CustomStringConvertible, CustomDebugStringConvertible, Cu
         parts.append("granted: \(grantedPermissions.sorted())")
         if !declinedPermissions.isEmpty { parts.append("declined: \(declinedPermissions.sorted())") }
         if idToken != nil { parts.append("idToken: <redacted>") }
+        if let dpopKey { parts.append("dpopKey: \(dpopKey)") }
         return "Credentials(\(parts.joined(separator: ", ")))"
     }
 
@@ -30,6 +31,7 @@ extension Credentials: CustomStringConvertible, CustomDebugStringConvertible, Cu
                 "grantedPermissions": grantedPermissions.sorted(),
                 "declinedPermissions": declinedPermissions.sorted(),
                 "idToken": idToken == nil ? "none" : "<redacted>",
+                "dpopKey": dpopKey.map { "\($0)" } ?? "none",
             ],
             displayStyle: .struct
         )

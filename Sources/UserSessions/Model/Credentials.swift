@@ -37,6 +37,10 @@ public struct Credentials: Sendable, Hashable {
     /// The OpenID Connect ID token the session was signed in with, if any: kept for RP-initiated logout
     /// (`id_token_hint`). A secret, stored with the other tokens; refreshes keep it.
     public var idToken: String?
+    /// The key the tokens are bound to with DPoP (RFC 9449), when the session was signed in with it: made at
+    /// sign-in, kept by every store beside the tokens and by every refresh, so proofs are always signed with it. A
+    /// secret; `nil` for bearer tokens.
+    public var dpopKey: DPoPKey?
 
     /// Creates credentials.
     public init(
@@ -48,7 +52,8 @@ public struct Credentials: Sendable, Hashable {
         source: Source = .external,
         grantedPermissions: Set<String> = [],
         declinedPermissions: Set<String> = [],
-        idToken: String? = nil
+        idToken: String? = nil,
+        dpopKey: DPoPKey? = nil
     ) {
         self.accessToken = accessToken
         self.refreshToken = refreshToken
@@ -59,6 +64,7 @@ public struct Credentials: Sendable, Hashable {
         self.grantedPermissions = grantedPermissions
         self.declinedPermissions = declinedPermissions
         self.idToken = idToken
+        self.dpopKey = dpopKey
     }
 
     /// Whether the access token has expired at `date`.

@@ -24,10 +24,11 @@ package enum CredentialsJSON {
             192 + credentials.accessToken.utf8.count + (credentials.refreshToken?.utf8.count ?? 0)
                 + (credentials.idToken?.utf8.count ?? 0))
         writer.open()
-        // Sorted: access_token, declined_permissions, expires_at, granted_permissions, id_token,
+        // Sorted: access_token, declined_permissions, dpop_key, expires_at, granted_permissions, id_token,
         // last_refreshed_at, refresh_token, source, token_type, version.
         writer.member("access_token", string: credentials.accessToken)
         writer.member("declined_permissions", strings: credentials.declinedPermissions.sorted())
+        if let dpopKey = credentials.dpopKey { writer.member("dpop_key", string: dpopKey.storedForm) }
         if let expiresAt = credentials.expiresAt { try writer.member("expires_at", date: expiresAt) }
         writer.member("granted_permissions", strings: credentials.grantedPermissions.sorted())
         if let idToken = credentials.idToken { writer.member("id_token", string: idToken) }
@@ -38,7 +39,7 @@ package enum CredentialsJSON {
         writer.member("source", string: credentials.source.rawValue)
         if let tokenType = credentials.tokenType { writer.member("token_type", string: tokenType) }
         writer.name("version")
-        writer.bytes.append(contentsOf: String(Credentials.formatVersion).utf8)
+        writer.bytes.append(contentsOf: String(credentials.encodedVersion).utf8)
         writer.bytes.append(UInt8(ascii: "}"))
         return writer.bytes
     }
@@ -62,6 +63,7 @@ package enum CredentialsJSON {
                 case 7: members.source = try reader.readNullable { try $0.readString() }
                 case 8: members.tokenType = try reader.readNullable { try $0.readString() }
                 case 9: members.version = try reader.readNullable { try $0.readInteger() }
+                case 10: members.dpopKey = try reader.readNullable { try $0.readString() }
                 default: try reader.skipValue()
                 }
             }
@@ -72,6 +74,11 @@ package enum CredentialsJSON {
             throw UserSessionError(.unsupportedFormatVersion, "credentials format version \(version) is not supported")
         }
         guard let accessToken = members.accessToken else { throw Failure(offset: count) }
+        var dpopKey: DPoPKey?
+        if let stored = members.dpopKey {
+            guard let key = DPoPKey(storedForm: stored) else { throw Failure(offset: count) }
+            dpopKey = key
+        }
         return Credentials(
             accessToken: accessToken,
             refreshToken: members.refreshToken,
@@ -81,14 +88,15 @@ package enum CredentialsJSON {
             source: members.source.map(Credentials.Source.init(rawValue:)) ?? .external,
             grantedPermissions: Set(members.granted ?? []),
             declinedPermissions: Set(members.declined ?? []),
-            idToken: members.idToken
+            idToken: members.idToken,
+            dpopKey: dpopKey
         )
     }
 
     /// The names of the members ``decode(_:)`` reads, in the order of its `switch`.
     private static let memberNames: [StaticString] = [
         "access_token", "declined_permissions", "expires_at", "granted_permissions", "id_token", "last_refreshed_at",
-        "refresh_token", "source", "token_type", "version",
+        "refresh_token", "source", "token_type", "version", "dpop_key",
     ]
 
     /// The members read so far; `nil` is absent or `null`, as `decodeIfPresent` treats both.
@@ -103,6 +111,7 @@ package enum CredentialsJSON {
         var granted: [String]?
         var declined: [String]?
         var idToken: String?
+        var dpopKey: String?
     }
 
     // MARK: - Writing

@@ -43,6 +43,10 @@ public struct OAuth2TokenRefresher: TokenRefresher, Sendable {
     public let requestTimeout: Duration
     /// The transport requests go through.
     public let transport: any HTTPTransport
+    /// The DPoP proofs (RFC 9449) sent with the requests for credentials that carry a ``Credentials/dpopKey``, or
+    /// `nil` for bearer tokens only. Credentials with a key and a refresher without proofs fail with
+    /// ``UserSessionError/Code/dpopProofFailed`` (misconfiguration), never as an unbound request.
+    public let dpop: DPoPProofs?
     /// The largest response body read: 1 MiB. An endpoint that sends more is cut off, and the refresh fails as
     /// transient with ``UserSessionError/Code/malformedTokenResponse``, without reading the rest.
     public static let maximumResponseSize = GuardedHTTPClient.maximumResponseBytes
@@ -65,6 +69,7 @@ public struct OAuth2TokenRefresher: TokenRefresher, Sendable {
     ///     ``SessionClock/system``; pass the controller's clock in simulations.
     ///   - transport: The transport requests go through; `nil` (the default) creates a
     ///     ``URLSessionHTTPTransport``.
+    ///   - dpop: The DPoP proofs for credentials bound to a key; `nil` (the default) for bearer tokens only.
     /// - Throws: ``UserSessionError/Code/insecureEndpoint`` for plain HTTP to a non-loopback host, or a URL that is
     ///   neither HTTP nor HTTPS.
     public init(
@@ -74,7 +79,8 @@ public struct OAuth2TokenRefresher: TokenRefresher, Sendable {
         scope: Set<String>? = nil,
         requestTimeout: Duration = .seconds(30),
         clock: SessionClock = .system,
-        transport: (any HTTPTransport)? = nil
+        transport: (any HTTPTransport)? = nil,
+        dpop: DPoPProofs? = nil
     ) throws {
         try SecureEndpoint.check(tokenEndpoint, describedAs: "the token endpoint")
         if let revocationEndpoint {
@@ -86,6 +92,7 @@ public struct OAuth2TokenRefresher: TokenRefresher, Sendable {
         self.scope = scope
         self.requestTimeout = requestTimeout
         self.clock = clock
+        self.dpop = dpop
         let transport = transport ?? URLSessionHTTPTransport()
         self.transport = transport
         tokenClient = GuardedHTTPClient(transport: transport, endpointName: "the token endpoint")
@@ -105,7 +112,8 @@ public struct OAuth2TokenRefresher: TokenRefresher, Sendable {
         if let scope { fields.append(("scope", scope.sorted().joined(separator: " "))) }
         let secrets = [refreshToken, credentials.accessToken, clientAuthentication.secret].compactMap { $0 }
         let sentAt = clock.now()
-        let response = try await post(fields, to: tokenEndpoint, through: tokenClient, failureCode: .refreshFailed)
+        let response = try await post(
+            fields, to: tokenEndpoint, through: tokenClient, failureCode: .refreshFailed, dpopKey: credentials.dpopKey)
         return try OAuth2TokenResponse.credentials(
             status: response.statusCode, body: response.body, previous: credentials, sentAt: sentAt,
             secrets: secrets)
@@ -129,11 +137,27 @@ public struct OAuth2TokenRefresher: TokenRefresher, Sendable {
             secrets: [previous.accessToken, previous.refreshToken].compactMap { $0 })
     }
 
-    /// Sends `fields` as a form, with the client's authentication, and returns the answer whatever its status
-    /// (except 3xx).
+    /// Sends `fields` as a form, with the client's authentication and, for credentials bound to `dpopKey`, a DPoP
+    /// proof; returns the answer whatever its status (except 3xx).
+    ///
+    /// A server that refuses the proof's nonce (`use_dpop_nonce`, with a new `DPoP-Nonce`) is asked once more with
+    /// a new proof and a new client assertion; it refused the first request whole, so nothing was spent.
     package func post(
         _ fields: [(String, String)], to endpoint: URL, through client: GuardedHTTPClient,
-        failureCode: UserSessionError.Code
+        failureCode: UserSessionError.Code, dpopKey: DPoPKey? = nil
+    ) async throws -> HTTPTransportResponse {
+        let response = try await postOnce(
+            fields, to: endpoint, through: client, failureCode: failureCode, dpopKey: dpopKey)
+        guard let dpop, dpopKey != nil, dpop.noteAnswer(response, from: endpoint) else { return response }
+        let again = try await postOnce(
+            fields, to: endpoint, through: client, failureCode: failureCode, dpopKey: dpopKey)
+        _ = dpop.noteAnswer(again, from: endpoint)
+        return again
+    }
+
+    private func postOnce(
+        _ fields: [(String, String)], to endpoint: URL, through client: GuardedHTTPClient,
+        failureCode: UserSessionError.Code, dpopKey: DPoPKey?
     ) async throws -> HTTPTransportResponse {
         var fields = fields
         var headers: HTTPTransportHeaders = [
@@ -157,15 +181,24 @@ public struct OAuth2TokenRefresher: TokenRefresher, Sendable {
                 ("client_assertion", assertion),
             ]
         }
+        if let dpopKey {
+            guard let dpop else {
+                throw UserSessionError(
+                    .dpopProofFailed, "the credentials are bound to a DPoP key and the refresher has no DPoP proofs",
+                    failureClass: .misconfiguration)
+            }
+            headers.add(name: "DPoP", value: try await dpop.proof(key: dpopKey, method: "POST", url: endpoint))
+        }
         do {
             var response = try await client.send(
                 .post, endpoint, headers: headers, body: Data(FormURLEncoding.encode(fields).utf8),
                 timeout: requestTimeout)
-            // A server may echo what it was sent in an error description: the assertion is a credential until it
-            // expires, and is never read back.
+            // A server may echo what it was sent in an error description: the assertion and the proof are
+            // credentials until they expire, and are never read back.
             if let assertion = fields.first(where: { $0.0 == "client_assertion" })?.1 {
                 response.body = Self.redacting(Data(assertion.utf8), in: response.body)
             }
+            if let proof = headers["DPoP"] { response.body = Self.redacting(Data(proof.utf8), in: response.body) }
             return response
         } catch let failure as HTTPExchangeFailure {
             throw Self.error(for: failure, code: failureCode)
@@ -344,7 +377,7 @@ extension OAuth2TokenRefresher {
         guard !token.isEmpty else { return }
         let response = try await post(
             [("token", token), ("token_type_hint", hint)], to: revocationEndpoint, through: revocationClient,
-            failureCode: .revocationFailed)
+            failureCode: .revocationFailed, dpopKey: credentials.dpopKey)
         guard (200..<300).contains(response.statusCode) else {
             let secrets = [credentials.accessToken, credentials.refreshToken, clientAuthentication.secret]
             throw OAuth2TokenResponse.failure(

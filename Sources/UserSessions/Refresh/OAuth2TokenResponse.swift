@@ -110,12 +110,14 @@ package enum OAuth2TokenResponse {
     }
 
     /// The credentials in a successful token response (RFC 6749 §5.1), built on `previous` (which keeps its refresh
-    /// token and granted permissions when the response has none) or from nothing, stamped `sentAt` and `source`.
+    /// token, granted permissions and DPoP key when the response has none) or from nothing, stamped `sentAt` and
+    /// `source`, and bound to `dpopKey` when one is given.
     ///
     /// - Throws: ``UserSessionError/Code/malformedTokenResponse`` (transient) for a body the strict scan refuses or
-    ///   that is not a token response.
+    ///   that is not a token response; ``UserSessionError/Code/dpopDowngraded`` (terminal) when the credentials are
+    ///   bound to a DPoP key and the `token_type` is not `DPoP`.
     package static func parseSuccess(
-        _ body: Data, previous: Credentials?, sentAt: Date, source: Credentials.Source
+        _ body: Data, previous: Credentials?, sentAt: Date, source: Credentials.Source, dpopKey: DPoPKey? = nil
     ) throws -> Credentials {
         let parsed: [String: Any]?
         do {
@@ -151,6 +153,17 @@ package enum OAuth2TokenResponse {
         if let scope = object["scope"], !(scope is NSNull) {
             guard let scope = scope as? String else { throw malformed("has a scope that is not a string") }
             refreshed.grantedPermissions = Set(scope.split(separator: " ").map(String.init))
+        }
+        if let dpopKey { refreshed.dpopKey = dpopKey }
+        // RFC 9449 §5: a client that asked for bound tokens does not use bearer ones; a server (or whoever stands in
+        // between) that answers `Bearer` has not bound them, or says it has not.
+        if refreshed.dpopKey != nil, refreshed.tokenType?.lowercased() != "dpop" {
+            throw UserSessionError(
+                .dpopDowngraded,
+                "the token endpoint answered token_type "
+                    + (refreshed.tokenType.map { "\"" + sanitize($0, secrets: [], limit: 32) + "\"" } ?? "none")
+                    + " where DPoP was asked",
+                failureClass: .terminal)
         }
         refreshed.lastRefreshedAt = sentAt
         refreshed.source = source

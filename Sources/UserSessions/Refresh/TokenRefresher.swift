@@ -33,6 +33,14 @@ public protocol TokenRefresher: Sendable {
     /// sign-out nothing, not even a read of the stored credentials. The default is `false`;
     /// ``OAuth2TokenRefresher`` returns `true` when it has a revocation endpoint.
     var canRevoke: Bool { get }
+
+    /// The DPoP proofs (RFC 9449) this refresher sends for credentials bound to a ``DPoPKey``, or `nil`.
+    ///
+    /// ``UserSessionController/authorizationHeaders(method:url:)`` and
+    /// ``UserSessionController/withAuthorization(method:url:_:)`` sign their proofs with it, so the refresher and
+    /// the requests made with its tokens share one configuration and one memory of server nonces. The default is
+    /// `nil`; ``OAuth2TokenRefresher`` returns its ``OAuth2TokenRefresher/dpop``.
+    var dpop: DPoPProofs? { get }
 }
 
 extension TokenRefresher {
@@ -41,4 +49,7 @@ extension TokenRefresher {
 
     /// `false`: the default ``revoke(_:)`` does nothing.
     public var canRevoke: Bool { false }
+
+    /// `nil`: bearer tokens only.
+    public var dpop: DPoPProofs? { nil }
 }

@@ -73,10 +73,46 @@ POST /control/misbehave  {"echo_assertion": true}: the next token request is ref
 POST /control/misbehave  {"par": "no_request_uri" | "bad_expires_in" | "server_error" | "invalid_client" |
                           "redirect"}: the next answer of /par (redirect: a 307 to /par)
 GET  /control/par-requests the parameters of every request pushed so far (client_assertion left out)
+POST /control/dpop       {"enabled": bool (default true), "required", "nonce", "resource_nonce"} -> {"ok", "nonce"}:
+                          DPoP (RFC 9449), off by default (a DPoP header is then ignored and every token is Bearer).
+                          Enabled: discovery lists dpop_signing_alg_values_supported ES256, EdDSA, RS256; a DPoP
+                          header at /token, /par, /revoke, /api/profile, /userinfo must hold exactly one proof:
+                          compact JWS, typ dpop+jwt, alg ES256 | EdDSA | RS256, a public jwk (no d, p, q, …) that
+                          verifies it, a string jti never seen before for that key, htm = the method, htu = issuer
+                          + path exactly, iat within 60 s of now, at resources ath = b64url(sha256(token)); the
+                          jti is spent even when the answer is use_dpop_nonce. A bad proof -> 400
+                          {"error": "invalid_dpop_proof", "error_description": why} at /token, /par, /revoke (checked
+                          before client authentication); 401 with WWW-Authenticate: DPoP error="invalid_dpop_proof"
+                          at resources. required: /token refuses a request without proof (invalid_dpop_proof).
+                          nonce (/token, /par, /revoke) and resource_nonce (/api/profile, /userinfo): one current
+                          nonce, new each time this is posted with either on; a proof without it -> 400
+                          use_dpop_nonce (resources: 401, WWW-Authenticate: DPoP error="use_dpop_nonce",
+                          error_description="…"), with header DPoP-Nonce; with nonce on every 200 of /token
+                          carries DPoP-Nonce too.
+                          Binding: a token request with a valid proof gets token_type DPoP, its access token and
+                          its refresh token bound to the proof's jkt (RFC 7638 SHA-256); a refresh keeps the
+                          family's binding and needs a proof of its key, else 400 invalid_dpop_proof (no rotation,
+                          family kept); a code asked for with dpop_jkt (front channel or pushed) is redeemed with a
+                          proof of that key only. A bound access token needs Authorization: DPoP <token> and a
+                          proof of its key (else 401 invalid_token, WWW-Authenticate: DPoP …); as Bearer -> 401
+                          invalid_token; /api/profile then adds "cnf": {"jkt"}. /par: the proof's jkt becomes the
+                          request's dpop_jkt (a different dpop_jkt in the form -> 400 invalid_dpop_proof).
+POST /control/misbehave  {"dpop_downgrade": true}: the next 200 of /token says token_type Bearer (still bound);
+                          {"dpop_nonce_again": true}: the next token request whose proof passes every check is
+                          answered use_dpop_nonce with a new current nonce
+POST /control/fapi       {"enabled": bool (default true)}: FAPI 2.0: PAR enabled and required, DPoP on and required
+                          at /token, client authentication private_key_jwt only at /token, /par, /revoke (any other
+                          -> 401 invalid_client, before the proof is looked at); discovery says so
+                          (token_endpoint_auth_methods_supported ["private_key_jwt"]); switching it off restores the
+                          PAR and DPoP switches' own settings
 GET  /control/stats      counters: jwks_requests, token_requests, token_errors, last_auth, logouts, refreshes,
                           refresh_reuse_detected, provider_sessions (live), api_requests, api_unauthorized,
                           api_requests_with_cookies, revocations, last_auth_revocation, last_auth_par,
-                          par_requests, front_channel_refused, assertion_replays, ...
+                          par_requests, front_channel_refused, assertion_replays, dpop_token_requests (token
+                          requests whose proof was accepted), dpop_refused (invalid_dpop_proof answers),
+                          dpop_replays, dpop_nonce_challenges (use_dpop_nonce answers), dpop_revocations (/revoke
+                          requests with an accepted proof), refresh_jkts (per 200 refresh: the proof's jkt or null),
+                          ...
 """
 import base64
 import hashlib
@@ -103,7 +139,7 @@ from authlib.oauth2.rfc7636 import CodeChallenge  # noqa: E402
 from authlib.oidc.core.grants import OpenIDCode  # noqa: E402
 from authlib.oauth2.rfc6750 import BearerTokenGenerator  # noqa: E402
 from flask import Flask, g, jsonify, redirect, request  # noqa: E402
-from joserfc import jwt  # noqa: E402
+from joserfc import jws, jwt  # noqa: E402
 from joserfc.errors import JoseError  # noqa: E402
 from joserfc.jwk import ECKey, OKPKey, RSAKey  # noqa: E402
 from werkzeug.datastructures import CombinedMultiDict, MultiDict  # noqa: E402
@@ -157,12 +193,20 @@ class State:
         self.par_required = False
         self.pushed = {}  # request_uri -> (client_id, parameters, expiry)
         self.pushed_log = []
+        self.fapi = False
+        self.dpop_enabled = False
+        self.dpop_required = False
+        self.dpop_nonce_required = False  # at /token, /par and /revoke
+        self.dpop_resource_nonce = False  # at /api/profile and /userinfo
+        self.dpop_nonce = None
+        self.dpop_jtis = set()  # (jkt, jti) of every proof seen
         self.stats = {"revocations": 0, "last_auth_revocation": None, "last_auth_par": None, "par_requests": 0,
                       "front_channel_refused": 0, "assertion_replays": 0,
                       "jwks_requests": 0, "token_requests": 0, "token_errors": 0, "last_auth": None,
                       "logouts": 0, "last_logout_state": None, "userinfo_requests": 0, "authorizations": 0,
                       "refreshes": 0, "refresh_reuse_detected": 0, "api_requests": 0, "api_unauthorized": 0,
-                      "api_requests_with_cookies": 0}
+                      "api_requests_with_cookies": 0, "dpop_token_requests": 0, "dpop_refused": 0,
+                      "dpop_replays": 0, "dpop_nonce_challenges": 0, "dpop_revocations": 0, "refresh_jkts": []}
 
     def rotate(self):
         self.generation += 1
@@ -182,13 +226,15 @@ STATE = State()
 
 
 class AccessRecord:
-    def __init__(self, user, expires, number):
+    def __init__(self, user, expires, number, jkt=None):
         self.user, self.expires, self.number = user, expires, number
+        self.jkt = jkt  # the thumbprint of the DPoP key it is bound to, None for a Bearer token
 
 
 class RefreshRecord:
-    def __init__(self, client_id, user, scope, family, sid):
+    def __init__(self, client_id, user, scope, family, sid, jkt=None):
         self.client_id, self.user, self.scope, self.family, self.sid = client_id, user, scope, family, sid
+        self.jkt = jkt  # the family's DPoP key thumbprint, None when unbound
         self.spent = False
 
     def check_client(self, client):
@@ -223,7 +269,9 @@ class Client(ClientMixin):
     def check_endpoint_auth_method(self, method, endpoint):
         with STATE.lock:
             STATE.stats["last_auth" if endpoint == "token" else f"last_auth_{endpoint}"] = method
-        return method == self.method
+            fapi = STATE.fapi
+        # FAPI 2.0 allows private_key_jwt only (fapi_refusal answers first; this keeps Authlib from trying others).
+        return method == self.method and (method == "private_key_jwt" or not fapi)
 
     def check_response_type(self, response_type):
         return response_type == "code"
@@ -243,10 +291,11 @@ CLIENTS = {
 
 
 class Code(AuthorizationCodeMixin):
-    def __init__(self, code, client_id, redirect_uri, scope, user, nonce, challenge, method, sid):
+    def __init__(self, code, client_id, redirect_uri, scope, user, nonce, challenge, method, sid, dpop_jkt=None):
         self.code, self.client_id, self.redirect_uri, self.scope = code, client_id, redirect_uri, scope
         self.user, self.nonce, self.code_challenge, self.code_challenge_method = user, nonce, challenge, method
         self.sid = sid
+        self.dpop_jkt = dpop_jkt  # RFC 9449 §10: only a proof of this key redeems the code
         self.auth_time = int(time.time())
 
     def get_redirect_uri(self):
@@ -325,18 +374,217 @@ class PrivateKeyJWT(JWTBearerClientAssertion):
         raise InvalidClientError(description="the client does not authenticate with private_key_jwt")
 
 
+PROOF_ALGORITHMS = {  # alg -> key class, kty, crv
+    "ES256": (ECKey, "EC", "P-256"), "EdDSA": (OKPKey, "OKP", "Ed25519"), "RS256": (RSAKey, "RSA", None)}
+PRIVATE_MEMBERS = ("d", "p", "q", "dp", "dq", "qi", "oth", "k")
+PROOF_WINDOW = 60  # seconds either side of now that a proof's iat may lie
+
+
+class ProofRegistry(jws.JWSRegistry):
+    # A proof's header carries its jwk: an RSA modulus alone outgrows joserfc's default 512 bytes.
+    max_header_length = 4096
+
+
+PROOF_READER = ProofRegistry(algorithms=list(PROOF_ALGORITHMS))
+PROOF_REGISTRIES = {alg: ProofRegistry(algorithms=[alg]) for alg in PROOF_ALGORITHMS}  # each alg only itself
+
+
+class ProofRefused(Exception):
+    """A DPoP proof that does not pass; the message says why (it becomes the error_description)."""
+
+
+def dpop_switches():
+    """(on, required at /token) for DPoP: FAPI 2.0 implies both."""
+    with STATE.lock:
+        return STATE.dpop_enabled or STATE.fapi, STATE.dpop_required or STATE.fapi
+
+
+def proof_header():
+    """The request's DPoP header, None without one. Werkzeug joins repeated headers with commas, which a compact JWS
+    never holds: a comma means two headers."""
+    values = request.headers.getlist("DPoP")
+    if not values:
+        return None
+    if len(values) > 1 or "," in values[0]:
+        raise ProofRefused("exactly one DPoP header is allowed")
+    return values[0]
+
+
+def proof_key(header):
+    """The public key of the proof's jwk header, checked against alg; a private key is refused (RFC 9449 §4.3)."""
+    alg = header.get("alg")
+    if alg not in PROOF_ALGORITHMS:
+        raise ProofRefused("alg must be ES256, EdDSA or RS256")
+    key_class, kty, crv = PROOF_ALGORITHMS[alg]
+    member = header.get("jwk")
+    if not isinstance(member, dict) or member.get("kty") != kty or (crv and member.get("crv") != crv):
+        raise ProofRefused(f"jwk must be a {kty} key fit for {alg}")
+    if any(name in member for name in PRIVATE_MEMBERS):
+        raise ProofRefused("jwk must be a public key")
+    try:
+        return key_class.import_key(member)
+    except Exception as error:  # noqa: BLE001 - any failure means "not a usable key"
+        raise ProofRefused("jwk is not a valid key") from error
+
+
+def verify_proof(value, access_token=None):
+    """The claims and the key thumbprint (jkt, RFC 7638 SHA-256) of the DPoP proof `value` for this request, or
+    ProofRefused; at a resource `access_token` is the token the proof must name (ath). The nonce is left to
+    nonce_wanted."""
+    try:
+        proof = jws.extract_compact(value.encode(), registry=PROOF_READER)
+    except (JoseError, ValueError, TypeError) as error:
+        raise ProofRefused("the proof is not a compact JWS") from error
+    header = proof.protected
+    if header.get("typ") != "dpop+jwt":
+        raise ProofRefused("typ must be dpop+jwt")
+    key = proof_key(header)
+    try:
+        # Only the header's own alg, named explicitly: joserfc leaves EdDSA out of its defaults.
+        valid = jws.validate_compact(proof, key, registry=PROOF_REGISTRIES[header["alg"]])
+    except (JoseError, ValueError) as error:
+        raise ProofRefused("the signature does not verify with the jwk") from error
+    if not valid:
+        raise ProofRefused("the signature does not verify with the jwk")
+    try:
+        claims = json.loads(proof.payload)
+    except ValueError as error:
+        raise ProofRefused("the payload is not JSON") from error
+    if not isinstance(claims, dict):
+        raise ProofRefused("the payload is not a JSON object")
+    check_proof_claims(claims, access_token)
+    jkt = key.thumbprint()
+    spend_jti(jkt, claims["jti"])
+    return claims, jkt
+
+
+def check_proof_claims(claims, access_token):
+    jti, iat = claims.get("jti"), claims.get("iat")
+    if not isinstance(jti, str) or not jti:
+        raise ProofRefused("jti must be a string")
+    if claims.get("htm") != request.method:
+        raise ProofRefused("htm is not the method of the request")
+    if claims.get("htu") != STATE.issuer + request.path:
+        raise ProofRefused("htu is not the URL of the request")
+    if isinstance(iat, bool) or not isinstance(iat, (int, float)) or abs(time.time() - iat) > PROOF_WINDOW:
+        raise ProofRefused("the proof is stale: iat must be within 60 s of now")
+    if access_token is not None and claims.get("ath") != b64url(hashlib.sha256(access_token.encode()).digest()):
+        raise ProofRefused("ath is not the hash of the access token")
+
+
+def spend_jti(jkt, jti):
+    """Each proof is good once (RFC 9449 §11.1), even one answered with use_dpop_nonce."""
+    with STATE.lock:
+        replayed = (jkt, jti) in STATE.dpop_jtis
+        if replayed:
+            STATE.stats["dpop_replays"] += 1
+        STATE.dpop_jtis.add((jkt, jti))
+    if replayed:
+        raise ProofRefused("the proof was used before (jti replayed)")
+
+
+def nonce_wanted(claims, at_resource):
+    """The current nonce when this endpoint demands one and the proof lacks it (a challenge is due), else None."""
+    with STATE.lock:
+        wanted = STATE.dpop_resource_nonce if at_resource else STATE.dpop_nonce_required
+        if not wanted or claims.get("nonce") == STATE.dpop_nonce:
+            return None
+        STATE.stats["dpop_nonce_challenges"] += 1
+        return STATE.dpop_nonce
+
+
+def renew_nonce():
+    """A new current nonce, announced by a challenge (the dpop_nonce_again fault)."""
+    with STATE.lock:
+        STATE.dpop_nonce = secrets.token_urlsafe(24)
+        STATE.stats["dpop_nonce_challenges"] += 1
+        return STATE.dpop_nonce
+
+
+def count_refused_proof():
+    with STATE.lock:
+        STATE.stats["dpop_refused"] += 1
+
+
+def refused_proof(description):
+    """The authorization server's answer to a bad proof (RFC 9449 §5)."""
+    count_refused_proof()
+    answer = jsonify({"error": "invalid_dpop_proof", "error_description": description})
+    answer.status_code = 400
+    return answer
+
+
+def nonce_challenge(nonce):
+    """The authorization server's demand for a nonce (RFC 9449 §8)."""
+    answer = jsonify({"error": "use_dpop_nonce", "error_description": "the authorization server requires a DPoP nonce"})
+    answer.status_code = 400
+    answer.headers["DPoP-Nonce"] = nonce
+    return answer
+
+
+def dpop_grant_error(description):
+    """invalid_dpop_proof raised from inside a grant, which Authlib answers as a 400 token error."""
+    count_refused_proof()
+    return OAuth2Error(description=description, error="invalid_dpop_proof")
+
+
+def endpoint_proof(required=False):
+    """The jkt of the request's proof at /token, /par or /revoke and no answer, or None and the 400 answer
+    (invalid_dpop_proof, use_dpop_nonce); (None, None) when DPoP is off, or without a proof when none is required."""
+    on, _ = dpop_switches()
+    if not on:
+        return None, None
+    try:
+        value = proof_header()
+        if value is None:
+            if required:
+                raise ProofRefused("a DPoP proof is required")
+            return None, None
+        claims, jkt = verify_proof(value)
+    except ProofRefused as refusal:
+        return None, refused_proof(str(refusal))
+    nonce = nonce_wanted(claims, at_resource=False)
+    if nonce is not None:
+        return None, nonce_challenge(nonce)
+    return jkt, None
+
+
+JWT_BEARER = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+
+
+def fapi_refusal():
+    """Under FAPI 2.0 (§5.3.2.1) a client authenticates with private_key_jwt (mTLS has no place on the loopback):
+    401 invalid_client for anything else, before the proof is looked at; None when allowed or FAPI is off."""
+    with STATE.lock:
+        fapi = STATE.fapi
+    if not fapi or (request.form.get("client_assertion_type") == JWT_BEARER and "client_assertion" in request.form):
+        return None
+    answer = jsonify({"error": "invalid_client", "error_description": "FAPI 2.0 allows private_key_jwt only"})
+    answer.status_code = 401
+    return answer
+
+
 class CodeGrant(grants.AuthorizationCodeGrant):
     TOKEN_ENDPOINT_AUTH_METHODS = AUTH_METHODS
 
     def save_authorization_code(self, code, request):
         payload = request.payload
+        on, _ = dpop_switches()
         item = Code(code, request.client.get_client_id(), payload.redirect_uri, payload.scope, request.user.name,
                     payload.data.get("nonce"), payload.data.get("code_challenge"),
                     payload.data.get("code_challenge_method"),
-                    g.get("provider_sid") or secrets.token_urlsafe(12))
+                    g.get("provider_sid") or secrets.token_urlsafe(12),
+                    payload.data.get("dpop_jkt") if on else None)  # DPoP off: an unknown parameter, ignored
         with STATE.lock:
             STATE.codes[code] = item
         return item
+
+    def validate_token_request(self):
+        super().validate_token_request()
+        bound = self.request.authorization_code.dpop_jkt
+        if bound is not None and bound != g.get("dpop_jkt"):
+            # A code asked for with dpop_jkt is redeemed with a proof of that key only, never without a proof.
+            raise dpop_grant_error("the authorization code is bound to another key (dpop_jkt)")
 
     def query_authorization_code(self, code, client):
         with STATE.lock:
@@ -363,6 +611,10 @@ class RotatingRefreshGrant(grants.RefreshTokenGrant):
             record = STATE.refresh_tokens.get(refresh_token)
             if record is None or record.family in STATE.revoked_families:
                 return None
+        if record.jkt is not None and record.jkt != g.get("dpop_jkt"):
+            # Only the key holder refreshes (RFC 9449 §5); whoever lacks the key neither rotates nor kills the family.
+            raise dpop_grant_error("the refresh token is bound to another key")
+        with STATE.lock:
             if record.spent:
                 STATE.revoked_families.add(record.family)
                 STATE.stats["refresh_reuse_detected"] += 1
@@ -467,20 +719,26 @@ app = Flask(__name__)
 
 
 def save_token(token, request):
-    """Records the access token (its user, expiry and number) and the refresh token (its family)."""
+    """Records the access token (its user, expiry, number and DPoP key) and the refresh token (its family and the
+    family's key); a token request with an accepted proof gets a DPoP token (the body Authlib answers is `token`)."""
     name = request.user.name
     client_id = request.client.get_client_id()
+    jkt = g.get("dpop_jkt")
+    if jkt is not None:
+        token["token_type"] = "DPoP"
     with STATE.lock:
         number = STATE.tokens_issued.get(name, 0) + 1
         STATE.tokens_issued[name] = number
-        STATE.tokens[token["access_token"]] = AccessRecord(name, time.time() + token.get("expires_in", 864000), number)
+        STATE.tokens[token["access_token"]] = AccessRecord(
+            name, time.time() + token.get("expires_in", 864000), number, jkt)
         if "refresh_token" in token:
             previous = getattr(request, "refresh_token", None)
             code = getattr(request, "authorization_code", None)
             family = previous.family if previous is not None else secrets.token_urlsafe(12)
             sid = previous.sid if previous is not None else getattr(code, "sid", None)
+            family_jkt = previous.jkt if previous is not None else jkt
             STATE.refresh_tokens[token["refresh_token"]] = RefreshRecord(
-                client_id, name, token.get("scope", ""), family, sid)
+                client_id, name, token.get("scope", ""), family, sid, family_jkt)
         if client_id == BROWSER_CLIENT:
             STATE.browser_subjects.add(USERS[name]["sub"])
 
@@ -518,6 +776,15 @@ server.register_endpoint(Revocation)
 
 @app.post("/revoke")
 def revoke():
+    refused = fapi_refusal()
+    if refused is not None:
+        return refused
+    jkt, refused = endpoint_proof()
+    if refused is not None:
+        return refused
+    if jkt is not None:
+        with STATE.lock:
+            STATE.stats["dpop_revocations"] += 1
     return server.create_endpoint_response("revocation")
 
 
@@ -531,7 +798,7 @@ def oauth_error(error):
 def par():
     with STATE.lock:
         STATE.stats["par_requests"] += 1
-        enabled = STATE.par_enabled
+    enabled, _ = par_switches()
     if not enabled:
         return jsonify({"error": "not_found"}), 404
     fault = STATE.take_fault("par")
@@ -543,6 +810,14 @@ def par():
         return redirect(STATE.issuer + "/par", code=307)
     if "request_uri" in request.form:
         return jsonify({"error": "invalid_request", "error_description": "request_uri cannot be pushed"}), 400
+    refused = fapi_refusal()
+    if refused is not None:
+        return refused
+    jkt, refused = endpoint_proof()  # before client authentication: a nonce retry may reuse the assertion
+    if refused is not None:
+        return refused
+    if jkt is not None and request.form.get("dpop_jkt", jkt) != jkt:
+        return refused_proof("dpop_jkt is not the thumbprint of the proof's key")
     try:
         client = server.authenticate_client(server.create_oauth2_request(request), AUTH_METHODS, "par")
     except OAuth2Error as error:
@@ -553,6 +828,8 @@ def par():
     hidden = ("client_assertion", "client_assertion_type", "client_secret")
     parameters = {name: value for name, value in request.form.items() if name not in hidden}
     parameters["client_id"] = client_id
+    if jkt is not None:
+        parameters["dpop_jkt"] = jkt  # RFC 9449 §10.1: the proof at /par binds the code
     request_uri = "urn:ietf:params:oauth:request_uri:" + secrets.token_urlsafe(24)
     with STATE.lock:
         STATE.pushed[request_uri] = (client_id, parameters, time.time() + 60)
@@ -570,9 +847,10 @@ def pushed_request():
     error; None when the request carries no request_uri and PAR is not required."""
     request_uri = request.values.get("request_uri")
     if request_uri is None:
+        _, required = par_switches()
+        if not required:
+            return None
         with STATE.lock:
-            if not STATE.par_required:
-                return None
             STATE.stats["front_channel_refused"] += 1
         return jsonify({"error": "invalid_request", "error_description": "pushed authorization requests only"}), 400
     with STATE.lock:
@@ -597,6 +875,57 @@ def bearer_user():
     if record is None or time.time() >= record.expires:
         return None
     return record
+
+
+def resource_access():
+    """The record of the request's live access token and no answer, or None and the 401 answer to give. With DPoP
+    off this is bearer_user() (None, None when refused: the callers answer as they always have)."""
+    on, _ = dpop_switches()
+    if not on:
+        return bearer_user(), None
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "dpop":  # auth schemes are case-insensitive (RFC 9110 §11.1)
+        return dpop_access(token)
+    record = bearer_user()
+    if record is not None and record.jkt is not None:
+        # A bound token without its proof is what a thief would send (RFC 9449 §7.2).
+        return None, resource_challenge("invalid_token", "the access token is DPoP-bound: use the DPoP scheme")
+    return record, None
+
+
+def dpop_access(token):
+    """The record of an access token sent as `Authorization: DPoP <token>` with a proof of its key naming it (ath)."""
+    try:
+        value = proof_header()
+        if value is None:
+            raise ProofRefused("a DPoP proof is required")
+        claims, jkt = verify_proof(value, access_token=token)
+    except ProofRefused as refusal:
+        count_refused_proof()
+        return None, resource_challenge("invalid_dpop_proof", str(refusal))
+    nonce = nonce_wanted(claims, at_resource=True)
+    if nonce is not None:
+        return None, resource_challenge("use_dpop_nonce", "the resource server requires a DPoP nonce", nonce)
+    with STATE.lock:
+        record = STATE.tokens.get(token)
+    if record is None or time.time() >= record.expires:
+        return None, resource_challenge("invalid_token", "the access token is unknown or expired")
+    if record.jkt != jkt:
+        return None, resource_challenge("invalid_token", "the access token is not bound to the key of the proof")
+    return record, None
+
+
+def resource_challenge(error, description, nonce=None):
+    """A resource's 401 with its DPoP challenge (RFC 9449 §7.1); invalid_dpop_proof names the error only."""
+    answer = jsonify({"error": error, "error_description": description})
+    answer.status_code = 401
+    challenge = f'DPoP error="{error}"'
+    if error != "invalid_dpop_proof":
+        challenge += f', error_description="{description}"'
+    answer.headers["WWW-Authenticate"] = challenge
+    if nonce is not None:
+        answer.headers["DPoP-Nonce"] = nonce
+    return answer
 
 
 @app.get("/.well-known/openid-configuration")
@@ -628,12 +957,26 @@ def discovery_document(issuer):
         "authorization_response_iss_parameter_supported": True,
         "backchannel_logout_supported": True,
         "backchannel_logout_session_supported": True,
-    }) | par_metadata(issuer)
+    }) | par_metadata(issuer) | dpop_metadata()
+
+
+def par_switches():
+    """(enabled, required) for PAR: FAPI 2.0 implies both."""
+    with STATE.lock:
+        return STATE.par_enabled or STATE.fapi, STATE.par_required or STATE.fapi
+
+
+def dpop_metadata():
+    on, _ = dpop_switches()
+    metadata = {"dpop_signing_alg_values_supported": list(PROOF_ALGORITHMS)} if on else {}
+    with STATE.lock:
+        if STATE.fapi:
+            metadata["token_endpoint_auth_methods_supported"] = ["private_key_jwt"]
+    return metadata
 
 
 def par_metadata(issuer):
-    with STATE.lock:
-        enabled, required = STATE.par_enabled, STATE.par_required
+    enabled, required = par_switches()
     metadata = {"pushed_authorization_request_endpoint": issuer + "/par"} if enabled else {}
     if required:
         metadata["require_pushed_authorization_requests"] = True
@@ -724,13 +1067,51 @@ def token():
     refreshing = request.form.get("grant_type") == "refresh_token"
     if STATE.take_fault("echo_assertion"):
         return jsonify({"error": "invalid_client", "error_description": request.form.get("client_assertion", "")}), 400
-    response = server.create_token_response()
+    refused = fapi_refusal()
+    if refused is None:
+        refused = token_proof()
+    response = refused if refused is not None else server.create_token_response()
     if response.status_code != 200:
         with STATE.lock:
             STATE.stats["token_errors"] += 1
-    elif refreshing:
+        return response
+    finish_dpop_token_response(response, refreshing)
+    if refreshing:
         add_refresh_id_token(response)
     return response
+
+
+def token_proof():
+    """Checks the token request's DPoP proof (before client authentication: a nonce retry may reuse the assertion)
+    and keeps its jkt in g.dpop_jkt for the grants and save_token; the answer when refused, else None."""
+    _, required = dpop_switches()
+    jkt, refused = endpoint_proof(required)
+    if refused is not None:
+        return refused
+    if jkt is not None and STATE.take_fault("dpop_nonce_again"):
+        # A new nonce although the proof had the right one: a client retrying in a loop would never stop.
+        return nonce_challenge(renew_nonce())
+    g.dpop_jkt = jkt
+    if jkt is not None:
+        with STATE.lock:
+            STATE.stats["dpop_token_requests"] += 1
+    return None
+
+
+def finish_dpop_token_response(response, refreshing):
+    """Logs a refresh's key, hands out the current nonce (RFC 9449 §8.2) and applies the dpop_downgrade fault."""
+    on, _ = dpop_switches()
+    with STATE.lock:
+        if refreshing:
+            STATE.stats["refresh_jkts"].append(g.get("dpop_jkt"))
+        nonce = STATE.dpop_nonce if on and STATE.dpop_nonce_required else None
+    if nonce is not None:
+        response.headers["DPoP-Nonce"] = nonce
+    if STATE.take_fault("dpop_downgrade"):
+        # The token stays bound; a client that trusts token_type would send it as Bearer and be refused.
+        body = json.loads(response.get_data())
+        body["token_type"] = "Bearer"
+        response.set_data(json.dumps(body))
 
 
 def add_refresh_id_token(response):
@@ -765,7 +1146,9 @@ def add_refresh_id_token(response):
 def userinfo():
     with STATE.lock:
         STATE.stats["userinfo_requests"] += 1
-    record = bearer_user()
+    record, refused = resource_access()
+    if refused is not None:
+        return refused
     if record is None:
         return jsonify({"error": "invalid_token"}), 401
     info = dict(USERS[record.user])
@@ -812,15 +1195,20 @@ def api_profile():
         STATE.stats["api_requests"] += 1
         if "Cookie" in request.headers:
             STATE.stats["api_requests_with_cookies"] += 1
-    record = bearer_user()
+    record, refused = resource_access()
     if record is None:
         with STATE.lock:
             STATE.stats["api_unauthorized"] += 1
+        if refused is not None:
+            return refused
         answer = jsonify({"error": "invalid_token"})
         answer.headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
         return answer, 401
     user = USERS[record.user]
-    return jsonify({"sub": user["sub"], "name": user["name"], "email": user["email"], "token_number": record.number})
+    body = {"sub": user["sub"], "name": user["name"], "email": user["email"], "token_number": record.number}
+    if record.jkt is not None:
+        body["cnf"] = {"jkt": record.jkt}  # RFC 9449 §6: the confirmation of a bound token
+    return jsonify(body)
 
 
 @app.post("/control/token-lifetime")
@@ -958,6 +1346,27 @@ def control_par():
     with STATE.lock:
         STATE.par_enabled = bool(body.get("enabled", True))
         STATE.par_required = bool(body.get("required", False))
+    return jsonify({"ok": True})
+
+
+@app.post("/control/dpop")
+def control_dpop():
+    body = request.get_json(force=True)
+    with STATE.lock:
+        STATE.dpop_enabled = bool(body.get("enabled", True))
+        STATE.dpop_required = bool(body.get("required", False))
+        STATE.dpop_nonce_required = bool(body.get("nonce", False))
+        STATE.dpop_resource_nonce = bool(body.get("resource_nonce", False))
+        if STATE.dpop_nonce_required or STATE.dpop_resource_nonce:
+            STATE.dpop_nonce = secrets.token_urlsafe(24)  # one nonce for every endpoint that wants one
+        return jsonify({"ok": True, "nonce": STATE.dpop_nonce})
+
+
+@app.post("/control/fapi")
+def control_fapi():
+    body = request.get_json(force=True)
+    with STATE.lock:
+        STATE.fapi = bool(body.get("enabled", True))
     return jsonify({"ok": True})
 
 
