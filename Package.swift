@@ -286,6 +286,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
                 // `--sealed KEY_BASE64` wraps the store in a SealedTokenStore (UserSessionsSealingTests).
                 .target(name: "UserSessionsSealing", condition: .when(traits: ["Sealing"])),
+                // `--dpop` signs every refresh's DPoP proof with the key stored beside the credentials.
+                .target(name: "UserSessionsOpenIDConnect", condition: .when(traits: ["OpenIDConnect"])),
             ],
             path: "Tests/FleetNode"
         ),
@@ -347,6 +349,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
                 .product(name: "InMemoryLogging", package: "swift-log", condition: .when(traits: ["PostgreSQL"])),
                 .target(name: "UserSessionsSealing", condition: .when(traits: ["Sealing"])),
+                // The DPoP-bound fleet: its key is made and its thumbprint checked with the OpenIDConnect module.
+                .target(name: "UserSessionsOpenIDConnect", condition: .when(traits: ["OpenIDConnect"])),
             ]
         ),
         // The sealed store's tests over the file store and the remote store; every file is behind `#if Sealing`.

@@ -43,7 +43,8 @@ struct BenchmarkOptions {
                       a store's writes and reads plain and sealed, with the Sealing trait; client-credentials: N
                       callers at the expiry of the server's own token, ClientCredentialsTokenManager against an
                       actor caching a Task per key and a cache without single flight; assertion: an ES256
-                      private_key_jwt client assertion per token request, with the OpenIDConnect trait)
+                      private_key_jwt client assertion per token request, and a DPoP proof per API request
+                      against its bearer header, with the OpenIDConnect trait)
           --waiters   the numbers of callers for the contention workload (default 10,100,1000,10000,100000)
           --requests  the numbers of first requests for the restore storm (default 1000,10000)
           --users     the numbers of stored users for the restore storm (default 1,1000)

@@ -34,7 +34,7 @@ struct BenchmarkPlan: Sendable {
     /// Workload H: writes and reads per repetition through the in-memory store (the file store makes a fiftieth,
     /// the PostgreSQL store a twentieth).
     var sealingOperations = 20_000
-    /// Workload J: ES256 client assertions made per repetition.
+    /// Workload J: requests (assertions, API request headers) made per repetition and row.
     var clientAssertions = 20_000
     /// Workload K: ID tokens validated per algorithm and repetition, by the client and by jwt-kit alone.
     var callbackValidations = 5_000

@@ -2,6 +2,7 @@
 import Crypto
 import Foundation
 import JWTKit
+import Synchronization
 import UserSessions
 import _CryptoExtras
 
@@ -16,8 +17,14 @@ import _CryptoExtras
 /// algorithm and the public key as a JWK; its claims are a `jti` of 256 random bits, `htm`, `htu`, `iat`, `ath`
 /// (base64url SHA-256 of the access token) for a resource request, and `nonce` when the server gave one.
 ///
-/// It holds no key and no state: one signer serves every session.
+/// One signer serves every session. It keeps the keys it read back last (their public JWK and jwt-kit's signing
+/// key), so that a session's proofs do not derive the public key again for every request: at most
+/// ``readKeysKept`` keys, forgotten all at once when full (a forgotten key is read again on its next proof).
 public final class DPoPSigner: DPoPProofSigner, CustomStringConvertible {
+    /// The most keys kept read back.
+    public static let readKeysKept = 4096
+    private let readKeys = Mutex<[DPoPKey: ReadKey]>([:])
+
     /// A signer.
     public init() {}
 
@@ -37,7 +44,7 @@ public final class DPoPSigner: DPoPProofSigner, CustomStringConvertible {
 
     /// The RFC 7638 thumbprint of the key's public half.
     public func thumbprint(of key: DPoPKey) throws -> String {
-        let canonical = try PublicJWK(of: key).canonicalJSON
+        let canonical = try readKey(key).jwk.canonicalJSON
         return base64URLEncode(SHA256.hash(data: Data(canonical.utf8)))
     }
 
@@ -45,23 +52,43 @@ public final class DPoPSigner: DPoPProofSigner, CustomStringConvertible {
     public func makeProof(
         key: DPoPKey, method: String, url: String, issuedAt: Date, nonce: String?, accessToken: String?
     ) async throws -> String {
-        let jwk = try PublicJWK(of: key)
+        let read = try await signingKey(key)
         var header = JWTHeader()
         header.typ = "dpop+jwt"
         header.alg = key.algorithm.rawValue
-        header.jwk = jwk.members.mapValues { JWTHeaderField.string($0) }
+        header.jwk = read.headerJWK
         let claims = DPoPProofClaims(
             jti: SignInSecrets.random(), htm: method, htu: url,
             iat: Int(issuedAt.timeIntervalSince1970.rounded(.down)), nonce: nonce,
             ath: accessToken.map { base64URLEncode(SHA256.hash(data: Data($0.utf8))) })
-        // A collection of one key, the default signer: per proof, since every session has its own key.
-        let keys = JWTKeyCollection()
-        switch jwk.signingKey {
-        case .ecdsa(let privateKey): await keys.add(ecdsa: privateKey)
-        case .eddsa(let privateKey): await keys.add(eddsa: privateKey)
-        case .rsa(let privateKey): await keys.add(rsa: privateKey, digestAlgorithm: .sha256)
+        return try await read.keys.sign(claims, header: header)
+    }
+
+    /// `key` read back: from the keys kept, or parsed (its public half derived) and kept.
+    private func readKey(_ key: DPoPKey) throws -> ReadKey {
+        if let kept = readKeys.withLock({ $0[key] }) { return kept }
+        let jwk = try PublicJWK(of: key)
+        let read = ReadKey(jwk: jwk, keys: JWTKeyCollection())
+        readKeys.withLock { kept in
+            if kept.count >= Self.readKeysKept { kept.removeAll(keepingCapacity: true) }
+            kept[key] = read
         }
-        return try await keys.sign(claims, header: header)
+        return read
+    }
+
+    /// `key` read back, with jwt-kit's collection holding it as its default signer once the first proof added it.
+    private func signingKey(_ key: DPoPKey) async throws -> ReadKey {
+        let read = try readKey(key)
+        if !read.added.withLock({ $0 }) {
+            // Two first proofs at once may both add it; the second addition replaces the first with the same key.
+            switch read.jwk.signingKey {
+            case .ecdsa(let privateKey): await read.keys.add(ecdsa: privateKey)
+            case .eddsa(let privateKey): await read.keys.add(eddsa: privateKey)
+            case .rsa(let privateKey): await read.keys.add(rsa: privateKey, digestAlgorithm: .sha256)
+            }
+            read.added.withLock { $0 = true }
+        }
+        return read
     }
 
     /// The type's name.
@@ -73,9 +100,25 @@ public final class DPoPSigner: DPoPProofSigner, CustomStringConvertible {
     struct UnreadableKey: Error {}
 }
 
+/// A key the signer read back: its public JWK, and jwt-kit's collection that signs with it.
+private final class ReadKey: Sendable {
+    let jwk: PublicJWK
+    let keys: JWTKeyCollection
+    /// The public JWK as the proof's header carries it.
+    let headerJWK: [String: JWTHeaderField]
+    /// Whether the key was added to ``keys``.
+    let added = Mutex(false)
+
+    init(jwk: PublicJWK, keys: JWTKeyCollection) {
+        self.jwk = jwk
+        self.keys = keys
+        headerJWK = jwk.members.mapValues { JWTHeaderField.string($0) }
+    }
+}
+
 /// A DPoP key read back: its public JWK members and jwt-kit's signing key.
-private struct PublicJWK {
-    enum SigningKey {
+private struct PublicJWK: Sendable {
+    enum SigningKey: Sendable {
         case ecdsa(ES256PrivateKey)
         case eddsa(EdDSA.PrivateKey)
         case rsa(JWTKit.Insecure.RSA.PrivateKey)

@@ -8,13 +8,18 @@
 // Usage: FleetNode --store file:DIR|postgres:URL#NAMESPACE --identifier ID --token-endpoint URL [--client-id ID] [--client-secret S]
 //                  [--tasks 100] [--until-lifetime-over 600] [--time-limit 120] [--name NODE]
 //                  [--hold-lease | --sign-out-mode | --client-credentials] [--report-refresh] [--stop-on-error]
-//                  [--sealing-key ID:BASE64]
+//                  [--sealing-key ID:BASE64] [--dpop]
 // With --client-credentials the node asks a ClientCredentialsTokenManager on the store for the scope "fleet" instead
 // of restoring a user (--identifier is ignored), until it holds a token that lives longer than SECONDS.
 // (`postgres:` only in a build with the PostgreSQL trait; `--sealing-key`, which wraps the store in a
-// SealedTokenStore of namespace "fleet" with that one key, only with the Sealing trait.)
+// SealedTokenStore of namespace "fleet" with that one key, only with the Sealing trait; `--dpop`, whose refresher signs a
+// DPoP proof with the key stored beside the credentials, only with the OpenIDConnect trait.)
 import Foundation
 import UserSessions
+
+#if OpenIDConnect
+import UserSessionsOpenIDConnect
+#endif
 
 struct Options {
     var store = ""
@@ -28,6 +33,8 @@ struct Options {
     var name = "node"
     /// `ID:BASE64`: seal the store's records with this key (the Sealing trait).
     var sealingKey: String?
+    /// Refresh with DPoP proofs (the OpenIDConnect trait's signer), signed with the stored credentials' key.
+    var dpop = false
     /// Only take the refresh lease of `identifier`, say "holding" on standard output, and wait to be killed.
     var holdLease = false
     /// Restore the user, say "open" on standard output, then either clear it everywhere when standard input says
@@ -45,6 +52,10 @@ struct Options {
         while let flag = iterator.next() {
             if flag == "--hold-lease" {
                 holdLease = true
+                continue
+            }
+            if flag == "--dpop" {
+                dpop = true
                 continue
             }
             if flag == "--sign-out-mode" || flag == "--report-refresh" || flag == "--stop-on-error"
@@ -206,6 +217,16 @@ func callInLoop(
     }
 }
 
+/// The DPoP proofs of `--dpop`, or `nil`.
+func dpopProofs(_ options: Options) throws -> DPoPProofs? {
+    guard options.dpop else { return nil }
+    #if OpenIDConnect
+    return DPoPProofs(signer: DPoPSigner())
+    #else
+    throw StoreSelection.Unknown(description: "--dpop needs a build with the OpenIDConnect trait")
+    #endif
+}
+
 func run(_ options: Options) async throws -> Int32 {
     try await StoreSelection.withStore(for: options.store) { store in
         try await run(options, store: StoreSelection.sealing(store, key: options.sealingKey))
@@ -222,7 +243,7 @@ func run(_ options: Options, store: any TokenStore) async throws -> Int32 {
     let oauth = try OAuth2TokenRefresher(
         tokenEndpoint: endpoint,
         clientAuthentication: .clientSecretBasic(id: options.clientID, secret: options.clientSecret),
-        requestTimeout: .seconds(10))
+        requestTimeout: .seconds(10), dpop: try dpopProofs(options))
     let refresher = ReportingRefresher(base: oauth, reports: options.reportRefresh)
     var configuration = UserSessionController.Configuration()
     configuration.persistsCurrentIdentifier = false

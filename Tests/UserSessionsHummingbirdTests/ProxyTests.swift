@@ -5,6 +5,7 @@ import Hummingbird
 import Testing
 import UserSessions
 import UserSessionsHummingbird
+import UserSessionsOpenIDConnect
 
 /// The token-forwarding proxy against a real upstream: a second Hummingbird server on 127.0.0.1.
 struct ProxyTests {
@@ -104,6 +105,53 @@ struct ProxyTests {
             #expect(reply.headers["X-Hop"] == nil, "a header the upstream's Connection names is dropped")
             #expect(reply.headers["X-Upstream"] == "kept")
         }
+    }
+
+    /// A session bound with DPoP (issue 27): the proxy sends `Authorization: DPoP` and a proof it signed for the
+    /// upstream request (its method, its URL without the query, the token's hash), never the browser's own proof.
+    @Test func theProxySignsADPoPProofForABoundSession() async throws {
+        let signer = DPoPSigner()
+        let refresher = ScriptedRefresher([.token("token-2")], dpop: DPoPProofs(signer: signer))
+        let key = try signer.makeKey(.es256)
+        var prototype = alice()
+        prototype.credentials?.dpopKey = key
+        prototype.credentials?.tokenType = "DPoP"
+        let upstream = Upstream()
+        try await withLiveServer(upstream.router) { upstreamBase in
+            let proxy = try TokenForwardingProxy(upstream: upstreamBase.appending(path: "api"))
+            let harness = try WebHarness(refresher: refresher)
+            try await harness.run(upstream: proxy) { client in
+                var browser = client
+                browser.cookie = try await harness.signInAlice(prototype)
+                let reply = try await browser.send(
+                    "POST", "/upstream/echo?q=1",
+                    headers: [("X-CSRF", "1"), ("Origin", browser.origin), ("DPoP", "forged.by.browser")],
+                    body: Data("hello".utf8))
+                #expect(reply.status == 200)
+                let headers = try #require(reply.json["headers"] as? [String: String])
+                #expect(headers["authorization"] == "DPoP token-1")
+                let proof = try #require(headers["dpop"])
+                let parts = proof.split(separator: ".")
+                #expect(parts.count == 3 && proof != "forged.by.browser")
+                let header = try Self.jsonPart(parts[0])
+                let claims = try Self.jsonPart(parts[1])
+                #expect(header["typ"] as? String == "dpop+jwt" && header["alg"] as? String == "ES256")
+                #expect((header["jwk"] as? [String: Any])?["d"] == nil, "only the public key")
+                #expect(claims["htm"] as? String == "POST")
+                #expect(claims["htu"] as? String == upstreamBase.appending(path: "api/echo").absoluteString)
+                #expect(claims["ath"] as? String == "PwiqzhIu4jaEMsHKI6BJvGQLr78A_fM6UkKfOLoS2_k", "SHA-256 of token-1")
+                #expect(refresher.refreshes == 0)
+            }
+            upstream.release.fulfil(true)
+        }
+    }
+
+    /// A JWS part's JSON object.
+    static func jsonPart(_ part: Substring) throws -> [String: Any] {
+        var text = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        text += String(repeating: "=", count: (4 - text.utf8.count % 4) % 4)
+        let data = try #require(Data(base64Encoded: text))
+        return try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
     }
 
     @Test func theProxyNeedsTheCSRFHeaderASessionAndASameOriginCaller() async throws {

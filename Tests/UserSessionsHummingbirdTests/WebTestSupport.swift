@@ -255,8 +255,13 @@ final class ScriptedRefresher: TokenRefresher {
     }
 
     private let state: Locked<(outcomes: [Outcome], refreshes: Int, revocations: Int)>
+    /// The DPoP proofs of sessions bound to a key (``TokenRefresher/dpop``).
+    let dpop: DPoPProofs?
 
-    init(_ outcomes: [Outcome]) { state = Locked((outcomes, 0, 0)) }
+    init(_ outcomes: [Outcome], dpop: DPoPProofs? = nil) {
+        state = Locked((outcomes, 0, 0))
+        self.dpop = dpop
+    }
 
     var refreshes: Int { state.withLock { $0.refreshes } }
     var revocations: Int { state.withLock { $0.revocations } }

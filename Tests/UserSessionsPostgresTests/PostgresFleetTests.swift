@@ -6,6 +6,10 @@ import UserSessions
 import UserSessionsPostgres
 import UserSessionsTestSupport
 
+#if OpenIDConnect
+import UserSessionsOpenIDConnect
+#endif
+
 /// Several real processes (the `FleetNode` executable, built with the PostgreSQL trait) sharing one user through one
 /// PostgreSQL database, each with a `PostgresClient` of its own, against the OAuth fixture server with refresh-token
 /// rotation and reuse detection on. Serialized: the lease test looks at every advisory lock of the database.
@@ -88,6 +92,45 @@ struct PostgresFleetTests {
             }
         }
     }
+
+    #if OpenIDConnect
+    /// The same fleet with the user's tokens bound by DPoP (issue 27): the key was made at sign-in and stored beside
+    /// the credentials; whichever process wins an expiry signs its proof with that stored key, so the fixture (which
+    /// verifies every proof and binds the family to its first key) sees one key for every refresh, one refresh per
+    /// expiry, and refuses nothing.
+    @Test func fourProcessesSharingADPoPBoundUserRefreshOncePerExpiryWithTheStoredKey() async throws {
+        let executable = try Self.executable()
+        let namespace = PostgresTestServer.uniqueNamespace()
+        try await OAuthFixtureServer.with { server in
+            try await server.configure(["expires_in": 1, "final_after": Self.expiries, "final_expires_in": 3600])
+            let family = try await server.issue()
+            let signer = DPoPSigner()
+            let key = try signer.makeKey(.es256)
+            let credentials = Credentials(
+                accessToken: family.accessToken, refreshToken: family.refreshToken, tokenType: "DPoP",
+                expiresAt: Date().addingTimeInterval(1), dpopKey: key)
+            try await Self.withSeededStore(namespace: namespace, credentials) { store, _ in
+                let arguments = [
+                    "--store", try Self.storeArgument(namespace: namespace), "--identifier", Self.identifier,
+                    "--token-endpoint", server.tokenEndpoint.absoluteString, "--tasks", "100",
+                    "--until-lifetime-over", "600", "--time-limit", "60", "--stop-on-error", "--dpop",
+                ]
+                let nodes = try await Self.runFourNodes(executable, arguments)
+                let stats = try await server.stats()
+                for node in nodes {
+                    #expect(node.status == 0, "\(node.summaryLine)")
+                    #expect(node.summary["errors"] as? Int == 0, "\(node.summaryLine)")
+                }
+                #expect(stats.refreshes == Self.expiries)
+                #expect(stats.reuseDetected == 0 && stats.invalidGrant == 0 && stats.dpopRefused == 0)
+                let thumbprint = try signer.thumbprint(of: key)
+                #expect(stats.refreshJkts == Array(repeating: thumbprint, count: Self.expiries))
+                let stored = try #require(try await store.load(identifier: Self.identifier)?.credentials)
+                #expect(stored.dpopKey == key && stored.tokenType == "DPoP", "the key stays beside the tokens")
+            }
+        }
+    }
+    #endif
 
     /// Three processes ask a `ClientCredentialsTokenManager` on one PostgreSQL store for the server's own token: the
     /// store's lease makes the fleet send one grant per expiry (tokens live 1 s, the fixture's fifth grant an hour;

@@ -51,6 +51,25 @@ struct SealedFileStoreTests {
         }
     }
 
+    /// The DPoP key belongs to the credentials: sealed with the tokens, never in the clear record (issue 27).
+    @Test func aDPoPKeyIsSealedWithTheTokensAndLoadsBack() async throws {
+        try await Self.withDirectory { directory in
+            let store = Self.sealed(directory, try SealingFixtures.ringA())
+            var session = SealingFixtures.session("alice")
+            let key = DPoPKey(algorithm: .es256, privateKey: Array("dpop-private-key-bytes-0123456789".utf8))
+            session.credentials?.dpopKey = key
+            session.credentials?.tokenType = "DPoP"
+            try await store.save(session, identifier: "alice")
+            #expect(try await store.load(identifier: "alice")?.credentials?.dpopKey == key)
+            #expect(try await store.base.load(identifier: "alice")?.credentials?.dpopKey == nil, "not in the clear")
+            let stored = key.storedForm.split(separator: ":")[1]
+            for (url, bytes) in try SealingFixtures.rawFiles(under: directory) {
+                let text = String(decoding: bytes, as: UTF8.self)
+                #expect(!text.contains(stored) && !text.contains("dpop-private"), "\(url.lastPathComponent)")
+            }
+        }
+    }
+
     @Test func eachWriteSealsUnderAFreshNonce() async throws {
         try await Self.withDirectory { directory in
             let store = Self.sealed(directory, try SealingFixtures.ringA())

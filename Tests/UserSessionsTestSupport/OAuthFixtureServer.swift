@@ -37,6 +37,10 @@ package final class OAuthFixtureServer: Sendable {
         package var lastTraceparent: String?
         /// The most token requests the fixture was answering at once since ``resetPeakInFlight()``.
         package var peakInFlight: Int
+        /// The DPoP thumbprint of each successful refresh's proof (`nil` for a refresh without one), in order.
+        package var refreshJkts: [String?]
+        /// Refreshes refused for their DPoP proof.
+        package var dpopRefused: Int
 
         enum CodingKeys: String, CodingKey {
             case tokenRequests = "token_requests"
@@ -56,6 +60,8 @@ package final class OAuthFixtureServer: Sendable {
             case lastAudience = "last_audience"
             case heldRequests = "held_requests"
             case prematureGrants = "premature_grants"
+            case refreshJkts = "refresh_jkts"
+            case dpopRefused = "dpop_refused"
             case lastTraceparent = "last_traceparent"
             case peakInFlight = "peak_in_flight"
         }

@@ -153,9 +153,14 @@ enum Explanations {
     ]
 
     static let clientAssertion = [
-        "ns/assertion: wall / assertions, median (min..max) over repetitions, one task making ES256 assertions one "
-            + "after the other: the claims' JSON, a 256-bit jti from the system generator, an ECDSA P-256 signature "
-            + "and the compact serialization; what private_key_jwt adds to every token request before it is sent"
+        "ns/request: wall / requests, median (min..max) over repetitions, one task, requests one after the other",
+        "token request: an ES256 client assertion: the claims' JSON, a 256-bit jti from the system generator, an "
+            + "ECDSA P-256 signature and the compact serialization; what private_key_jwt adds to every token request",
+        "API request: UserSessionController.authorizationHeaders(method:url:) with a fresh token, what the proxy and "
+            + "withAuthorization ask for per request: for a bearer session the token's hot path and one header (the "
+            + "floor); for a DPoP-bound session also a new proof (its key read back, the public JWK, a jti, ath = "
+            + "SHA-256 of the token, the signature through jwt-kit)",
+        "added to bearer: the proof's cost per API request, next to the milliseconds of the request itself",
     ]
 
     /// `lines` as an indented list under a table.

@@ -44,6 +44,13 @@ POST /introspect     form field token -> {"active": bool} (no authentication; fo
 GET|POST /elsewhere  the redirect target: counts redirect_target_hits, and redirect_target_saw_secret when the
                      request carried a refresh token, a client secret or an Authorization header.
 Client authentication is checked according to --auth (basic, post or none) with --client-id/--client-secret.
+
+DPoP (RFC 9449), for the fleet tests: a refresh with a `DPoP` header has its proof verified (joserfc, imported only
+then: typ dpop+jwt, alg ES256/EdDSA/RS256, the header's public jwk verifies the signature, htm POST, htu the token
+endpoint, iat within 60 s, jti never seen before); a family is bound to the thumbprint (RFC 7638) of its first
+proof, and a later refresh with another key or without a proof is answered 400 invalid_dpop_proof, rotating nothing.
+The answer to a refresh with a proof says token_type DPoP. /stats: refresh_jkts (the thumbprint of each successful
+refresh's proof, null without one), dpop_refused.
 """
 import argparse
 import base64
@@ -100,7 +107,11 @@ class State:
             "last_traceparent": None,
             "in_flight": 0,
             "peak_in_flight": 0,
+            "refresh_jkts": [],
+            "dpop_refused": 0,
         }
+        self.family_jkts = {}  # family id -> the thumbprint its refresh tokens are bound to
+        self.dpop_jtis = set()
         self.last_client_grant = {}  # scope -> (time issued, lifetime)
 
     def new_family(self):
@@ -415,20 +426,62 @@ class Handler(BaseHTTPRequestHandler):
                 # Echoes the token it was sent, as careless servers do; clients must not repeat it.
                 return self.reply(400, {"error": "invalid_grant",
                                         "error_description": "refresh token %s reused; family revoked" % token})
+            jkt, refusal = self.dpop_thumbprint(state, family)
+            if refusal:
+                state.stats["dpop_refused"] += 1
+                return self.reply(400, {"error": "invalid_dpop_proof", "error_description": refusal})
             record["used"] = True
+            state.stats["refresh_jkts"].append(jkt)
             refresh_token, access_token = state.issue(family)
             state.stats["refreshes"] += 1
             expires_in = state.expires_in
             if state.final_after is not None and state.stats["refreshes"] >= state.final_after:
                 expires_in = state.final_expires_in
-            response = {"access_token": access_token, "token_type": "Bearer", "refresh_token": refresh_token,
-                        "expires_in": expires_in}
+            response = {"access_token": access_token, "token_type": "DPoP" if jkt else "Bearer",
+                        "refresh_token": refresh_token, "expires_in": expires_in}
             if state.omit_refresh_token:
                 del response["refresh_token"]
             if self.form.get("scope"):
                 response["scope"] = self.form["scope"]
         self.reply(200, response)
 
+
+    def dpop_thumbprint(self, state, family):
+        """(the thumbprint of the request's valid DPoP proof or None, the reason it is refused or None); binds the
+        family to the first proof's key. Called under state.lock."""
+        proof = self.headers.get_all("DPoP") or []
+        bound = state.family_jkts.get(family)
+        if not proof:
+            return None, ("the refresh token is bound to a DPoP key" if bound else None)
+        if len(proof) != 1:
+            return None, "more than one DPoP header"
+        try:
+            from joserfc import jws
+            from joserfc.jwk import ECKey, OKPKey, RSAKey
+            header = json.loads(base64.urlsafe_b64decode(proof[0].split(".")[0] + "=="))
+            classes = {"EC": ECKey, "OKP": OKPKey, "RSA": RSAKey}
+            if header.get("typ") != "dpop+jwt" or header.get("alg") not in ("ES256", "EdDSA", "RS256"):
+                return None, "not a DPoP proof"
+            jwk = header.get("jwk") or {}
+            if any(name in jwk for name in ("d", "p", "q")):
+                return None, "the proof's jwk is private"
+            key = classes[jwk["kty"]].import_key(jwk)
+            claims = json.loads(jws.deserialize_compact(proof[0], key, algorithms=[header["alg"]]).payload)
+        except Exception as error:  # noqa: BLE001 - any failure is a refused proof
+            return None, "the proof does not verify (%s)" % type(error).__name__
+        target = "http://127.0.0.1:%d/token" % self.server.server_port
+        if claims.get("htm") != "POST" or claims.get("htu") != target:
+            return None, "the proof is for another request"
+        if not isinstance(claims.get("iat"), int) or abs(time.time() - claims["iat"]) > 60:
+            return None, "the proof is stale"
+        jkt = key.thumbprint()
+        if (jkt, claims.get("jti")) in state.dpop_jtis or not isinstance(claims.get("jti"), str):
+            return None, "the proof's jti was used before"
+        state.dpop_jtis.add((jkt, claims["jti"]))
+        if bound and bound != jkt:
+            return None, "the refresh token is bound to another key"
+        state.family_jkts[family] = jkt
+        return jkt, None
 
     def client_credentials(self):
         """RFC 6749 section 4.4 (called with the lock held)."""
