@@ -728,6 +728,9 @@ extension UserSessionController {
     ///   closed, replaced (another ``open(_:)``) or invalidated meanwhile, the authentication failure is not
     ///   replayed: this throws ``UserSessionError/Code/sessionNotOpen``, so an operation never runs with another
     ///   user's credentials.
+    /// - Note: A token bound with DPoP (``Credentials/dpopKey``) is refused without a proof of its key. For requests
+    ///   that may carry one, use ``withAuthorization(method:url:_:)``, which hands your closure the `Authorization`
+    ///   and `DPoP` headers for the request (and a bearer header otherwise).
     ///
     /// - Throws: what ``accessToken()`` throws; what `operation` throws; when the refresh needed for the replay
     ///   fails, that refresh's error (``UserSessionError/Code/refreshFailed``, or
