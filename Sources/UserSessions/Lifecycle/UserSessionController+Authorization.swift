@@ -60,7 +60,9 @@ extension UserSessionController {
         guard let key = gate.currentCredentials()?.dpopKey else { return [("Authorization", "Bearer " + token)] }
         guard let dpop = gate.refresher?.dpop else {
             throw UserSessionError(
-                .dpopProofFailed, "the credentials are bound to a DPoP key and the refresher has no DPoP proofs",
+                .dpopProofFailed,
+                "the credentials are bound to a DPoP key and the controller's refresher has no DPoP proofs (give it "
+                    + "a refresher with them, such as OpenIDConnectClient.tokenRefresher())",
                 failureClass: .misconfiguration)
         }
         let proof = try await dpop.proof(key: key, method: method, url: url, accessToken: token)
