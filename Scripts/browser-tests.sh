@@ -40,8 +40,11 @@
 # provider's session ends; forged logout tokens (alg none, wrong audience, no event, a nonce) are refused and one
 # for another session ends nothing; a back-channel logout ends the browser's session within 1 s on the instance that
 # received it and on the other one; a restart (SIGTERM, exit 0, B serves the browser meanwhile, start again) keeps
-# the browser signed in; and finally no cookie value or JWT in the example's logs, no cookie forwarded upstream, no
-# refresh token reused.
+# the browser signed in; in the FAPI 2.0 mode (a provider of its own switched to FAPI 2.0, an instance started with
+# --fapi-client-key), the sign-in pushes its request (the browser carries only client_id and request_uri), the proxy
+# sends a DPoP-bound token with a valid proof (the upstream answers cnf.jkt) and refreshes it with a proof of the
+# same key, the client authenticates with private_key_jwt; and finally no cookie value or JWT in the example's logs,
+# no cookie forwarded upstream, no refresh token reused.
 #
 # Selenium is pointed at Debian's chromedriver and Chromium explicitly and runs with SE_OFFLINE=true, so Selenium
 # Manager never downloads a browser or a driver. Chromium runs headless (--headless=new), with --no-sandbox (CI is

@@ -147,10 +147,11 @@ def tail(path, lines=40):
 
 
 class Provider:
-    """The OpenID Connect provider fixture (Tests/UserSessionsOpenIDConnectTests/Fixtures/oidc_provider.py)."""
+    """The OpenID Connect provider fixture (Tests/UserSessionsOpenIDConnectTests/Fixtures/oidc_provider.py); `name`
+    names its log (NAME.log in `workdir`)."""
 
-    def __init__(self, script, workdir):
-        self.process = Process("provider", ["python3", script], os.path.join(workdir, "provider.log"),
+    def __init__(self, script, workdir, name="provider"):
+        self.process = Process(name, ["python3", script], os.path.join(workdir, f"{name}.log"),
                                stdin=subprocess.PIPE)
         port = self.process.wait_for_line(lambda line: line.strip().isdigit(), timeout=60).strip()
         self.base = f"http://127.0.0.1:{port}"
@@ -167,6 +168,13 @@ class Provider:
             raise HarnessError(f"provider /control/stats: HTTP {status}")
         return json.loads(text)
 
+    def pushed_requests(self):
+        """The parameters of every authorization request pushed so far (PAR), in order."""
+        status, _, text = http("GET", self.base + "/control/par-requests")
+        if status != 200:
+            raise HarnessError(f"provider /control/par-requests: HTTP {status}")
+        return json.loads(text)["requests"]
+
     def close(self):
         if self.process.popen.stdin:
             self.process.popen.stdin.close()  # the fixture exits when its stdin closes
@@ -174,11 +182,14 @@ class Provider:
 
 
 class Example:
-    """One instance of the example server (HummingbirdServer serve …), restartable on the same port."""
+    """One instance of the example server (HummingbirdServer serve …), restartable on the same port. It keeps its
+    records in PostgreSQL (`postgres_url`), in files under `store`, or in memory. With `fapi_key`, a (PEM file, kid)
+    pair, it runs in the FAPI 2.0 mode (`--fapi-client-key FILE --fapi-client-key-id KID`) instead of
+    authenticating with the client secret."""
 
-    def __init__(self, name, binary, provider, workdir, postgres_url=None, port=None):
+    def __init__(self, name, binary, provider, workdir, postgres_url=None, port=None, store=None, fapi_key=None):
         self.name, self.binary, self.provider, self.workdir = name, binary, provider, workdir
-        self.postgres_url = postgres_url
+        self.postgres_url, self.store, self.fapi_key = postgres_url, store, fapi_key
         self.port = port or free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = os.path.join(workdir, f"example-{name}.log")
@@ -187,10 +198,16 @@ class Example:
 
     def argv(self):
         argv = [self.binary, "serve", "--port", str(self.port), "--issuer", self.provider.base,
-                "--client-id", "example-app", "--client-secret", "example-secret", "--public-url", self.base,
-                "--upstream", self.provider.base + "/api", "--sign-in-key", SIGN_IN_KEY]
+                "--client-id", "example-app"]
+        if self.fapi_key:
+            argv += ["--fapi-client-key", self.fapi_key[0], "--fapi-client-key-id", self.fapi_key[1]]
+        else:
+            argv += ["--client-secret", "example-secret"]
+        argv += ["--public-url", self.base, "--upstream", self.provider.base + "/api", "--sign-in-key", SIGN_IN_KEY]
         if self.postgres_url:
             argv += ["--postgres-url", self.postgres_url]
+        elif self.store:
+            argv += ["--store", self.store]
         return argv
 
     def start(self):
@@ -372,6 +389,17 @@ class Browser:
                 continue
             if response["url"].startswith(url_prefix):
                 found.append((response["url"], response["status"]))
+        return found
+
+    def requested_urls(self, url_prefix, method="GET"):
+        """Every URL starting with `url_prefix` the browser sent a `method` request to (redirects included), in
+        order."""
+        found = []
+        for event in self.network_events():
+            if event["method"] == "Network.requestWillBeSent":
+                request = event["params"]["request"]
+                if request["method"] == method and request["url"].startswith(url_prefix):
+                    found.append(request["url"])
         return found
 
     def all_cookies(self):

@@ -14,6 +14,11 @@ http://127.0.0.1). Each scenario gets a fresh browser profile, prints `scenario 
 `scenario NAME: FAILED: why`, and the run ends with `N passed, N failed`; the exit status is 1 when any failed.
 Screenshots of failures and every process's log stay in the artifacts directory.
 
+The FAPI 2.0 scenario starts a provider fixture of its own, switched to FAPI 2.0 (the switch and the client's
+private_key_jwt key cannot be undone, and A and B sign in with the client secret), and an instance of the example
+with that key (`--fapi-client-key FILE --fapi-client-key-id KID`) keeping its records in files in the artifacts
+directory; it ends both before the next scenario.
+
 Cookies are scoped by host, not by port: the browser sends the cookie A set to B as well (that is how a fleet
 behind one host name behaves) and also to the provider on 127.0.0.1, whose own cookie `op_session` it sends to the
 example in turn.
@@ -27,6 +32,7 @@ import sys
 import tempfile
 import time
 import traceback
+import urllib.parse
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -55,9 +61,11 @@ OPAQUE_TOKEN_SHAPED = re.compile(r"[A-Za-z0-9_-]{40,}")
 
 
 class Context:
-    def __init__(self, provider, a, b, attacker, artifacts, screenshot):
+    def __init__(self, provider, a, b, attacker, artifacts, screenshot, fixture):
         self.provider, self.a, self.b, self.attacker = provider, a, b, attacker
         self.artifacts, self.screenshot = artifacts, screenshot
+        self.fixture = fixture  # the provider fixture's script, for a scenario that needs a provider of its own
+        self.other_examples = []  # instances a scenario started besides A and B, whose logs are checked too
         self.cookie_values = set()  # every session cookie value seen, checked against the logs at the end
         self.page_screenshot = None  # the signed-in page, taken by the API scenario
 
@@ -65,11 +73,11 @@ class Context:
 # Steps shared by the scenarios -------------------------------------------------------------------------------------
 
 def sign_in(ctx, browser, example, path="/"):
-    """Opens `path` on `example` signed out, fills the provider's login form as alice, and returns once the
+    """Opens `path` on `example` signed out, fills its provider's login form as alice, and returns once the
     browser is back on `path`."""
     driver = browser.driver
     driver.get(example.base + path)
-    browser.wait(lambda d: d.current_url.startswith(ctx.provider.base + "/authorize")
+    browser.wait(lambda d: d.current_url.startswith(example.provider.base + "/authorize")
                  and d.find_elements(By.NAME, "username"), 30, "the provider's login form")
     driver.find_element(By.NAME, "username").send_keys(ALICE["username"])
     driver.find_element(By.NAME, "password").send_keys(ALICE["password"])
@@ -516,6 +524,84 @@ def _pending_rows():
     return int(out.strip())
 
 
+def scenario_fapi2_sign_in_pushes_its_request_and_the_proxy_sends_dpop_bound_tokens(ctx, browser):
+    """The FAPI 2.0 mode, against a provider fixture of its own switched to FAPI 2.0 (PAR and DPoP required,
+    private_key_jwt only, ES256 ID tokens) and an instance started with the client's ES256 key (--fapi-client-key):
+    the browser signs in through the login form with a pushed request (its authorization URL carries only client_id
+    and request_uri); the proxied API answers with a DPoP-bound token (cnf.jkt, the key the sign-in named); after
+    the provider expires every access token the proxy refreshes with a proof of that key and the call still
+    answers; the provider confirms the sign-out."""
+    provider = Provider(ctx.fixture, ctx.artifacts, name="provider-fapi")
+    example = None
+    try:
+        provider.control("/control/fapi", {"enabled": True})
+        provider.control("/control/sign-with", {"alg": "ES256"})  # FAPI 2.0 allows no RS256 ID token
+        key = provider.control("/control/client-key", {"client": "example-app", "alg": "ES256"})
+        key_path = os.path.join(ctx.artifacts, "fapi-client-key.pem")
+        with open(os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
+            handle.write(key["pem"])
+        # Its records in files: A and B's PostgreSQL namespace holds alice's tokens from the other provider.
+        example = Example("FAPI", ctx.a.binary, provider, ctx.artifacts, store=os.path.join(ctx.artifacts, "fapi"),
+                          fapi_key=(key_path, key["kid"]))
+        ctx.other_examples.append(example)
+        example.start()
+
+        sign_in(ctx, browser, example, "/")
+        assert_signed_in_page(browser, example)
+        assert_alice(user_json(browser))
+        authorizations = browser.requested_urls(provider.base + "/authorize")
+        assert authorizations, "the browser never went to the provider's /authorize"
+        for url in authorizations:
+            names = sorted(urllib.parse.parse_qs(urllib.parse.urlsplit(url).query, keep_blank_values=True))
+            assert names == ["client_id", "request_uri"], \
+                f"the browser's authorization request carried {names}, expected only client_id and request_uri"
+
+        status, body = call_api(browser)
+        assert status == "200", f"#api-status {status}, body {body}"
+        assert body.get("sub") == ALICE["sub"], f"API sub {body.get('sub')!r}"
+        jkt = (body.get("cnf") or {}).get("jkt")
+        assert isinstance(jkt, str) and len(jkt) == 43, \
+            f"the upstream saw no DPoP-bound token (cnf {body.get('cnf')!r}): the proxy sent a Bearer token"
+        pushed = provider.pushed_requests()
+        assert pushed and pushed[-1].get("dpop_jkt") == jkt, \
+            f"the pushed request's dpop_jkt {pushed[-1].get('dpop_jkt') if pushed else None!r} is not the " \
+            f"token's key {jkt!r}"
+        stats = provider.stats()
+        assert require_stat(stats, "par_requests") >= 1, f"par_requests {stats['par_requests']}"
+        assert require_stat(stats, "dpop_token_requests") >= 1, f"dpop_token_requests {stats['dpop_token_requests']}"
+        assert stats["last_auth"] == "private_key_jwt", f"last_auth {stats['last_auth']!r}"
+        assert require_stat(stats, "front_channel_refused") == 0, "the provider refused a front-channel request"
+
+        first = body.get("token_number")
+        assert isinstance(first, int), f"API token_number: {first!r}"
+        refreshed = len(require_stat(stats, "refresh_jkts"))
+        provider.control("/control/expire-access-tokens")
+        status, body = call_api(browser)
+        assert status == "200", f"after the expiry: #api-status {status}, body {body}"
+        assert isinstance(body.get("token_number"), int) and body["token_number"] > first, \
+            f"after the expiry: token_number {body.get('token_number')!r}, was {first}: no new access token"
+        assert (body.get("cnf") or {}).get("jkt") == jkt, f"after the refresh: cnf {body.get('cnf')!r}, was {jkt}"
+        stats = provider.stats()
+        assert stats["refresh_jkts"][refreshed:] == [jkt], \
+            f"refreshes since the expiry presented proofs of {stats['refresh_jkts'][refreshed:]}, expected [{jkt}]"
+        assert stats["last_auth"] == "private_key_jwt", f"last_auth {stats['last_auth']!r} after the refresh"
+        for key_name in ("dpop_refused", "token_errors", "refresh_reuse_detected", "api_requests_with_cookies"):
+            assert require_stat(stats, key_name) == 0, f"provider stat {key_name} is {stats[key_name]}"
+
+        browser.driver.find_element(By.ID, "logout").click()
+        browser.wait(lambda d: d.current_url.startswith(example.base + "/signed-out")
+                     and d.find_elements(By.ID, "signed-out"), 30, "the signed-out page")
+        confirmation = browser.driver.find_element(By.ID, "logout-state").text
+        assert confirmation == "confirmed by the provider", f"the post-logout state: {confirmation!r}"
+        user_json(browser, expected_status=401)
+        code = example.stop()
+        assert code == 0, f"the FAPI instance exited with {code} after SIGTERM (expected 0 within 30 s)"
+    finally:
+        if example:
+            example.close()
+        provider.close()
+
+
 SCENARIOS = [
     scenario_login_csrf_callback_from_another_profile_signs_nobody_in,
     scenario_login_flood_keeps_nothing_and_a_real_sign_in_succeeds,
@@ -527,13 +613,14 @@ SCENARIOS = [
     scenario_backchannel_logout_ends_session,
     scenario_backchannel_logout_reaches_other_instance,
     scenario_restart_keeps_browser_signed_in,
+    scenario_fapi2_sign_in_pushes_its_request_and_the_proxy_sends_dpop_bound_tokens,
 ]
 
 
 def check_logs(ctx):
     """No session cookie value and no JWT reached the example's logs; the proxy never forwarded a cookie and no
     refresh token was presented twice."""
-    for example in (ctx.a, ctx.b):
+    for example in (ctx.a, ctx.b, *ctx.other_examples):
         with open(example.log_path, errors="replace") as handle:
             log = handle.read()
         assert not JWT_SHAPED.search(log), f"a JWT-shaped string in {example.log_path}"
@@ -573,7 +660,7 @@ def run(args):
         b.start()
         attacker = AttackerSite()
         owned.append(attacker)
-        ctx = Context(provider, a, b, attacker, workdir, args.screenshot)
+        ctx = Context(provider, a, b, attacker, workdir, args.screenshot, args.fixture)
         print(f"provider {provider.base}, example A {a.base}, example B {b.base}, attacker {attacker.origin}")
         for scenario in SCENARIOS:
             name = scenario.__name__.removeprefix("scenario_")

@@ -26,14 +26,38 @@ public struct DPoPKey: Sendable, Hashable, Codable, CustomStringConvertible, Cus
     }
 
     /// The key's algorithm.
-    public var algorithm: Algorithm
+    public var algorithm: Algorithm { storage.algorithm }
     /// The private key, in the representation of the signer that made it. A secret.
-    public var privateKey: [UInt8]
+    public var privateKey: [UInt8] { storage.privateKey }
+
+    /// One reference, so that credentials without a key pay a word for it, and credentials with one copy a word.
+    private let storage: Storage
+
+    private final class Storage: Sendable {
+        let algorithm: Algorithm
+        let privateKey: [UInt8]
+
+        init(algorithm: Algorithm, privateKey: [UInt8]) {
+            self.algorithm = algorithm
+            self.privateKey = privateKey
+        }
+    }
 
     /// A key of `algorithm` whose private half is `privateKey`.
     public init(algorithm: Algorithm, privateKey: [UInt8]) {
-        self.algorithm = algorithm
-        self.privateKey = privateKey
+        storage = Storage(algorithm: algorithm, privateKey: privateKey)
+    }
+
+    /// Equal when the algorithm and the private key are.
+    public static func == (lhs: DPoPKey, rhs: DPoPKey) -> Bool {
+        lhs.storage === rhs.storage
+            || (lhs.algorithm == rhs.algorithm && lhs.privateKey == rhs.privateKey)
+    }
+
+    /// Hashes what ``==(_:_:)`` compares.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(algorithm)
+        hasher.combine(privateKey)
     }
 
     /// The algorithm only: `DPoPKey(ES256, <redacted>)`.

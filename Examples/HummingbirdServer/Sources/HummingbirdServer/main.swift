@@ -6,6 +6,11 @@
 //       [--store DIR]                                       (otherwise files under DIR; without either: memory)
 //       [--sign-in-key BASE64]    (32 bytes sealing the pending sign-ins browsers keep; a fleet shares one)
 //
+// The FAPI 2.0 Security Profile instead of `--client-secret`: `--fapi-client-key FILE --fapi-client-key-id KID`,
+// the client's ES256 private key (PEM) and the kid the provider knows its public key by. The client then
+// authenticates with private_key_jwt (assertions addressed to the issuer), pushes its authorization requests (PAR)
+// and gets DPoP-bound tokens: the proxy sends them upstream as `Authorization: DPoP`, each with a fresh `DPoP` proof.
+//
 // The browser holds an opaque cookie; the tokens stay on the server. `/` shows the signed-in user and calls the
 // upstream API through the token-forwarding proxy at `/upstream`; `/auth/…` signs in and out. It listens on
 // 127.0.0.1 only, logs to stderr (never a cookie value or a token), prints `listening on <url>` on stdout when
@@ -50,7 +55,8 @@ struct Arguments {
 
 struct UsageError: Error, CustomStringConvertible {
     var description: String {
-        "usage: HummingbirdServer serve --port P --issuer URL --client-id ID --client-secret SECRET "
+        "usage: HummingbirdServer serve --port P --issuer URL --client-id ID "
+            + "(--client-secret SECRET | --fapi-client-key FILE --fapi-client-key-id KID) "
             + "--public-url URL --upstream URL [--postgres-url URL | --store DIR] [--sign-in-key BASE64]"
     }
 }
@@ -87,24 +93,47 @@ struct Stores {
     }
 }
 
+/// The client's registration: a client secret (`client_secret_basic`), or with `--fapi-client-key` the FAPI 2.0
+/// profile: `private_key_jwt` with that ES256 key, DPoP-bound tokens and pushed authorization requests.
+func openIDConfiguration(
+    _ arguments: Arguments, issuer: URL, redirectURI: URL, signInKeys: PendingSignInKeys
+) throws -> OpenIDConnectConfiguration {
+    let id = try arguments.required("client-id")
+    let scopes = ["openid", "profile", "email", "offline_access"]
+    let values = arguments.values
+    switch (values["client-secret"], values["fapi-client-key"], values["fapi-client-key-id"]) {
+    case (let secret?, nil, nil):
+        return OpenIDConnectConfiguration(
+            clientAuthentication: .clientSecretBasic(id: id, secret: secret), redirectURI: redirectURI,
+            scopes: scopes, pendingSignInKeys: signInKeys)
+    case (nil, let file?, let keyID?):
+        let signer = try PrivateKeyJWTSigner(
+            pem: try String(contentsOfFile: file, encoding: .utf8), algorithm: .es256, keyID: keyID)
+        return OpenIDConnectConfiguration(
+            clientAuthentication: .privateKeyJWT(id: id, audience: .issuer(issuer.absoluteString), signer: signer),
+            redirectURI: redirectURI, scopes: scopes, pendingSignInKeys: signInKeys,
+            dpop: DPoPProofs(signer: DPoPSigner()), profile: .fapi2)
+    default:
+        throw UsageError()
+    }
+}
+
 func serve(_ arguments: Arguments, logger: Logger) async throws {
     guard let port = Int(try arguments.required("port")) else { throw UsageError() }
     let stores = try Stores(arguments, logger: logger)
     let configuration = WebSessionConfiguration(
         publicURL: try arguments.url("public-url"), postLogoutRedirectPath: "/signed-out")
-    let client = OAuth2TokenRefresher.ClientAuthentication.clientSecretBasic(
-        id: try arguments.required("client-id"), secret: try arguments.required("client-secret"))
     // Pending sign-ins live sealed in the browser that started them; every instance must open them.
     var signInKeys = PendingSignInKeys.random()
     if let key = arguments.values["sign-in-key"] {
         guard let bytes = Data(base64Encoded: key) else { throw UsageError() }
         signInKeys = try PendingSignInKeys(current: bytes)
     }
+    let issuer = try arguments.url("issuer")
     let openID = try OpenIDConnectClient(
-        issuer: try arguments.url("issuer"),
-        configuration: OpenIDConnectConfiguration(
-            clientAuthentication: client, redirectURI: configuration.callbackURL,
-            scopes: ["openid", "profile", "email", "offline_access"], pendingSignInKeys: signInKeys),
+        issuer: issuer,
+        configuration: try openIDConfiguration(
+            arguments, issuer: issuer, redirectURI: configuration.callbackURL, signInKeys: signInKeys),
         stateStore: stores.signIns)
     // Refreshes check the ID token a refresh response carries (OpenID Connect Core §12.2).
     let refresher = try await openID.tokenRefresher()
