@@ -12,7 +12,7 @@ import _CryptoExtras
 /// let dpop = DPoPProofs(signer: DPoPSigner())   // ES256 keys
 /// ```
 ///
-/// Keys are stored in ``UserSessions/DPoPKey/privateKey`` as swift-crypto's raw representation for ES256 (P-256)
+/// Keys are stored in `DPoPKey.privateKey` as swift-crypto's raw representation for ES256 (P-256)
 /// and EdDSA (Ed25519), and as PKCS #1 DER for RS256 (2048 bits). A proof's header carries `typ` `dpop+jwt`, the
 /// algorithm and the public key as a JWK; its claims are a `jti` of 256 random bits, `htm`, `htu`, `iat`, `ath`
 /// (base64url SHA-256 of the access token) for a resource request, and `nonce` when the server gave one.

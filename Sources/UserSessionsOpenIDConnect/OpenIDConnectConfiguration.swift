@@ -49,7 +49,7 @@ public struct OpenIDConnectConfiguration: Sendable {
     /// endpoint, starting a sign-in fails with ``OpenIDConnectError/Code/invalidConfiguration``.
     public var pushesAuthorizationRequests: Bool
     /// The DPoP proofs (RFC 9449) of sign-ins, or `nil` (the default) for bearer tokens. With them every sign-in
-    /// makes a key (``UserSessions/DPoPProofs/algorithm``), sends its thumbprint as `dpop_jkt`, exchanges the code with
+    /// makes a key (`DPoPProofs.algorithm`), sends its thumbprint as `dpop_jkt`, exchanges the code with
     /// a proof, refuses a token response that is not `token_type` `DPoP` (``OpenIDConnectError/Code/dpopDowngraded``)
     /// and puts the key in the session's credentials (`Credentials.dpopKey`), where every store keeps it. The
     /// refresher of ``OpenIDConnectClient/tokenRefresher(revocationEndpoint:)`` gets the same proofs.
@@ -169,7 +169,7 @@ public struct OpenIDConnectConfiguration: Sendable {
 }
 
 /// The security profile an ``OpenIDConnectClient`` holds its sign-ins to.
-public enum OpenIDConnectProfile: String, Sendable, Hashable, CustomStringConvertible {
+public enum OpenIDConnectProfile: Sendable, Hashable, CustomStringConvertible {
     /// OpenID Connect with PKCE (S256), the RFC 9207 `iss` when the provider sends it, and whatever the configuration
     /// turns on.
     case standard
@@ -181,6 +181,12 @@ public enum OpenIDConnectProfile: String, Sendable, Hashable, CustomStringConver
     /// ``OpenIDConnectError/Code/invalidConfiguration``; a callback without `iss` is refused.
     case fapi2
 
-    public var description: String { rawValue }
+    /// `standard` or `fapi2`.
+    public var description: String {
+        switch self {
+        case .standard: "standard"
+        case .fapi2: "fapi2"
+        }
+    }
 }
 #endif
