@@ -27,10 +27,14 @@ struct URLSessionConnectionLimitTests {
     }
 
     /// Starts `count` refreshes through `transport` and returns their tasks.
+    ///
+    /// Their deadline is far away: the fixture holds them on purpose while the test polls, and a deadline that passed
+    /// under the load of the whole suite would free a connection (letting a queued request through) and fail the
+    /// refresh, which is what made these tests flaky with the refresher's usual 30 s.
     private static func refreshes(
         _ count: Int, through transport: URLSessionHTTPTransport, on server: OAuthFixtureServer
     ) async throws -> [Task<Bool, Never>] {
-        let refresher = try TransportCheck.refresher(server, transport)
+        let refresher = try TransportCheck.refresher(server, transport, timeout: .seconds(600))
         var tasks: [Task<Bool, Never>] = []
         for family in try await server.issue(count: count) {
             tasks.append(
