@@ -117,6 +117,42 @@ struct DPoPTests {
         }
     }
 
+    /// The restart as it happens: this process signs in with DPoP, stores the session and lets it go; another
+    /// process (`FleetNode --dpop`, with a signer and proofs of its own) restores it from the same files and refreshes:
+    /// the provider, which binds the refresh token to the key, sees the same thumbprint.
+    @Test func anotherProcessOnTheSameStoreRefreshesWithTheStoredKey() async throws {
+        let executable = try #require(
+            locateBuiltExecutable(named: "FleetNode"), "FleetNode was not built next to the test bundle")
+        try await OpenIDProviderFixture.with { provider in
+            try await dpop(provider, ["required": true])
+            let directory = FileManager.default.temporaryDirectory.appending(path: "dpop-\(UUID().uuidString)")
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let proofs = DPoPProofs(signer: DPoPSigner())
+            let client = try client(provider, dpop: proofs)
+            let credentials = try await signIn(provider, client)
+            let thumbprint = try proofs.thumbprint(of: try #require(credentials.dpopKey))
+            let registry = UserSessionRegistry(
+                store: FileTokenStore(directory: directory), refresher: try await client.tokenRefresher())
+            var prototype = UserSessionPrototype(identifier: "alice", userInfo: UserInfo(id: "alice"))
+            prototype.credentials = credentials
+            prototype.credentials?.expiresAt = Date(timeIntervalSinceNow: -60)
+            _ = try await registry.open(prototype)
+            await registry.shutdown()
+            let node = try await NodeProcess.run(
+                executable,
+                [
+                    "--store", "file:" + directory.path, "--identifier", "alice", "--token-endpoint",
+                    provider.server.url("/token").absoluteString, "--client-id", "example-app", "--client-secret",
+                    "example-secret", "--tasks", "4", "--until-lifetime-over", "600", "--time-limit", "30",
+                    "--stop-on-error", "--dpop", "--name", "restarted",
+                ])
+            #expect(node.status == 0 && node.summary["errors"] as? Int == 0, "\(node.summaryLine)")
+            #expect(node.summary["refreshes"] as? Int == 1, "\(node.summaryLine)")
+            #expect(try await refreshThumbprints(provider) == [thumbprint])
+            #expect(try await provider.count("dpop_refused") == 0)
+        }
+    }
+
     @Test func aNonceChallengeAtTheTokenEndpointIsAnsweredOnceAndRefreshesOnce() async throws {
         try await OpenIDProviderFixture.with { provider in
             try await dpop(provider, ["required": true, "nonce": true])
