@@ -150,14 +150,12 @@ public final class OpenIDConnectClient: Sendable {
     func get(
         _ url: URL, what: String, code: OpenIDConnectError.Code, bearer: String? = nil, dpopKey: DPoPKey? = nil
     ) async throws(OpenIDConnectError) -> Data {
-        var response: HTTPTransportResponse
+        let response: HTTPTransportResponse
         do {
-            response = try await getOnce(url, bearer: bearer, dpopKey: dpopKey)
             // A resource server's DPoP nonce challenge is answered once, with the nonce it gave.
-            if dpopKey != nil, let dpop = configuration.dpop, dpop.noteAnswer(response, from: url) {
-                response = try await getOnce(url, bearer: bearer, dpopKey: dpopKey)
-                _ = dpop.noteAnswer(response, from: url)
-            }
+            response = try await DPoPProofs.answeringNonceChallenge(
+                with: dpopKey == nil ? nil : configuration.dpop, from: url
+            ) { try await getOnce(url, bearer: bearer, dpopKey: dpopKey) }
         } catch let error as UserSessionError {
             throw OpenIDConnectError(
                 code, "fetching \(what) failed: \(error.message)", failureClass: error.failureClass)
@@ -181,17 +179,11 @@ public final class OpenIDConnectClient: Sendable {
     /// One GET of `url`, with `bearer` as a bearer token, or as a DPoP-bound one with a proof signed by `dpopKey`.
     private func getOnce(_ url: URL, bearer: String?, dpopKey: DPoPKey?) async throws -> HTTPTransportResponse {
         var headers: HTTPTransportHeaders = [("Accept", "application/json")]
-        if let bearer, let dpopKey {
-            guard let dpop = configuration.dpop else {
-                throw UserSessionError(
-                    .dpopProofFailed, "the token is bound to a DPoP key and the configuration has no DPoP proofs",
-                    failureClass: .misconfiguration)
-            }
-            headers.add(name: "Authorization", value: "DPoP " + bearer)
-            headers.add(
-                name: "DPoP", value: try await dpop.proof(key: dpopKey, method: "GET", url: url, accessToken: bearer))
-        } else if let bearer {
-            headers.add(name: "Authorization", value: "Bearer " + bearer)
+        if let bearer {
+            let authorization = try await DPoPProofs.authorization(
+                token: bearer, key: dpopKey, proofs: configuration.dpop, holder: "the configuration", method: "GET",
+                url: url)
+            for field in authorization { headers.add(name: field.name, value: field.value) }
         }
         return try await client.send(.get, url, headers: headers, timeout: configuration.requestTimeout)
     }

@@ -39,10 +39,8 @@ extension UserSessionController {
     ) async throws -> HTTPTransportResponse {
         do {
             return try await withAccessToken(isAuthenticationFailure: { $0 is RefusedAuthorization }) { token in
-                var answer = try await send(authorizationHeaders(token: token, method: method, url: url))
-                if let dpop = gate.refresher?.dpop, dpop.noteAnswer(answer, from: url) {
-                    answer = try await send(authorizationHeaders(token: token, method: method, url: url))
-                    _ = dpop.noteAnswer(answer, from: url)
+                let answer = try await DPoPProofs.answeringNonceChallenge(with: gate.refresher?.dpop, from: url) {
+                    try await send(authorizationHeaders(token: token, method: method, url: url))
                 }
                 if answer.statusCode == 401 { throw RefusedAuthorization(answer: answer) }
                 return answer
@@ -57,16 +55,11 @@ extension UserSessionController {
     nonisolated func authorizationHeaders(token: String, method: String, url: URL) async throws
         -> HTTPTransportHeaders
     {
-        guard let key = gate.currentCredentials()?.dpopKey else { return [("Authorization", "Bearer " + token)] }
-        guard let dpop = gate.refresher?.dpop else {
-            throw UserSessionError(
-                .dpopProofFailed,
-                "the credentials are bound to a DPoP key and the controller's refresher has no DPoP proofs (give it "
-                    + "a refresher with them, such as OpenIDConnectClient.tokenRefresher())",
-                failureClass: .misconfiguration)
-        }
-        let proof = try await dpop.proof(key: key, method: method, url: url, accessToken: token)
-        return [("Authorization", "DPoP " + token), ("DPoP", proof)]
+        try await DPoPProofs.authorization(
+            token: token, key: gate.currentCredentials()?.dpopKey, proofs: gate.refresher?.dpop,
+            holder: "the controller's refresher (give it a refresher with them, such as "
+                + "OpenIDConnectClient.tokenRefresher())",
+            method: method, url: url)
     }
 }
 

@@ -146,13 +146,9 @@ public struct OAuth2TokenRefresher: TokenRefresher, Sendable {
         _ fields: [(String, String)], to endpoint: URL, through client: GuardedHTTPClient,
         failureCode: UserSessionError.Code, dpopKey: DPoPKey? = nil
     ) async throws -> HTTPTransportResponse {
-        let response = try await postOnce(
-            fields, to: endpoint, through: client, failureCode: failureCode, dpopKey: dpopKey)
-        guard let dpop, dpopKey != nil, dpop.noteAnswer(response, from: endpoint) else { return response }
-        let again = try await postOnce(
-            fields, to: endpoint, through: client, failureCode: failureCode, dpopKey: dpopKey)
-        _ = dpop.noteAnswer(again, from: endpoint)
-        return again
+        try await DPoPProofs.answeringNonceChallenge(with: dpopKey == nil ? nil : dpop, from: endpoint) {
+            try await postOnce(fields, to: endpoint, through: client, failureCode: failureCode, dpopKey: dpopKey)
+        }
     }
 
     private func postOnce(
@@ -182,12 +178,8 @@ public struct OAuth2TokenRefresher: TokenRefresher, Sendable {
             ]
         }
         if let dpopKey {
-            guard let dpop else {
-                throw UserSessionError(
-                    .dpopProofFailed, "the credentials are bound to a DPoP key and the refresher has no DPoP proofs",
-                    failureClass: .misconfiguration)
-            }
-            headers.add(name: "DPoP", value: try await dpop.proof(key: dpopKey, method: "POST", url: endpoint))
+            let proofs = try DPoPProofs.required(dpop, by: "the refresher")
+            headers.add(name: "DPoP", value: try await proofs.proof(key: dpopKey, method: "POST", url: endpoint))
         }
         do {
             var response = try await client.send(

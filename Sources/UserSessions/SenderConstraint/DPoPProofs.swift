@@ -118,6 +118,41 @@ public final class DPoPProofs: Sendable, CustomStringConvertible {
         }
     }
 
+    /// `proofs`, or for credentials bound to a key when there are none (`holder`, such as "the refresher", has no
+    /// proofs) the error: bound credentials are never sent without a proof.
+    package static func required(_ proofs: DPoPProofs?, by holder: String) throws(UserSessionError) -> DPoPProofs {
+        guard let proofs else {
+            throw UserSessionError(
+                .dpopProofFailed, "the credentials are bound to a DPoP key and \(holder) has no DPoP proofs",
+                failureClass: .misconfiguration)
+        }
+        return proofs
+    }
+
+    /// The headers that authorize a `method` request to `url` with `token`: `Authorization: Bearer`, or for a token
+    /// bound to `key` `Authorization: DPoP` and a proof from `proofs` (which `holder` must have, see
+    /// ``required(_:by:)``).
+    package static func authorization(
+        token: String, key: DPoPKey?, proofs: DPoPProofs?, holder: String, method: String, url: URL
+    ) async throws(UserSessionError) -> HTTPTransportHeaders {
+        guard let key else { return [("Authorization", "Bearer " + token)] }
+        let proof = try await required(proofs, by: holder).proof(key: key, method: method, url: url, accessToken: token)
+        return [("Authorization", "DPoP " + token), ("DPoP", proof)]
+    }
+
+    /// The answer of `send` for a request to `url`, with every `DPoP-Nonce` remembered: a nonce challenge
+    /// (``noteAnswer(_:from:)``) is sent once more, with a new proof carrying the new nonce, and never a third time.
+    /// Without `proofs` it is `send` alone.
+    package static func answeringNonceChallenge(
+        with proofs: DPoPProofs?, from url: URL, _ send: () async throws -> HTTPTransportResponse
+    ) async throws -> HTTPTransportResponse {
+        let answer = try await send()
+        guard let proofs, proofs.noteAnswer(answer, from: url) else { return answer }
+        let again = try await send()
+        _ = proofs.noteAnswer(again, from: url)
+        return again
+    }
+
     /// `htu`: the URL without query and fragment (RFC 9449 §4.2).
     static func target(of url: URL) -> String {
         guard var components = URLComponents(url: url, resolvingAgainstBaseURL: false) else {
