@@ -246,8 +246,7 @@ func base64URLDecode(_ text: some StringProtocol) -> Data? {
 
 /// Encodes bytes as unpadded base64url (package-wide: the benchmark spells its JWKs with it).
 package func base64URLEncode(_ bytes: some Sequence<UInt8>) -> String {
-    Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-        .replacingOccurrences(of: "=", with: "")
+    CanonicalBase64.encodeURL(bytes)
 }
 
 extension Duration {

@@ -73,21 +73,19 @@ public struct DPoPKey: Sendable, Hashable, Codable, CustomStringConvertible, Cus
 
     /// The stored form: the algorithm, a colon, and the private key in base64url without padding.
     package var storedForm: String {
-        algorithm.rawValue + ":" + Data(privateKey).base64EncodedString().base64URLWithoutPadding
+        algorithm.rawValue + ":" + CanonicalBase64.encodeURL(privateKey)
     }
 
-    /// The key in `storedForm`, or `nil` for text that is not one.
+    /// The key in `storedForm`, or `nil` for text that is not one (the key must be base64url in its one canonical
+    /// spelling, ``CanonicalBase64``).
     package init?(storedForm: String) {
         guard let colon = storedForm.firstIndex(of: ":") else { return nil }
-        let algorithm = String(storedForm[..<colon])
-        var encoded = String(storedForm[storedForm.index(after: colon)...])
-        guard !algorithm.isEmpty, !encoded.isEmpty,
-            encoded.utf8.allSatisfy({ $0 < 0x80 && Self.base64URLAlphabet.contains($0) })
-        else { return nil }
-        encoded = encoded.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        encoded += String(repeating: "=", count: (4 - encoded.utf8.count % 4) % 4)
-        guard let bytes = Data(base64Encoded: encoded) else { return nil }
-        self.init(algorithm: Algorithm(rawValue: algorithm), privateKey: Array(bytes))
+        let algorithm = storedForm[..<colon]
+        let encoded = storedForm[storedForm.index(after: colon)...]
+        guard !algorithm.isEmpty, !encoded.isEmpty, let bytes = CanonicalBase64.decodeURL(encoded.utf8) else {
+            return nil
+        }
+        self.init(algorithm: Algorithm(rawValue: String(algorithm)), privateKey: Array(bytes))
     }
 
     /// Reads the stored form (a string).
@@ -103,18 +101,5 @@ public struct DPoPKey: Sendable, Hashable, Codable, CustomStringConvertible, Cus
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         try container.encode(storedForm)
-    }
-
-    private static let base64URLAlphabet = Set(
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
-}
-
-extension String {
-    /// Standard base64 turned into base64url without padding (RFC 4648 §5).
-    package var base64URLWithoutPadding: String {
-        var text = self
-        text = text.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-        while text.hasSuffix("=") { text.removeLast() }
-        return text
     }
 }

@@ -63,6 +63,12 @@ package enum CanonicalBase64 {
         return values
     }()
 
+    /// `bytes` in base64url without padding (RFC 4648 §5, as JWS uses it): the one spelling ``decodeURL(_:)`` reads.
+    package static func encodeURL(_ bytes: some Sequence<UInt8>) -> String {
+        Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+
     /// The bytes of `text` in base64url without padding (RFC 4648 §5, as JWS uses it), or `nil` when it is not that
     /// or not canonical (a `=` is refused).
     package static func decodeURL(_ text: some Collection<UInt8>) -> Data? {
