@@ -53,7 +53,9 @@ struct ClientAssertionWorkload {
             ] {
                 let controller = try await Self.openedController(
                     key: try algorithm.map { try proofs.signer.makeKey($0) }, proofs: proofs)
-                let url = try require(URL(string: "https://api.example/v1/profile"))
+                guard let url = URL(string: "https://api.example/v1/profile") else {
+                    throw BenchmarkError("bad API URL")
+                }
                 var row = Measured(request: "API request", what: what, algorithm: algorithm?.rawValue ?? "-")
                 row.samples = try await measure(progress, label: "\(what) \(row.algorithm)") {
                     _ = try await controller.authorizationHeaders(method: "GET", url: url)
@@ -92,8 +94,9 @@ struct ClientAssertionWorkload {
     /// A controller with a session whose token stays fresh for a day, bound to `key` when one is given. Its
     /// refresher is never called; it only carries the proofs.
     private static func openedController(key: DPoPKey?, proofs: DPoPProofs) async throws -> UserSessionController {
+        guard let endpoint = URL(string: "http://127.0.0.1:9/token") else { throw BenchmarkError("bad token endpoint") }
         let refresher = try OAuth2TokenRefresher(
-            tokenEndpoint: try require(URL(string: "http://127.0.0.1:9/token")),
+            tokenEndpoint: endpoint,
             clientAuthentication: .publicClient(id: "bench-app"), dpop: proofs)
         let controller = UserSessionController(store: InMemoryTokenStore(), refresher: refresher)
         let credentials = Credentials(
@@ -105,15 +108,4 @@ struct ClientAssertionWorkload {
         return controller
     }
     #endif
-}
-
-/// `value`, or a thrown error naming what was missing (the benchmark has no test framework's `#require`).
-private func require<Value>(_ value: Value?, _ what: String = "a value") throws -> Value {
-    guard let value else { throw MissingValue(what: what) }
-    return value
-}
-
-private struct MissingValue: Error, CustomStringConvertible {
-    var what: String
-    var description: String { "missing \(what)" }
 }
