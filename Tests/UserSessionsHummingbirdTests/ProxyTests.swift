@@ -14,6 +14,8 @@ struct ProxyTests {
         let profileRequests = Locked(0)
         let acceptedToken = Locked("token-1")
         let release = OneShot<Bool>()
+        /// Where it listens, once it does.
+        let base = Locked<URL?>(nil)
 
         var router: Router<BasicRequestContext> {
             let router = Router()
@@ -67,17 +69,19 @@ struct ProxyTests {
     /// answers.
     func withProxy(
         refresher: ScriptedRefresher = ScriptedRefresher([.token("token-2")]), timeout: Duration = .seconds(30),
+        signedIn prototype: UserSessionPrototype = alice(),
         _ body: (Client, WebHarness, Upstream) async throws -> Void
     ) async throws {
         let upstream = Upstream()
         try await withLiveServer(upstream.router) { upstreamBase in
+            upstream.base.withLock { $0 = upstreamBase }
             let proxy = try TokenForwardingProxy(
                 upstream: upstreamBase.appending(path: "api"),
                 configuration: .init(maximumRequestBytes: 1024, maximumResponseBytes: 64 * 1024, timeout: timeout))
             let harness = try WebHarness(refresher: refresher)
             try await harness.run(upstream: proxy) { client in
                 var browser = client
-                browser.cookie = try await harness.signInAlice()
+                browser.cookie = try await harness.signInAlice(prototype)
                 try await body(browser, harness, upstream)
             }
             upstream.release.fulfil(true)
@@ -116,41 +120,32 @@ struct ProxyTests {
         var prototype = alice()
         prototype.credentials?.dpopKey = key
         prototype.credentials?.tokenType = "DPoP"
-        let upstream = Upstream()
-        try await withLiveServer(upstream.router) { upstreamBase in
-            let proxy = try TokenForwardingProxy(upstream: upstreamBase.appending(path: "api"))
-            let harness = try WebHarness(refresher: refresher)
-            try await harness.run(upstream: proxy) { client in
-                var browser = client
-                browser.cookie = try await harness.signInAlice(prototype)
-                let reply = try await browser.send(
-                    "POST", "/upstream/echo?q=1",
-                    headers: [("X-CSRF", "1"), ("Origin", browser.origin), ("DPoP", "forged.by.browser")],
-                    body: Data("hello".utf8))
-                #expect(reply.status == 200)
-                let headers = try #require(reply.json["headers"] as? [String: String])
-                #expect(headers["authorization"] == "DPoP token-1")
-                let proof = try #require(headers["dpop"])
-                let parts = proof.split(separator: ".")
-                #expect(parts.count == 3 && proof != "forged.by.browser")
-                let header = try Self.jsonPart(parts[0])
-                let claims = try Self.jsonPart(parts[1])
-                #expect(header["typ"] as? String == "dpop+jwt" && header["alg"] as? String == "ES256")
-                #expect((header["jwk"] as? [String: Any])?["d"] == nil, "only the public key")
-                #expect(claims["htm"] as? String == "POST")
-                #expect(claims["htu"] as? String == upstreamBase.appending(path: "api/echo").absoluteString)
-                #expect(claims["ath"] as? String == "PwiqzhIu4jaEMsHKI6BJvGQLr78A_fM6UkKfOLoS2_k", "SHA-256 of token-1")
-                #expect(refresher.refreshes == 0)
-            }
-            upstream.release.fulfil(true)
+        try await withProxy(refresher: refresher, signedIn: prototype) { browser, _, upstream in
+            let reply = try await browser.send(
+                "POST", "/upstream/echo?q=1",
+                headers: [("X-CSRF", "1"), ("Origin", browser.origin), ("DPoP", "forged.by.browser")],
+                body: Data("hello".utf8))
+            #expect(reply.status == 200)
+            let headers = try #require(reply.json["headers"] as? [String: String])
+            #expect(headers["authorization"] == "DPoP token-1")
+            let proof = try #require(headers["dpop"])
+            let parts = proof.split(separator: ".")
+            #expect(parts.count == 3 && proof != "forged.by.browser")
+            let header = try Self.jsonPart(parts[0])
+            let claims = try Self.jsonPart(parts[1])
+            #expect(header["typ"] as? String == "dpop+jwt" && header["alg"] as? String == "ES256")
+            #expect((header["jwk"] as? [String: Any])?["d"] == nil, "only the public key")
+            #expect(claims["htm"] as? String == "POST")
+            let echo = try #require(upstream.base.withLock { $0 }).appending(path: "api/echo")
+            #expect(claims["htu"] as? String == echo.absoluteString)
+            #expect(claims["ath"] as? String == "PwiqzhIu4jaEMsHKI6BJvGQLr78A_fM6UkKfOLoS2_k", "SHA-256 of token-1")
+            #expect(refresher.refreshes == 0)
         }
     }
 
     /// A JWS part's JSON object.
     static func jsonPart(_ part: Substring) throws -> [String: Any] {
-        var text = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        text += String(repeating: "=", count: (4 - text.utf8.count % 4) % 4)
-        let data = try #require(Data(base64Encoded: text))
+        let data = try #require(CanonicalBase64.decodeURL(part.utf8))
         return try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
     }
 
