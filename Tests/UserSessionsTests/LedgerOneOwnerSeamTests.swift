@@ -39,6 +39,59 @@ struct LedgerOneOwnerSeamTests {
         }
     }
 
+    // MARK: A restore that reads the record of a sign-in under way
+
+    @Test func aRestoreThatReadsTheRecordOfASignInMadeDuringItsReadWritesItsRotations() async throws {
+        let bench = Bench()
+        let restoring = bench.controller()
+        // The restore holds the identifier (and takes its fence) before its read, which waits for the sign-in.
+        let read = bench.store.holdNextLoadBeforeReading("alice")
+        let restore = Task { try await restoring.restore(identifier: "alice") }
+        await bench.store.loadsHeld.wait(for: 1)
+        let signingIn = bench.controller()
+        _ = try await signingIn.open(bench.server.signIn("alice", expiresIn: 10))
+        await signingIn.close()
+        // The restore reads the sign-in's record, written under the fence the sign-in made: its session must be
+        // fenced by that one, not by the one it took before the sign-in (whose writes the sign-in refuses).
+        read.open()
+        _ = try await restore.value
+        bench.time.advance(by: 20)
+        #expect(try await restoring.accessToken() == "alice/at-1")
+        await restoring.close()
+        // The rotation reached the store: the spent token is never read back and presented again.
+        #expect(await bench.store.stored("alice")?.credentials?.refreshToken == "alice/rt-1")
+        #expect(bench.ledger.entryCount == 0)
+        _ = try await bench.controller().restore(identifier: "alice")
+        #expect(bench.server.reuses == 0)
+    }
+
+    // MARK: An open whose first write failed
+
+    @Test func anOpenWhoseFirstWriteFailedLeavesNothingToWriteNotEvenARefreshMadeWhileItOpened() async throws {
+        let bench = Bench()
+        let controller = bench.controller()
+        let flights = controller.gate.backgroundTasks
+        // The sign-in's write is held; meanwhile its credentials are already served, and refreshed on demand.
+        let save = bench.store.holdNextSave(of: "alice")
+        let open = Task { try await controller.open(bench.server.signIn("alice", expiresIn: 10)) }
+        await bench.store.savesHeld.wait(for: 1)
+        bench.time.advance(by: 20)
+        let asked = Task { try await controller.accessToken() }
+        await bench.server.started.wait(for: 1)
+        // The store goes down: the sign-in is refused and the open fails.
+        bench.store.failWrites(true)
+        save.open()
+        await #expect(throws: UserSessionError.self) { try await open.value }
+        _ = await asked.result
+        await flights.last?.value
+        bench.store.failWrites(false)
+        // Its refresh belonged to a sign-in that never happened: nothing is left to write, by the gate or the ledger,
+        // and the store never gets a record for alice.
+        #expect(!bench.ledger.hasPendingWork("alice"))
+        #expect(bench.ledger.entryCount == 0)
+        #expect(await bench.store.stored("alice") == nil)
+    }
+
     // MARK: 2. A refusal recorded while the user signs in again
 
     @Test func aRefusalRecordedWhileTheUserSignsInAgainElsewhereDoesNotOverwriteTheSignIn() async throws {

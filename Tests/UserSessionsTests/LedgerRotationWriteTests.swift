@@ -69,7 +69,7 @@ struct LedgerRotationWriteTests {
         // Still unwritten, so still pending, and a restore reading the spent token gets the rotation.
         #expect(ledger.hasPendingWork("alice"))
         let stored = StoredSession(userInfo: Self.user, credentials: Self.sent)
-        let (read, adopted) = try ledger.readThrough(stored, identifier: "alice")
+        let (read, adopted) = try #require(try ledger.readThrough(stored, identifier: "alice", fence: fence))
         #expect(adopted)
         #expect(read.credentials == Self.rotated)
         // Any writer under the fence may write it.
@@ -86,7 +86,8 @@ struct LedgerRotationWriteTests {
         // Nothing is written for a signed-out user, but the spent token is never presented again.
         #expect(!ledger.hasPendingWork("alice"))
         let stored = StoredSession(userInfo: Self.user, credentials: Self.sent)
-        #expect(try ledger.readThrough(stored, identifier: "alice").session.credentials == Self.rotated)
+        let read = try #require(try ledger.readThrough(stored, identifier: "alice", fence: ledger.fence("alice")))
+        #expect(read.session.credentials == Self.rotated)
         ledger.release("alice")
     }
 
@@ -142,8 +143,39 @@ struct LedgerRotationWriteTests {
         #expect(asked == 1, "nothing is sent for credentials whose newest refresh was refused")
         let stored = StoredSession(userInfo: Self.user, credentials: Self.sent)
         #expect(throws: UserSessionError(.refreshTokenRefused, "")) {
-            try ledger.readThrough(stored, identifier: "alice")
+            try ledger.readThrough(stored, identifier: "alice", fence: ledger.fence("alice"))
         }
+        ledger.release("alice")
+    }
+
+    @Test func aSessionThatLetTheIdentifierGoNeverLeadsARefreshOfTheEntryMadeAfterIt() async throws {
+        let ledger = CredentialsLedger(store: InMemoryTokenStore())
+        // The session took its fence and let go: the entry was dropped, and a restore made a new one since.
+        let fence = ledger.hold("alice")
+        ledger.release("alice")
+        #expect(ledger.entryCount == 0)
+        let restoreFence = ledger.hold("alice")
+        #expect(restoreFence > fence)
+        var asked = 0
+        let orphan = await ledger.refresh(
+            identifier: "alice", userInfo: Self.user, credentials: Self.sent, fence: fence
+        ) {
+            asked += 1
+            return .success(Self.rotated)
+        }
+        // Its rotation would belong to no live session (fenced, unwritten): the token it holds is never sent.
+        #expect(orphan.errorCode == .sessionNotOpen)
+        #expect(asked == 0)
+        // A session of the new entry refreshes as usual.
+        let current = await ledger.refresh(
+            identifier: "alice", userInfo: Self.user, credentials: Self.sent, fence: restoreFence
+        ) {
+            asked += 1
+            return .success(Self.rotated)
+        }
+        #expect(current.errorCode == nil)
+        #expect(asked == 1)
+        #expect(ledger.hasPendingWork("alice"))
         ledger.release("alice")
     }
 }

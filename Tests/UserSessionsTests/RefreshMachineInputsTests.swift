@@ -214,6 +214,21 @@ struct RefreshMachineInputsTests {
         #expect(targets.orphan.map { ExactIdentifier.areEqual($0.identifier, Self.composed) } == true)
     }
 
+    /// A session signing in writes under no fence until its sign-in lands; a refresh of it that outlived it (a
+    /// close came while the sign-in was written) takes the fence the sign-in made, so its rotation reaches the
+    /// record the sign-in wrote, and one whose sign-in never lands keeps a fence that matches nothing.
+    @Test func anOrphanOfASessionSigningInWritesUnderTheFenceItsSignInMade() throws {
+        var machine = Self.machine(activeAs: "alice")
+        #expect(machine.ledgerFence == RefreshStateMachine.signingInFence)
+        let job = try #require(machine.tokenAsked(now: Self.start).1.refresh)
+        #expect(job.ledgerFence == RefreshStateMachine.signingInFence)
+        _ = machine.deactivated()
+        _ = machine.signedIn(identifier: "alice", revision: nil, ledgerFence: 42)
+        let (targets, _) = machine.refreshReturned(
+            flightID: job.flightID, newCredentials: RefreshStateMachineTests.refreshed(1, expiresAt: Self.start + 3600))
+        #expect(targets.orphan?.ledgerFence == 42)
+    }
+
     /// A commit takes the slot in the same input that receives the refresh's result when the slot is free, waits for
     /// it when another writer holds it, and hands it on in the input that receives the write's result.
     @Test func aCommitTakesTheFreeSlotWithTheResultAndReleasesItWithTheWrite() async throws {

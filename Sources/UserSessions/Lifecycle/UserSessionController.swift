@@ -404,7 +404,7 @@ extension UserSessionController {
                 try await gate.withPersistSlot { _ in
                     gate.activate(
                         identifier: prototype.identifier, userInfo: prototype.userInfo,
-                        credentials: prototype.credentials, generation: generation)
+                        credentials: prototype.credentials, generation: generation, signingIn: true)
                     try await runOpeningStep {
                         try await gate.writeOpening(
                             StoredSession(userInfo: prototype.userInfo, credentials: prototype.credentials),
@@ -640,13 +640,11 @@ extension UserSessionController {
         }
     }
 
-    /// ``restoreInTurn(identifier:)`` without its measurement.
-    private func restoreStoredSession(identifier: String) async throws -> UserSession {
-        // Held from before the read until the session's gate takes the hold over: a rotation the store has not
-        // taken yet, or a refresh in flight, cannot leave the ledger in between. Released here if nothing opens.
-        let fence = gate.ledger.hold(identifier)
-        var handedOver = false
-        defer { if !handedOver { gate.ledger.release(identifier, schedule: gate.ledgerSchedule) } }
+    /// Reads `identifier`'s record (with its revision from a coordinated store).
+    ///
+    /// - Throws: ``UserSessionError/Code/noStoredSession`` when nothing is stored, and the store's failure as a
+    ///   ``UserSessionError`` (`storeCorrupt` is announced).
+    private func readStoredRecord(_ identifier: String) async throws -> (StoredSession, UInt64?) {
         let loaded: StoredSession?
         var revision: UInt64?
         do {
@@ -664,9 +662,32 @@ extension UserSessionController {
         guard let record = loaded else {
             throw UserSessionError(.noStoredSession, "nothing is stored under the identifier")
         }
+        return (record, revision)
+    }
+
+    /// ``restoreInTurn(identifier:)`` without its measurement.
+    private func restoreStoredSession(identifier: String) async throws -> UserSession {
+        // Held from before the read until the session's gate takes the hold over: a rotation the store has not
+        // taken yet, or a refresh in flight, cannot leave the ledger in between. Released here if nothing opens.
+        var fence = gate.ledger.hold(identifier)
+        var handedOver = false
+        defer { if !handedOver { gate.ledger.release(identifier, schedule: gate.ledgerSchedule) } }
+        var (record, revision) = try await readStoredRecord(identifier)
         // Read through the ledger: an unwritten rotation replaces the spent token the store still holds, and a
         // refused refresh token fails at once without contacting the server.
-        let (stored, adopted) = try gate.ledger.readThrough(record, identifier: identifier)
+        var readThrough = try gate.ledger.readThrough(record, identifier: identifier, fence: fence)
+        if readThrough == nil {
+            // A sign-in or a sign-out raced the read: read again in the write turn, where none can interleave, so
+            // the session's fence is the one its record was written under.
+            let turn = await gate.ledger.enterWriteTurn(identifier, fence: nil)
+            defer { if let turn { gate.ledger.leaveWriteTurn(identifier, token: turn) } }
+            fence = gate.ledger.fence(identifier)
+            (record, revision) = try await readStoredRecord(identifier)
+            readThrough = try gate.ledger.readThrough(record, identifier: identifier, fence: fence)
+        }
+        guard let (stored, adopted) = readThrough else {
+            throw UserSessionError(.storeFailure, "the stored session changed while it was read")
+        }
         let now = configuration.clock.now()
         var needsRefresh = false
         if let credentials = stored.credentials, credentials.isExpired(at: now) {

@@ -114,10 +114,12 @@ final class CredentialsGate: Sendable {
     /// `revision` is the revision of the coordinated store's record the credentials were read from (a restore);
     /// with a coordinated store the session also follows the store's changes until ``deactivate()``.
     /// `heldFence` is the fence of a ledger hold the caller (a restore) already took for `identifier`: the gate takes
-    /// that hold over instead of holding a second time.
+    /// that hold over instead of holding a second time. A session `signingIn` writes under no fence until its
+    /// opening write lands (``writeOpening(_:identifier:)``): what it refreshes before then belongs to a sign-in
+    /// that may fail.
     func activate(
         identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64, restoring: Bool = false,
-        revision: UInt64? = nil, heldFence: UInt64? = nil
+        revision: UInt64? = nil, heldFence: UInt64? = nil, signingIn: Bool = false
     ) {
         disarmRetryTimer()
         stopWatchingStore()
@@ -131,7 +133,8 @@ final class CredentialsGate: Sendable {
         modifyStateAndRunActions {
             $0.activated(
                 identifier: identifier, userInfo: userInfo, credentials: credentials, generation: generation,
-                restoring: restoring, revision: revision, ledgerFence: fence)
+                restoring: restoring, revision: revision,
+                ledgerFence: signingIn ? RefreshStateMachine.signingInFence : fence)
         }
         startWatchingStore(identifier: identifier, generation: generation)
     }

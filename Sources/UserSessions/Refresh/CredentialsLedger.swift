@@ -61,7 +61,7 @@ final class CredentialsLedger: Sendable {
 
     /// A fence value never used before in this process: an entry that is dropped and made again never matches a
     /// fence taken from its predecessor.
-    private static func nextFence() -> UInt64 {
+    fileprivate static func nextFence() -> UInt64 {
         fences.wrappingAdd(1, ordering: .relaxed).newValue
     }
 
@@ -131,6 +131,23 @@ final class CredentialsLedger: Sendable {
         var signedOut: Bool {
             get { detail?.signedOut ?? false }
             set { made().signedOut = newValue }
+        }
+        /// A sign-in or a sign-out holds the write turn: the record may change on either side of its fence.
+        var fencingWrite: Bool {
+            get { detail?.fencingWrite ?? false }
+            set { made().fencingWrite = newValue }
+        }
+        /// The fence this entry was made with. Fences only grow, so a session's fence older than this one was taken
+        /// from an entry dropped since: that session let the identifier go (nobody held it in between), and a
+        /// refresh it still runs is an orphan that may no longer present a token
+        /// (``CredentialsLedger/refresh(identifier:userInfo:credentials:fence:call:)``).
+        var bornFence: UInt64 { detail?.bornFence ?? fence }
+
+        /// The fence changes (a sign-in or a sign-out): the first change keeps the fence the entry was made with.
+        mutating func renewFence() {
+            let detail = made()
+            if detail.bornFence == nil { detail.bornFence = fence }
+            fence = CredentialsLedger.nextFence()
         }
         /// The token of the write holding the write turn, if one does.
         var turn: UInt64? {
@@ -245,6 +262,8 @@ final class CredentialsLedger: Sendable {
         var retrying = false
         var schedule: Schedule?
         var signedOut = false
+        var bornFence: UInt64?
+        var fencingWrite = false
         var turn: UInt64?
         var turnQueue: [TurnWaiter] = []
         var lateWrites = 0
@@ -333,25 +352,46 @@ final class CredentialsLedger: Sendable {
 
     // MARK: - Reading through
 
-    /// What a restore of `identifier` must use instead of `stored`: the unwritten rotation when the store still
-    /// holds a refresh token it spent.
+    /// What a restore of `identifier` that read `stored` while holding the identifier under `fence` must use
+    /// instead: the unwritten rotation when the store still holds a refresh token it spent.
+    ///
+    /// Returns `nil` when a sign-in or a sign-out of `identifier` changed the fence since `fence` was taken, or is
+    /// under way: `stored` may come from either side of it, and the session would be fenced against its own record
+    /// (its rotations never written). The restore then reads again in the write turn, where none can interleave.
     ///
     /// - Throws: ``UserSessionError/Code/refreshTokenRefused`` when the stored refresh token was refused for good
     ///   (recorded here or in the store).
-    func readThrough(_ stored: StoredSession, identifier: String) throws -> (session: StoredSession, adopted: Bool) {
-        let answer = entries.withLock { entries -> StoredSession? in
-            guard let entry = entries[ExactIdentifier(identifier)] else { return nil }
-            guard let credentials = stored.credentials else { return nil }
+    func readThrough(_ stored: StoredSession, identifier: String, fence: UInt64) throws -> (
+        session: StoredSession, adopted: Bool
+    )? {
+        enum Answer {
+            case raced
+            case stored
+            case replaced(StoredSession)
+        }
+        let answer = entries.withLock { entries -> Answer in
+            guard let entry = entries[ExactIdentifier(identifier)] else { return .stored }
+            guard entry.fence == fence, !entry.fencingWrite else { return .raced }
+            guard let credentials = stored.credentials else { return .stored }
             switch entry.known(credentials) {
-            case .refused: return stored.markedRefused()
-            case .rotated(let rotated): return StoredSession(userInfo: stored.userInfo, credentials: rotated)
-            case nil: return nil
+            case .refused: return .replaced(stored.markedRefused())
+            case .rotated(let rotated): return .replaced(StoredSession(userInfo: stored.userInfo, credentials: rotated))
+            case nil: return .stored
             }
         }
-        let result = answer ?? stored
-        if result.refreshTokenRefused { throw Self.refusedError }
-        return (result, answer != nil)
+        let read: (session: StoredSession, adopted: Bool)
+        switch answer {
+        case .raced: return nil
+        case .stored: read = (stored, false)
+        case .replaced(let replaced): read = (replaced, true)
+        }
+        if read.session.refreshTokenRefused { throw Self.refusedError }
+        return read
     }
+
+    /// The session asking was closed before its refresh sent anything, and nobody holds the identifier since.
+    static let releasedError = UserSessionError(
+        .sessionNotOpen, "the session ended before its refresh was sent", failureClass: .cancelled)
 
     static let refusedError = UserSessionError(
         .refreshTokenRefused,
@@ -386,7 +426,17 @@ final class CredentialsLedger: Sendable {
             case .rotated(let rotated): return .answered(.success(rotated))
             case nil: break
             }
-            guard entry.flights.lead(sent) else { return .join }
+            if entry.flights.isRunning(sent) { return .join }
+            // Only a session that held the identifier through this entry's life leads a refresh: a fence older than
+            // the entry's birth means the entry was dropped since, so nobody held it after that session let go. Its
+            // refresh, an orphan that has sent nothing yet, must not send now: its rotation would belong to nobody
+            // (fenced, unwritten, forgotten with the entry) while the store keeps the token it spent.
+            // A session still signing in (its fence is 0) may refresh: its result is fenced, and its own commit
+            // writes it once the sign-in landed.
+            guard fence == RefreshStateMachine.signingInFence || fence >= entry.bornFence else {
+                return .answered(.failure(Self.releasedError))
+            }
+            _ = entry.flights.lead(sent)
             return .run(Flight(presented: credentials, sent: sent, fence: fence))
         }
         switch step {
@@ -687,9 +737,22 @@ final class CredentialsLedger: Sendable {
     /// store took it does the fence change (``signedIn(_:)``). Returns what `write` returned and the new fence; a
     /// sign-in the store refused changes nothing.
     func signIn<Value>(_ identifier: String, write: () async throws -> Value) async throws -> (Value, UInt64) {
-        try await withWriteTurn(identifier) {
+        try await withFencingWrite(identifier) {
             let value = try await write()
             return (value, signedIn(identifier))
+        }
+    }
+
+    /// Runs `body`, a sign-in or a sign-out, in `identifier`'s write turn, marked as under way while it runs: a
+    /// restore that read the record meanwhile may have read either side of it (``readThrough(_:identifier:fence:)``).
+    private func withFencingWrite<Value>(_ identifier: String, _ body: () async throws -> Value) async rethrows
+        -> Value
+    {
+        try await withWriteTurn(identifier) {
+            let key = ExactIdentifier(identifier)
+            modify(key) { $0.fencingWrite = true }
+            defer { modify(key) { $0.fencingWrite = false } }
+            return try await body()
         }
     }
 
@@ -698,7 +761,7 @@ final class CredentialsLedger: Sendable {
     /// (``signedOut(identifier:)``): every write waiting or taken before is refused. A sign-out the store refused
     /// changes nothing, so it loses nothing: the user is still signed in, with the newest credentials.
     func signOut(_ identifier: String, remove: () async throws -> Void) async throws {
-        try await withWriteTurn(identifier) {
+        try await withFencingWrite(identifier) {
             try await remove()
             signedOut(identifier: identifier)
         }
@@ -711,7 +774,7 @@ final class CredentialsLedger: Sendable {
     @discardableResult
     func signedIn(_ identifier: String) -> UInt64 {
         modify(ExactIdentifier(identifier)) { entry in
-            entry.fence = Self.nextFence()
+            entry.renewFence()
             entry.signedOut = false
             entry.refused = nil
             entry.unwritten = false
@@ -724,7 +787,7 @@ final class CredentialsLedger: Sendable {
     /// flight writes nothing.
     func signedOut(identifier: String) {
         modify(ExactIdentifier(identifier)) { entry in
-            entry.fence = Self.nextFence()
+            entry.renewFence()
             entry.signedOut = true
             entry.unwritten = false
             entry.refused = nil

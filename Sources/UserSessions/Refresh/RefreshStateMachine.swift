@@ -192,9 +192,20 @@ extension RefreshStateMachine {
         return .resume(leftovers, with: .failure(Self.notOpenError))
     }
 
+    /// The fence of a session whose sign-in has not landed yet: it matches no fence of the ledger, so nothing the
+    /// session refreshes before then is written unless the sign-in lands
+    /// (``signedIn(identifier:revision:ledgerFence:)`` gives it the fence the sign-in made). An open whose first
+    /// write failed leaves nothing to write.
+    static let signingInFence: UInt64 = 0
+
     /// The opening write of a sign-in landed (as `revision` in a coordinated store) and the ledger renewed the
     /// identifier's fence: the session's writes are taken under `ledgerFence`, and the session holds that revision.
     mutating func signedIn(identifier: String, revision: UInt64?, ledgerFence: UInt64) -> Actions {
+        // A refresh of this session that outlived it (a close came while the record was being written) writes to
+        // the record the sign-in made: under the new fence, like the session would have.
+        for (id, orphan) in orphans where orphan.ledgerFence == Self.signingInFence {
+            if ExactIdentifier.areEqual(orphan.identifier, identifier) { orphans[id]?.ledgerFence = ledgerFence }
+        }
         guard active else { return .none }
         if let revision, ExactIdentifier.areEqual(self.identifier, identifier) {
             base = StoredBase(revision: revision, refreshToken: credentials?.refreshToken)

@@ -9,6 +9,7 @@ final class GatedStore: TokenStore {
     let base = InMemoryTokenStore()
     private struct State {
         var heldLoads: [String: AsyncGate] = [:]
+        var heldReads: [String: AsyncGate] = [:]
         var heldSaves: [String: AsyncGate] = [:]
         var failWrites = false
         var failRemoves = false
@@ -30,6 +31,14 @@ final class GatedStore: TokenStore {
         return gate
     }
 
+    /// Holds the next load of `identifier` before it reads the record (so it returns what is stored when the gate
+    /// opens), until the returned gate opens.
+    func holdNextLoadBeforeReading(_ identifier: String) -> AsyncGate {
+        let gate = AsyncGate()
+        state.withLock { $0.heldReads[identifier] = gate }
+        return gate
+    }
+
     /// Holds the next save of `identifier` before it writes, until the returned gate opens.
     func holdNextSave(of identifier: String) -> AsyncGate {
         let gate = AsyncGate()
@@ -41,6 +50,10 @@ final class GatedStore: TokenStore {
     func failRemoves(_ fail: Bool) { state.withLock { $0.failRemoves = fail } }
 
     func load(identifier: String) async throws -> StoredSession? {
+        if let gate = state.withLock({ $0.heldReads.removeValue(forKey: identifier) }) {
+            loadsHeld.arrive()
+            await gate.wait()
+        }
         let stored = try await base.load(identifier: identifier)
         if let gate = state.withLock({ $0.heldLoads.removeValue(forKey: identifier) }) {
             loadsHeld.arrive()
