@@ -23,6 +23,17 @@ struct LedgerRotationWriteTests {
         #expect((try? result.get()) == Self.rotated)
     }
 
+    /// Refreshes alice's `credentials` under `fence` against a server that answers with the rotation, counting in
+    /// `asked` whether it was asked.
+    func presenting(
+        _ credentials: Credentials, _ ledger: CredentialsLedger, fence: UInt64, asked: inout Int
+    ) async -> Result<Credentials, UserSessionError> {
+        await ledger.refresh(identifier: "alice", userInfo: Self.user, credentials: credentials, fence: fence) {
+            asked += 1
+            return .success(Self.rotated)
+        }
+    }
+
     @Test func aRecordedRotationIsPendingUntilAWriteInTheTurnLandsIt() async throws {
         let ledger = CredentialsLedger(store: InMemoryTokenStore())
         let fence = ledger.hold("alice")
@@ -133,12 +144,7 @@ struct LedgerRotationWriteTests {
         #expect(refused.errorCode == .refreshFailed)
         #expect(asked == 1)
 
-        let older = await ledger.refresh(
-            identifier: "alice", userInfo: Self.user, credentials: Self.sent, fence: fence
-        ) {
-            asked += 1
-            return .success(Self.rotated)
-        }
+        let older = await presenting(Self.sent, ledger, fence: fence, asked: &asked)
         #expect(older.errorCode == .refreshTokenRefused)
         #expect(asked == 1, "nothing is sent for credentials whose newest refresh was refused")
         let stored = StoredSession(userInfo: Self.user, credentials: Self.sent)
@@ -157,22 +163,12 @@ struct LedgerRotationWriteTests {
         let restoreFence = ledger.hold("alice")
         #expect(restoreFence > fence)
         var asked = 0
-        let orphan = await ledger.refresh(
-            identifier: "alice", userInfo: Self.user, credentials: Self.sent, fence: fence
-        ) {
-            asked += 1
-            return .success(Self.rotated)
-        }
+        let orphan = await presenting(Self.sent, ledger, fence: fence, asked: &asked)
         // Its rotation would belong to no live session (fenced, unwritten): the token it holds is never sent.
         #expect(orphan.errorCode == .sessionNotOpen)
         #expect(asked == 0)
         // A session of the new entry refreshes as usual.
-        let current = await ledger.refresh(
-            identifier: "alice", userInfo: Self.user, credentials: Self.sent, fence: restoreFence
-        ) {
-            asked += 1
-            return .success(Self.rotated)
-        }
+        let current = await presenting(Self.sent, ledger, fence: restoreFence, asked: &asked)
         #expect(current.errorCode == nil)
         #expect(asked == 1)
         #expect(ledger.hasPendingWork("alice"))
