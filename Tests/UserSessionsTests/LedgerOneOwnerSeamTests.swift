@@ -45,7 +45,7 @@ struct LedgerOneOwnerSeamTests {
         let bench = Bench()
         let restoring = bench.controller()
         // The restore holds the identifier (and takes its fence) before its read, which waits for the sign-in.
-        let read = bench.store.holdNextLoadBeforeReading("alice")
+        let read = bench.store.holdNextLoad(of: "alice", beforeReading: true)
         let restore = Task { try await restoring.restore(identifier: "alice") }
         await bench.store.loadsHeld.wait(for: 1)
         let signingIn = bench.controller()

@@ -8,8 +8,8 @@ import Foundation
 final class GatedStore: TokenStore {
     let base = InMemoryTokenStore()
     private struct State {
-        var heldLoads: [String: AsyncGate] = [:]
-        var heldReads: [String: AsyncGate] = [:]
+        /// The next load's hold, and whether it waits before reading the record (else after).
+        var heldLoads: [String: (gate: AsyncGate, beforeReading: Bool)] = [:]
         var heldSaves: [String: AsyncGate] = [:]
         var failWrites = false
         var failRemoves = false
@@ -24,18 +24,12 @@ final class GatedStore: TokenStore {
 
     init() {}
 
-    /// Holds the next load of `identifier` after it read the record, until the returned gate opens.
-    func holdNextLoad(of identifier: String) -> AsyncGate {
+    /// Holds the next load of `identifier` until the returned gate opens: after it read the record (so it returns
+    /// what was stored before the hold), or, `beforeReading`, before it reads (so it returns what is stored when the
+    /// gate opens).
+    func holdNextLoad(of identifier: String, beforeReading: Bool = false) -> AsyncGate {
         let gate = AsyncGate()
-        state.withLock { $0.heldLoads[identifier] = gate }
-        return gate
-    }
-
-    /// Holds the next load of `identifier` before it reads the record (so it returns what is stored when the gate
-    /// opens), until the returned gate opens.
-    func holdNextLoadBeforeReading(_ identifier: String) -> AsyncGate {
-        let gate = AsyncGate()
-        state.withLock { $0.heldReads[identifier] = gate }
+        state.withLock { $0.heldLoads[identifier] = (gate, beforeReading) }
         return gate
     }
 
@@ -50,14 +44,15 @@ final class GatedStore: TokenStore {
     func failRemoves(_ fail: Bool) { state.withLock { $0.failRemoves = fail } }
 
     func load(identifier: String) async throws -> StoredSession? {
-        if let gate = state.withLock({ $0.heldReads.removeValue(forKey: identifier) }) {
+        let hold = state.withLock { $0.heldLoads.removeValue(forKey: identifier) }
+        if let hold, hold.beforeReading {
             loadsHeld.arrive()
-            await gate.wait()
+            await hold.gate.wait()
         }
         let stored = try await base.load(identifier: identifier)
-        if let gate = state.withLock({ $0.heldLoads.removeValue(forKey: identifier) }) {
+        if let hold, !hold.beforeReading {
             loadsHeld.arrive()
-            await gate.wait()
+            await hold.gate.wait()
         }
         return stored
     }
