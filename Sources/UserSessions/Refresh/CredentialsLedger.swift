@@ -61,7 +61,7 @@ final class CredentialsLedger: Sendable {
 
     /// A fence value never used before in this process: an entry that is dropped and made again never matches a
     /// fence taken from its predecessor.
-    fileprivate static func nextFence() -> UInt64 {
+    private static func nextFence() -> UInt64 {
         fences.wrappingAdd(1, ordering: .relaxed).newValue
     }
 

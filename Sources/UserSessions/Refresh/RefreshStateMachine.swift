@@ -203,8 +203,9 @@ extension RefreshStateMachine {
     mutating func signedIn(identifier: String, revision: UInt64?, ledgerFence: UInt64) -> Actions {
         // A refresh of this session that outlived it (a close came while the record was being written) writes to
         // the record the sign-in made: under the new fence, like the session would have.
-        for (id, orphan) in orphans where orphan.ledgerFence == Self.signingInFence {
-            if ExactIdentifier.areEqual(orphan.identifier, identifier) { orphans[id]?.ledgerFence = ledgerFence }
+        for (id, orphan) in orphans
+        where orphan.ledgerFence == Self.signingInFence && ExactIdentifier.areEqual(orphan.identifier, identifier) {
+            orphans[id]?.ledgerFence = ledgerFence
         }
         guard active else { return .none }
         if let revision, ExactIdentifier.areEqual(self.identifier, identifier) {
