@@ -54,18 +54,18 @@ final class OneShot<Value: Sendable>: Sendable {
             defer { state.waiters = [] }
             return state.waiters
         }
-        for waiter in waiters { waiter.resume(returning: value) }
+        for waiter in waiters { waiter.resumeVisibly(returning: value) }
     }
 
     var value: Value {
         get async {
-            await withCheckedContinuation { continuation in
+            await withVisibleCheckedContinuation { continuation in
                 let ready = state.withLock { state -> Value? in
                     if let value = state.value { return value }
                     state.waiters.append(continuation)
                     return nil
                 }
-                if let ready { continuation.resume(returning: ready) }
+                if let ready { continuation.resumeVisibly(returning: ready) }
             }
         }
     }

@@ -24,14 +24,14 @@ struct SealedResealSeamTests {
 
         func letGo(_ identifier: String) {
             let waiting = held.withLock { $0.removeValue(forKey: identifier) }
-            if let waiting, let waiting { waiting.resume() }
+            if let waiting, let waiting { waiting.resumeVisibly() }
         }
 
         func load(identifier: String) async throws -> StoredSession? {
             let stored = try await base.load(identifier: identifier)
             let hold = held.withLock { $0[identifier] != nil }
             if hold {
-                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                await withVisibleCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                     held.withLock { $0[identifier] = .some(continuation) }
                     arrived.withLock { $0 = true }
                 }

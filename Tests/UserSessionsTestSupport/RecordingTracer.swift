@@ -1,6 +1,7 @@
 #if Tracing
 import Synchronization
 import Tracing
+import UserSessions
 
 /// An in-memory tracer for the tracing tests: it keeps every span that ended, links spans through a W3C-shaped
 /// trace and span identifier in the context, and injects and extracts `traceparent`.
@@ -40,14 +41,14 @@ package final class RecordingTracer: Tracer {
     /// Waits until `count` spans named `name` have ended, and returns them (a span ends after the operation it
     /// measures has returned to its caller, so a test waits for it instead of guessing).
     package func waitForSpans(named name: String, count: Int = 1) async -> [RecordedSpan] {
-        await withCheckedContinuation { continuation in
+        await withVisibleCheckedContinuation { continuation in
             let ready = state.withLock { state -> [RecordedSpan]? in
                 let spans = state.ended.filter { $0.name == name }
                 if spans.count >= count { return spans }
                 state.waiters.append(Waiter(name: name, count: count, continuation: continuation))
                 return nil
             }
-            if let ready { continuation.resume(returning: ready) }
+            if let ready { continuation.resumeVisibly(returning: ready) }
         }
     }
 
@@ -64,7 +65,7 @@ package final class RecordingTracer: Tracer {
             }
             return ready
         }
-        for (continuation, spans) in ready { continuation.resume(returning: spans) }
+        for (continuation, spans) in ready { continuation.resumeVisibly(returning: spans) }
     }
 
     package func startSpan<Instant: TracerInstant>(

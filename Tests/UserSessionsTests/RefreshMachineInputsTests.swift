@@ -94,7 +94,7 @@ struct RefreshMachineInputsTests {
                     cancelled: true)
                 startedRefresh = actions.refresh != nil
                 if let (caller, result) = actions.caller, let caller, case .failure(let error) = result {
-                    caller.resume(throwing: error)
+                    caller.resumeVisibly(throwing: error)
                 } else {
                     continuation.resumeVisibly(throwing: UserSessionError(.wrongState, "no caller action"))
                 }
@@ -246,13 +246,13 @@ struct RefreshMachineInputsTests {
         _ = machine.slotReleased(ticket: other)
         // The slot is kept for the waiting commit, which gets it when it waits (as the gate does) and reports again
         // holding it.
-        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+        await withVisibleUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
             guard case .resume(let own) = machine.slotAwaited(ticket: ticket, continuation: continuation).slot else {
                 Issue.record("the released slot was not kept for the waiting commit")
-                continuation.resume()
+                continuation.resumeVisibly()
                 return
             }
-            own.resume()
+            own.resumeVisibly()
         }
         let holding = machine.refreshReturned(flightID: job.flightID, newCredentials: new, holding: ticket).0
         #expect(holding.ticket == ticket)

@@ -129,14 +129,14 @@ struct RefreshStateMachineTests {
             Issue.record("a cancelled waiter gets CancellationError")
             return
         }
-        six.resume(throwing: CancellationError())
+        six.resumeVisibly(throwing: CancellationError())
         #expect(machine.waiterCancelled(id: 6).caller == nil, "a tombstone is not found twice")
         for missing: UInt64 in [3, 4, 7, 10] {
             #expect(machine.waiterCancelled(id: missing).caller == nil, "id \(missing) never waited")
         }
         let foundNine = machine.waiterCancelled(id: 9).caller
         let nine = try #require(foundNine?.continuation, "the last waiter is found")
-        nine.resume(returning: Self.refreshed(1, expiresAt: Self.start + 3600), token: "token for 9")
+        nine.resumeVisibly(returning: Self.refreshed(1, expiresAt: Self.start + 3600), token: "token for 9")
         #expect(machine.flights.waiters.map(\.id) == [1, 2, 5, 6, 9])
         #expect(machine.flights.waiters.map { $0.continuation == nil } == [true, false, false, true, true])
 
@@ -144,7 +144,7 @@ struct RefreshStateMachineTests {
         #expect(try await callers[9]?.value == "token for 9")
         await #expect(throws: CancellationError.self) { try await callers[6]?.value }
         for waiter in machine.deactivated().waiters {
-            waiter.continuation?.resume(
+            waiter.continuation?.resumeVisibly(
                 returning: Self.refreshed(1, expiresAt: Self.start + 3600), token: "token for \(waiter.id)")
         }
         #expect(try await callers[2]?.value == "token for 2")
@@ -491,14 +491,14 @@ struct RefreshStateMachineTests {
             return
         }
         #expect(!machine.slot.finishWrite(ticket: second.ticket))
-        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+        await withVisibleUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
             guard case .resume(let own) = machine.slotAwaited(ticket: second.ticket, continuation: continuation).slot
             else {
                 Issue.record("the slot was the second writer's already")
-                continuation.resume()
+                continuation.resumeVisibly()
                 return
             }
-            own.resume()
+            own.resumeVisibly()
         }
         #expect(machine.slot.tryAcquire(ticket: second.ticket))
     }

@@ -468,9 +468,9 @@ final class CredentialsGate: Sendable {
         case .success(let credentials):
             // Token waiters get this one copy of the token: one retain each, not a copy of the credentials.
             let token = credentials.accessToken
-            for waiter in waiters { waiter.continuation?.resume(returning: credentials, token: token) }
+            for waiter in waiters { waiter.continuation?.resumeVisibly(returning: credentials, token: token) }
         case .failure(let error):
-            for waiter in waiters { waiter.continuation?.resume(throwing: error) }
+            for waiter in waiters { waiter.continuation?.resumeVisibly(throwing: error) }
         }
     }
 }
@@ -781,8 +781,9 @@ extension CredentialsGate {
         emit(actions.events)
         if let (continuation, result) = actions.caller {
             switch result {
-            case .success(let credentials): continuation?.resume(returning: credentials, token: credentials.accessToken)
-            case .failure(let error): continuation?.resume(throwing: error)
+            case .success(let credentials):
+                continuation?.resumeVisibly(returning: credentials, token: credentials.accessToken)
+            case .failure(let error): continuation?.resumeVisibly(throwing: error)
             }
         }
         if !actions.waiters.isEmpty { Self.resume(actions.waiters, with: actions.waitersResult) }

@@ -614,7 +614,7 @@ final class CredentialsLedger: Sendable {
 
     /// Leaves the write turn `token` holds, handing it to the next write waiting whose fence still holds.
     func leaveWriteTurn(_ identifier: String, token: UInt64) {
-        modify(ExactIdentifier(identifier)) { entry in handOver(&entry, from: token) }.resume()
+        modify(ExactIdentifier(identifier)) { entry in handOver(&entry, from: token) }.deliver()
     }
 
     /// Takes the turn from the write holding it as `token`, which overran a close's deadline (the gate's
@@ -625,7 +625,7 @@ final class CredentialsLedger: Sendable {
             guard entry.turn == token else { return Handover() }
             entry.lateWrites += 1
             return handOver(&entry, from: token)
-        }.resume()
+        }.deliver()
     }
 
     /// Runs `body` in `identifier`'s write turn, if the fence is still `fence` when the turn comes (always when
@@ -652,7 +652,7 @@ final class CredentialsLedger: Sendable {
         var granted: (continuation: UnsafeContinuation<UInt64?, Never>, token: UInt64)?
         var refused: [UnsafeContinuation<UInt64?, Never>] = []
 
-        func resume() {
+        func deliver() {
             for continuation in refused { continuation.resumeVisibly(returning: nil) }
             if let (continuation, token) = granted { continuation.resumeVisibly(returning: token) }
         }
@@ -713,7 +713,7 @@ final class CredentialsLedger: Sendable {
             if let schedule, entry.unwritten, entry.schedule == nil { entry.schedule = schedule }
             return (.done, startLoopIfNeeded(&entry), handover)
         }
-        handover.resume()
+        handover.deliver()
         if start { startWriteLoop(identifier) }
         return landing
     }
@@ -852,7 +852,7 @@ final class CredentialsLedger: Sendable {
                 }
                 return ((current, entry.rotations.filter(\.rotated).map(\.sent)), Handover())
             }
-            handover.resume()
+            handover.deliver()
             guard let (session, spent) = job else { return }
             var wrote = false
             do {
@@ -873,7 +873,7 @@ final class CredentialsLedger: Sendable {
                     entry.unwritten = false
                     entry.retrying = false
                     return handOver(&entry, from: turn)
-                }.resume()
+                }.deliver()
                 return
             } catch {
                 wrote = false
@@ -888,7 +888,7 @@ final class CredentialsLedger: Sendable {
                 if !entry.unwritten { entry.retrying = false }
                 return (.done, handover)
             }
-            handedOver.resume()
+            handedOver.deliver()
             if landing == .removeAgain { try? await store.remove(identifier: identifier) }
             let done = entries.withLock { entries in !(entries[key]?.retrying ?? false) }
             if done { return }

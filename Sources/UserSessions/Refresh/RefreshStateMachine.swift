@@ -446,7 +446,7 @@ extension RefreshStateMachine {
         case token(UnsafeContinuation<String, any Error>)
         case credentials(UnsafeContinuation<Credentials, any Error>)
 
-        func resume(throwing error: any Error) {
+        func resumeVisibly(throwing error: any Error) {
             switch self {
             case .token(let continuation): continuation.resumeVisibly(throwing: error)
             case .credentials(let continuation): continuation.resumeVisibly(throwing: error)
@@ -455,7 +455,7 @@ extension RefreshStateMachine {
 
         /// Resumes with `credentials`, or only their access token (`token`, the same value, copied once by the
         /// caller for all waiters).
-        func resume(returning credentials: Credentials, token: String) {
+        func resumeVisibly(returning credentials: Credentials, token: String) {
             switch self {
             case .token(let continuation): continuation.resumeVisibly(returning: token)
             case .credentials(let continuation): continuation.resumeVisibly(returning: credentials)
