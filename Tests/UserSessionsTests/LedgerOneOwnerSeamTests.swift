@@ -92,6 +92,46 @@ struct LedgerOneOwnerSeamTests {
         #expect(await bench.store.stored("alice") == nil)
     }
 
+    // MARK: A refresh made while its session signed in, whose write the store refused
+
+    @Test func aRefreshMadeWhileItsSessionSignedInReachesTheStoreAfterItsWriteFailedAndTheSessionClosed()
+        async throws
+    {
+        let bench = Bench()
+        let controller = bench.controller()
+        // The sign-in's write is held; meanwhile its credentials are served, and refreshed on demand: the refresh
+        // runs under the fence of a session signing in, so the ledger learns its rotation only as knowledge.
+        let signIn = bench.store.holdNextSave(of: "alice")
+        let open = Task { try await controller.open(bench.server.signIn("alice", expiresIn: 10)) }
+        await bench.store.savesHeld.wait(for: 1)
+        let commit = bench.store.holdNextSave(of: "alice")
+        bench.time.advance(by: 20)
+        let asked = Task { try await controller.accessToken() }
+        await bench.server.started.wait(for: 1)
+        // The sign-in lands; the refresh's own write is held, and the store goes down before it is made.
+        signIn.open()
+        _ = try await open.value
+        await bench.store.savesHeld.wait(for: 2)
+        bench.store.failWrites(true)
+        commit.open()
+        #expect(try await asked.value == "alice/at-1")
+        // The session closes with the store still down: its final write fails too.
+        await controller.close()
+        bench.store.failWrites(false)
+        let ledger = bench.ledger
+        try await withHangGuard("the ledger writes what the closed session could not") {
+            await bench.time.advanceOnEachSleep { ledger.entryCount > 0 }
+        }
+
+        // The store holds the rotation, not the refresh token it spent: a restore never presents that one again.
+        #expect(await bench.store.stored("alice")?.credentials?.refreshToken == "alice/rt-1")
+        let restarted = bench.controller()
+        _ = try await restarted.restore(identifier: "alice")
+        bench.time.advance(by: 3600)
+        #expect(try await restarted.accessToken() == "alice/at-2")
+        #expect(bench.server.reuses == 0)
+    }
+
     // MARK: 2. A refusal recorded while the user signs in again
 
     @Test func aRefusalRecordedWhileTheUserSignsInAgainElsewhereDoesNotOverwriteTheSignIn() async throws {

@@ -900,8 +900,11 @@ extension CredentialsGate {
         backgroundWork.withLock { work in
             if work.writeTurn?.token == turn { work.writeTurn = nil }
         }
+        var failed: StoredSession?
+        if case .failed = outcome { failed = target.stored }
         let landing = ledger.writeFinished(
-            target.identifier, fence: target.ledgerFence, wrote: wrote, schedule: ledgerSchedule, turn: turn)
+            target.identifier, fence: target.ledgerFence, wrote: wrote, failed: failed, schedule: ledgerSchedule,
+            turn: turn)
         return (outcome, landing)
     }
 

@@ -693,11 +693,17 @@ final class CredentialsLedger: Sendable {
     }
 
     /// A write that holds the turn `turn` under `fence` finished, and leaves the turn; `credentials` is what it
-    /// wrote (when it did).
+    /// wrote (when it did), `failed` what it tried to write when the store refused it.
+    ///
+    /// The ledger owns "unwritten" for every write of the identifier, not only for the rotations it recorded: a
+    /// write that failed under the fence leaves its credentials unwritten here unless something newer is known, so
+    /// once no controller holds the identifier the write loop writes them. (A refresh made while its session was
+    /// signing in ran under no fence and was recorded only as knowledge; its commit's failed write is how the ledger
+    /// learns that the store lacks it.)
     @discardableResult
     func writeFinished(
-        _ identifier: String, fence: UInt64, wrote credentials: Credentials?, schedule: Schedule? = nil,
-        turn: UInt64
+        _ identifier: String, fence: UInt64, wrote credentials: Credentials?, failed: StoredSession? = nil,
+        schedule: Schedule? = nil, turn: UInt64
     ) -> Landing {
         let (landing, start, handover) = modify(ExactIdentifier(identifier)) { entry -> (Landing, Bool, Handover) in
             // A write that no longer holds its turn lost it to a close's deadline: it landed late.
@@ -710,6 +716,7 @@ final class CredentialsLedger: Sendable {
                 return (entry.signedOut && credentials != nil ? .removeAgain : .done, false, handover)
             }
             if let credentials { landed(&entry, credentials) }
+            if let failed { notLanded(&entry, failed) }
             if let schedule, entry.unwritten, entry.schedule == nil { entry.schedule = schedule }
             return (.done, startLoopIfNeeded(&entry), handover)
         }
@@ -731,6 +738,14 @@ final class CredentialsLedger: Sendable {
             // store; the rotation still answers a controller presenting a token it spent.
             entry.unwritten = false
         }
+    }
+
+    /// A write of `session` failed: the store may lack it. It becomes the rotation to write unless the ledger knows
+    /// newer credentials reached from it (it is then an older version, and the newest is what must land).
+    private func notLanded(_ entry: inout Entry, _ session: StoredSession) {
+        guard let credentials = session.credentials, entry.latestRotation(of: credentials) == nil else { return }
+        entry.current = session
+        entry.unwritten = true
     }
 
     /// The user signs in: `write` stores the sign-in's record in the identifier's write turn, and only once the
