@@ -37,6 +37,15 @@ struct LedgerOneOwnerSeamTests {
                 while done.count == 0 && ledger.writersWaiting(identifier) == 0 { await Task.yield() }
             }
         }
+
+        /// Advances the clock at each sleep (the ledger's write loop backs off on it) until the ledger holds no entry:
+        /// what it had to write reached the store, or was given up.
+        func waitUntilTheLedgerLetsGo(_ what: String, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+            let (ledger, time) = (self.ledger, self.time)
+            try await withHangGuard(what, sourceLocation: sourceLocation) {
+                await time.advanceOnEachSleep { ledger.entryCount > 0 }
+            }
+        }
     }
 
     // MARK: A restore that reads the record of a sign-in under way
@@ -118,10 +127,7 @@ struct LedgerOneOwnerSeamTests {
         // The session closes with the store still down: its final write fails too.
         await controller.close()
         bench.store.failWrites(false)
-        let ledger = bench.ledger
-        try await withHangGuard("the ledger writes what the closed session could not") {
-            await bench.time.advanceOnEachSleep { ledger.entryCount > 0 }
-        }
+        try await bench.waitUntilTheLedgerLetsGo("the ledger writes what the closed session could not")
 
         // The store holds the rotation, not the refresh token it spent: a restore never presents that one again.
         #expect(await bench.store.stored("alice")?.credentials?.refreshToken == "alice/rt-1")
@@ -217,10 +223,7 @@ struct LedgerOneOwnerSeamTests {
         // Still signed in: the store holds her record, and the rotation it has not taken reaches it once it is back.
         bench.store.failWrites(false)
         bench.store.failRemoves(false)
-        let ledger = bench.ledger
-        try await withHangGuard("the ledger lets alice go") {
-            await bench.time.advanceOnEachSleep { ledger.entryCount > 0 }
-        }
+        try await bench.waitUntilTheLedgerLetsGo("the ledger lets alice go")
 
         #expect(await bench.store.stored("alice")?.credentials?.refreshToken == "alice/rt-1")
         let restarted = bench.controller()
