@@ -138,6 +138,26 @@ struct LedgerOneOwnerSeamTests {
         #expect(bench.server.reuses == 0)
     }
 
+    @Test func anUpdateTheStoreRefusedIsNeverWrittenLaterNotEvenAfterTheSessionClosed() async throws {
+        let bench = Bench()
+        let controller = bench.controller()
+        _ = try await controller.open(bench.server.signIn("alice", expiresIn: 3600))
+        // Credentials handed over while the store is down: the update throws, and nothing changes.
+        bench.store.failWrites(true)
+        let handedOver = Credentials(
+            accessToken: "alice/at-elsewhere", refreshToken: "alice/rt-elsewhere",
+            expiresAt: bench.time.now.addingTimeInterval(3600), source: .signIn)
+        await #expect(throws: UserSessionError.self) { try await controller.updateCredentials(handedOver) }
+        #expect(try await controller.accessToken() == "alice/at-0")
+        await controller.close()
+        bench.store.failWrites(false)
+        try await bench.waitUntilTheLedgerLetsGo("the ledger lets alice go")
+
+        // The ledger learns of the failed writes of a session's own credentials only: an update the caller was told
+        // failed never lands later.
+        #expect(await bench.store.stored("alice")?.credentials?.refreshToken == "alice/rt-0")
+    }
+
     // MARK: 2. A refusal recorded while the user signs in again
 
     @Test func aRefusalRecordedWhileTheUserSignsInAgainElsewhereDoesNotOverwriteTheSignIn() async throws {

@@ -849,18 +849,17 @@ extension CredentialsGate {
     /// active session's newer credentials again.
     ///
     /// With a ``CoordinatedTokenStore`` the write is conditional on the revision the session holds; see
-    /// ``writeOutcome(_:ticket:overwrite:)``, which also says when the store held something newer.
+    /// ``writeOutcome(_:ticket:kind:)``, which also says when the store held something newer.
     func write(_ target: RefreshStateMachine.PersistTarget, ticket: UInt64) async -> (any Error)? {
         await writeOutcome(target, ticket: ticket).error
     }
 
     /// Like ``write(_:ticket:)``, telling a write that was superseded by a newer record in a coordinated store
-    /// (which is left as it is) from one that was written or failed. With `overwrite`, a coordinated write
-    /// replaces whatever is stored (used for credentials the caller hands over explicitly).
-    func writeOutcome(_ target: RefreshStateMachine.PersistTarget, ticket: UInt64, overwrite: Bool = false) async
+    /// (which is left as it is) from one that was written or failed.
+    func writeOutcome(_ target: RefreshStateMachine.PersistTarget, ticket: UInt64, kind: WriteKind = .own) async
         -> WriteOutcome
     {
-        let (outcome, landing) = await performWrite(target, overwrite: overwrite)
+        let (outcome, landing) = await performWrite(target, kind: kind)
         writeReturned(target, ticket: ticket, landing: landing)
         return outcome
     }
@@ -871,7 +870,7 @@ extension CredentialsGate {
     /// the write's return to the machine (``writeReturned(_:ticket:landing:)``, or in a commit's last critical
     /// section).
     private func performWrite(
-        _ target: RefreshStateMachine.PersistTarget, overwrite: Bool = false
+        _ target: RefreshStateMachine.PersistTarget, kind: WriteKind = .own
     ) async -> (WriteOutcome, CredentialsLedger.Landing) {
         guard let turn = await ledger.enterWriteTurn(target.identifier, fence: target.ledgerFence) else {
             return (.failed(UserSessionError(.sessionNotOpen, "the user signed out; the write was dropped")), .done)
@@ -879,8 +878,8 @@ extension CredentialsGate {
         backgroundWork.withLock { $0.writeTurn = (target.identifier, turn) }
         var outcome: WriteOutcome
         do {
-            if let coordinated = coordinatedStore, overwrite || target.baseRevision != nil {
-                outcome = try await conditionalWrite(target, store: coordinated, overwrite: overwrite)
+            if let coordinated = coordinatedStore, kind == .handedOver || target.baseRevision != nil {
+                outcome = try await conditionalWrite(target, store: coordinated, overwrite: kind == .handedOver)
             } else {
                 try await store.save(target.stored, identifier: target.identifier)
                 outcome = .written
@@ -900,8 +899,10 @@ extension CredentialsGate {
         backgroundWork.withLock { work in
             if work.writeTurn?.token == turn { work.writeTurn = nil }
         }
+        // The session's own credentials the store refused are the ledger's to write; credentials handed over whose
+        // write failed change nothing.
         var failed: StoredSession?
-        if case .failed = outcome { failed = target.stored }
+        if case .failed = outcome, kind == .own { failed = target.stored }
         let landing = ledger.writeFinished(
             target.identifier, fence: target.ledgerFence, wrote: wrote, failed: failed, schedule: ledgerSchedule,
             turn: turn)
@@ -978,7 +979,7 @@ extension CredentialsGate {
             guard let (generation, target) = inspect({ $0.updateTarget(credentials) }) else {
                 throw RefreshStateMachine.notOpenError
             }
-            if let error = await writeOutcome(target, ticket: ticket, overwrite: true).error { throw error }
+            if let error = await writeOutcome(target, ticket: ticket, kind: .handedOver).error { throw error }
             // Emitted holding the slot, so `deactivate()` (which waits for it) returns only after the event.
             modifyStateAndRunActions { $0.credentialsUpdated(credentials, generation: generation) }
         }
@@ -1046,6 +1047,16 @@ extension CredentialsGate {
 /// subscription to the store's changes. Nothing here runs on the hot path.
 extension CredentialsGate {
     /// How a write ended.
+    /// Whose credentials a write carries.
+    enum WriteKind {
+        /// The session's own newest credentials (a refresh's commit, a retry, the final flush, an orphan's
+        /// rotation): when the store refuses them, the ledger keeps them as unwritten.
+        case own
+        /// Credentials the caller hands over (``update(_:)``): a coordinated write replaces whatever is stored, and a
+        /// failed write changes nothing (the caller is told).
+        case handedOver
+    }
+
     enum WriteOutcome {
         case written
         case failed(any Error)

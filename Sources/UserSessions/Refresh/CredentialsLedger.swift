@@ -693,7 +693,8 @@ final class CredentialsLedger: Sendable {
     }
 
     /// A write that holds the turn `turn` under `fence` finished, and leaves the turn; `credentials` is what it
-    /// wrote (when it did), `failed` what it tried to write when the store refused it.
+    /// wrote (when it did), `failed` the session's own credentials it tried to write when the store refused them
+    /// (credentials handed over whose write failed change nothing, and are not passed).
     ///
     /// The ledger owns "unwritten" for every write of the identifier, not only for the rotations it recorded: a
     /// write that failed under the fence leaves its credentials unwritten here unless something newer is known, so
