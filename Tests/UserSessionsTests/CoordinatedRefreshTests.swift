@@ -104,6 +104,31 @@ import Testing
         #expect(!kinds.contains(.credentialsRefreshed))
     }
 
+    /// The ledger retries a commit the store refused while the session still holds the identifier, and its write
+    /// moves the record's revision past the one the session holds. The session's next commit finds a record holding
+    /// a refresh token the ledger knows was spent: it is older than the commit, which writes over it instead of being
+    /// superseded by it (before, the commit failed with `revisionConflict` and its waiters with it).
+    @Test func aCommitAfterTheLedgersRetryWroteTheRecordWritesOverIt() async throws {
+        let rig = Rig(expiresIn: -1)
+        rig.store.failNextSaves(1)
+        let sleeps = rig.time.sleeps.count
+        #expect(try await rig.gate.accessToken() == "at-1")
+        #expect(rig.store.record("user")?.session.credentials?.refreshToken == "rt-0")
+        // The ledger's retry writes rt-1 over rt-0, conditionally on the record it replaces.
+        try await withHangGuard("the retry's wait") { await rig.time.sleeps.wait(for: sleeps + 1) }
+        rig.time.advance(by: 1)
+        let store = rig.store
+        try await withHangGuard("the retry") {
+            while store.record("user")?.session.credentials?.refreshToken != "rt-1" { await Task.yield() }
+        }
+        #expect(rig.gate.inspect { $0.heldRevision } == rig.revision, "the session still holds the first revision")
+
+        rig.time.advance(by: 3600)
+        #expect(try await rig.gate.accessToken() == "at-2")
+        #expect(rig.store.record("user")?.session.credentials?.refreshToken == "rt-2")
+        #expect(rig.refresher.calls == 2)
+    }
+
     @Test func aConflictWithTheRecordItWasBasedOnIsWrittenOverOnTheNewRevision() async throws {
         let rig = Rig(expiresIn: -1)
         rig.store.conflictOnNextConditionalSave()

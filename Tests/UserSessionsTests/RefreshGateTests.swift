@@ -89,18 +89,24 @@ struct RefreshGateTests {
         let harness = RefreshHarness()
         harness.activate(expiresIn: 10)
         harness.store.failNextSaves(2)
+        let sleeps = harness.time.sleeps.count
         #expect(try await harness.gate.accessToken() == "at-1")
         #expect(harness.store.saveCount == 0)
         #expect(harness.gate.currentCredentials()?.refreshToken == "rt-1")
-        // The first retry is due within the initial delay (1 s, with jitter); it fails too.
+        // The ledger retries the write: the first retry is due within the initial delay (1 s, with jitter); it fails
+        // too.
+        try await withHangGuard("the first retry's wait") { await harness.time.sleeps.wait(for: sleeps + 1) }
         harness.time.advance(by: 1)
+        try await withHangGuard("the second retry's wait") { await harness.time.sleeps.wait(for: sleeps + 2) }
         #expect(harness.gate.freshToken()?.token == "at-1")
-        await harness.awaitBackgroundWork()
         #expect(harness.store.saveCount == 0)
         // The second retry (within 2 s) succeeds.
         harness.time.advance(by: 2)
         #expect(harness.gate.freshToken()?.token == "at-1")
-        await harness.awaitBackgroundWork()
+        let store = harness.store
+        try await withHangGuard("the second retry") {
+            while store.stored("user")?.credentials?.refreshToken == nil { await Task.yield() }
+        }
         #expect(harness.store.stored("user")?.credentials?.refreshToken == "rt-1")
         // The next refresh spends rt-1, never the spent rt-0.
         harness.time.advance(by: 3600)

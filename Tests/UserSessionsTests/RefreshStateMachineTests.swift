@@ -181,11 +181,12 @@ struct RefreshStateMachineTests {
         #expect(actions.waiters.map(\.id) == [1])
         #expect(machine.token == "at-1")
         #expect(!machine.flights.isRefreshing)
-        #expect(!machine.isDirty)
         #expect(machine.nextActionAt == Self.start + 3600 - 300)
     }
 
-    @Test func persistFailureKeepsNewCredentialsAndSchedulesARetry() {
+    /// The retry of a failed write is the ledger's (``CredentialsLedgerUnitTests``): the session serves the new
+    /// credentials, reports the failure, and its hot path is not interrupted by a retry schedule of its own.
+    @Test func persistFailureKeepsNewCredentialsAndLeavesTheRetryToTheLedger() {
         var machine = Self.machine(expiresIn: 30)
         guard case .wait(let job?) = Self.ask(&machine, .demand, now: Self.start) else {
             Issue.record("expected a refresh")
@@ -194,45 +195,11 @@ struct RefreshStateMachineTests {
         let new = Self.refreshed(1, expiresAt: Self.start + 3600)
         let (_, actions) = Self.commit(&machine, job, new, persisted: false, now: Self.start)
         #expect(actions.events.map(\.kind) == [.persistenceFailed, .credentialsRefreshed])
-        #expect(actions.armRetryTimer)
         #expect(machine.credentials?.refreshToken == "rt-1")
-        #expect(machine.isDirty)
-        // Backoff 1 s with jitter 0 gives 0.5 s.
-        #expect(machine.nextActionAt == Self.start + 0.5)
-        #expect(machine.pendingRetryAt == Self.start + 0.5)
-        let (_, early) = machine.tokenAsked(now: Self.start + 0.4)
-        #expect(early.retry == nil)
-        #expect(early.refresh == nil)
-        let (retryToken, retry) = machine.tokenAsked(now: Self.start + 0.5)
-        #expect(retryToken.token == "at-1")
-        #expect(retry.retry == RefreshStateMachine.PersistJob(generation: 7))
-        // Only one retry at a time; the hot path goes back to the soft-window deadline meanwhile.
         #expect(machine.nextActionAt == Self.start + 3600 - 300)
-        #expect(machine.retryTimerFired(now: Self.start + 10).retry == nil)
-        let (target, _) = machine.retryBegan(generation: 7)
-        #expect(target?.stored.credentials?.refreshToken == "rt-1")
-        let finished = machine.retryFinished(
-            generation: 7, version: target?.version ?? 0, outcome: .written, now: Self.start + 1, jitter: 0)
-        #expect(finished.events.isEmpty)
-        #expect(!finished.armRetryTimer)
-        #expect(!machine.isDirty)
-    }
-
-    @Test func aRetryOfAnotherSessionOrOfNothingEndsWithoutATarget() {
-        var machine = Self.machine(expiresIn: 30)
-        guard case .wait(let job?) = Self.ask(&machine, .demand, now: Self.start) else {
-            Issue.record("expected a refresh")
-            return
-        }
-        Self.commit(&machine, job, Self.refreshed(1, expiresAt: Self.start + 3600), persisted: false, now: Self.start)
-        #expect(machine.retryTimerFired(now: Self.start + 0.5).retry != nil)
-        #expect(machine.retryBegan(generation: 6).0 == nil, "a retry of an earlier session writes nothing")
-        // A retry superseded by a newer record in a coordinated store is over: the next one can start.
-        _ = machine.retryFinished(generation: 7, version: 2, outcome: .superseded, now: Self.start + 1, jitter: 0)
-        #expect(machine.retryTimerFired(now: Self.start + 1).retry != nil)
-        _ = machine.credentialsUpdated(Self.refreshed(2, expiresAt: Self.start + 3600), generation: 7)
-        #expect(machine.retryBegan(generation: 7).0 == nil, "the store has the newest credentials")
-        #expect(machine.pendingRetryAt == nil)
+        let (token, later) = machine.tokenAsked(now: Self.start + 0.5)
+        #expect(token.token == "at-1")
+        #expect(later.refresh == nil)
     }
 
     @Test func transientFailureBacksOffWithJitterAndCap() {
@@ -503,23 +470,31 @@ struct RefreshStateMachineTests {
         #expect(machine.slot.tryAcquire(ticket: second.ticket))
     }
 
-    @Test func deactivateFlushesDirtyCredentialsOnce() {
+    /// The final flush writes what the ledger has not written for the session's identifier, under the session's
+    /// fence and identity, and clears the credentials from memory; with nothing unwritten it writes nothing.
+    @Test func deactivateFlushesWhatTheLedgerHasNotWritten() {
         var machine = Self.machine(expiresIn: 30)
         guard case .wait(let job?) = Self.ask(&machine, .demand, now: Self.start) else {
             Issue.record("expected a refresh")
             return
         }
-        Self.commit(&machine, job, Self.refreshed(1, expiresAt: Self.start + 3600), persisted: false, now: Self.start)
-        #expect(machine.finalFlushBegan().0 == nil, "no final flush while the session is active")
+        let new = Self.refreshed(1, expiresAt: Self.start + 3600)
+        Self.commit(&machine, job, new, persisted: false, now: Self.start)
+        let unwritten = StoredSession(userInfo: UserInfo(id: "user"), credentials: new)
+        #expect(machine.finalFlushBegan(unwritten: unwritten).0 == nil, "no final flush while the session is active")
         _ = machine.deactivated()
-        let (flush, _) = machine.finalFlushBegan()
-        let (again, _) = machine.finalFlushBegan()
+        let (flush, _) = machine.finalFlushBegan(unwritten: unwritten)
         #expect(flush?.stored.credentials?.refreshToken == "rt-1")
-        #expect(again == nil)
+        #expect(flush?.identifier == "user")
+        #expect(flush?.ledgerFence == machine.ledgerFence)
         #expect(machine.credentials == nil)
+        let (nothing, _) = machine.finalFlushBegan(unwritten: nil)
+        #expect(nothing == nil)
     }
 
-    @Test func aCommitWhoseSessionClosedDuringAFailedWriteIsKeptForTheFinalFlush() {
+    /// The session closed while its commit's write failed: nothing is reported, and the credentials are the
+    /// ledger's to write (the write's failure left them unwritten there; the final flush reads them from it).
+    @Test func aCommitWhoseSessionClosedDuringAFailedWriteReportsNothing() {
         var machine = Self.machine(expiresIn: 30)
         guard case .wait(let job?) = Self.ask(&machine, .demand, now: Self.start) else {
             Issue.record("expected a refresh")
@@ -537,7 +512,6 @@ struct RefreshStateMachineTests {
             persistError: UserSessionError(.storeFailure, "down"), now: Self.start, jitter: 0)
         #expect(waiters == nil)
         #expect(actions.events.isEmpty)
-        #expect(machine.finalFlushBegan().0?.stored.credentials?.refreshToken == "rt-1")
     }
 }
 

@@ -673,7 +673,8 @@ extension UserSessionController {
         var handedOver = false
         defer { if !handedOver { gate.ledger.release(identifier, schedule: gate.ledgerSchedule) } }
         var (record, revision) = try await readStoredRecord(identifier)
-        // Read through the ledger: an unwritten rotation replaces the spent token the store still holds, and a
+        // Read through the ledger: an unwritten rotation replaces the spent token the store still holds (the ledger
+        // goes on writing it), and a
         // refused refresh token fails at once without contacting the server.
         var readThrough = try gate.ledger.readThrough(record, identifier: identifier, fence: fence)
         if readThrough == nil {
@@ -685,7 +686,7 @@ extension UserSessionController {
             (record, revision) = try await readStoredRecord(identifier)
             readThrough = try gate.ledger.readThrough(record, identifier: identifier, fence: fence)
         }
-        guard let (stored, adopted) = readThrough else {
+        guard let (stored, _) = readThrough else {
             throw UserSessionError(.storeFailure, "the stored session changed while it was read")
         }
         let now = configuration.clock.now()
@@ -700,8 +701,6 @@ extension UserSessionController {
         let session = try await openInTurn(
             .stored(stored, identifier: identifier, revision: revision, needsRefresh: needsRefresh, fence: fence),
             services: services, openedAt: now)
-        // The adopted rotation is not in the store yet: this session writes it, on the failed-write schedule.
-        if adopted { gate.rotationAdoptedUnwritten() }
         return session
     }
 }

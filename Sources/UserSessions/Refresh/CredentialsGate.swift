@@ -32,8 +32,6 @@ final class CredentialsGate: Sendable {
     /// takes too. So none of them ever follows the session's `.closed` or `.invalidated`. Never taken on the hot
     /// path; taken before `state`, never after it.
     let eventOrder = Locked(())
-    /// The background timer that retries a failed write when its backoff elapses.
-    let retryTimer = TaskSlot()
     /// The refresher, the ledger and the policy, shared with the other controllers of a registry.
     let settings: ControllerSettings
     var refresher: (any TokenRefresher)? { settings.refresher }
@@ -121,7 +119,6 @@ final class CredentialsGate: Sendable {
         identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64, restoring: Bool = false,
         revision: UInt64? = nil, heldFence: UInt64? = nil, signingIn: Bool = false
     ) {
-        disarmRetryTimer()
         stopWatchingStore()
         events.setGeneration(generation)
         let fence = heldFence ?? ledger.hold(identifier)
@@ -157,7 +154,6 @@ final class CredentialsGate: Sendable {
         // Ordered: no event of a refresh or background write of this session is emitted after this transition.
         modifyStateAndRunActions(ordered: true) { $0.deactivated() }
         stopWatchingStore()
-        disarmRetryTimer()
         defer { releaseLedgerHold() }
         let (timeout, deadlineClock) = (policy.storeTimeout, policy.deadlineClock)
         let number = backgroundWork.withLock { work in
@@ -183,9 +179,14 @@ final class CredentialsGate: Sendable {
             detail: "the token store did not finish a write within \(timeout); closing without waiting for it")
     }
 
-    /// The schedule the ledger retries an unwritten rotation on, once no controller writes it.
+    /// The schedule the ledger retries this session's unwritten credentials on; a retry that fails is reported
+    /// (`.persistenceFailed`) while the session is open.
     var ledgerSchedule: CredentialsLedger.Schedule {
-        CredentialsLedger.Schedule(clock: clock, policy: policy.refresh)
+        let generation = inspect { $0.generation }
+        return CredentialsLedger.Schedule(clock: clock, policy: policy.refresh) { [weak self] error in
+            self?.emitWhileActive(
+                .persistenceFailed, generation: generation, detail: RefreshStateMachine.describePersistFailure(error))
+        }
     }
 
     /// Lets go of the identifier held in the ledger; a rotation that could not be written stays there and the
@@ -198,12 +199,16 @@ final class CredentialsGate: Sendable {
         if let held { ledger.release(held, schedule: ledgerSchedule) }
     }
 
-    /// Waits for the write in progress, then writes credentials that could not be stored before, if any.
+    /// Waits for the write in progress, then writes once more what the ledger has not written for the session's
+    /// identifier, if anything (the ledger goes on retrying it after this session closed).
     private func finalFlush(_ number: UInt64) async {
         await withPersistSlot { ticket in
+            let identifier = inspect { $0.identifier }
+            let unwritten = identifier.isEmpty ? nil : ledger.unwrittenSession(identifier)
             // Cancelled once `deactivate()` stopped waiting: the session is closed without this write, and writing
             // now could land after a later `remove`.
-            guard !Task.isCancelled, let flush = modifyStateAndRunActions({ $0.finalFlushBegan() }),
+            guard !Task.isCancelled,
+                let flush = modifyStateAndRunActions({ $0.finalFlushBegan(unwritten: unwritten) }),
                 let error = await write(flush, ticket: ticket)
             else { return }
             let observed = eventOrder.withLock { _ -> EventHub.Observed? in
@@ -788,8 +793,6 @@ extension CredentialsGate {
         }
         if !actions.waiters.isEmpty { Self.resume(actions.waiters, with: actions.waitersResult) }
         if let job = actions.refresh { startFlight(job) }
-        if let job = actions.retry { startPersistRetry(job) }
-        if actions.armRetryTimer { armRetryTimer() }
         if let identifier = actions.removeAgain { runInBackground { await self.removeAgain(identifier) } }
         // Last: a commit hands the slot on in the same transition as its events, and `deactivate()`, which waits
         // for the slot, must return only after them.
@@ -939,7 +942,7 @@ extension CredentialsGate {
         // A sign-in, in the ledger's write turn, once the store has it: it replaces whatever the ledger held for the
         // identifier (a failed sign-in replaces nothing), no write taken before it lands after it, and this
         // session's writes are taken under the new fence.
-        let (revision, fence) = try await ledger.signIn(identifier) { () async throws -> UInt64? in
+        let (revision, fence) = try await ledger.signIn(identifier, session: stored) { () async throws -> UInt64? in
             if let coordinatedStore {
                 return try await Self.overwrite(stored, identifier: identifier, store: coordinatedStore)
             }
@@ -983,63 +986,6 @@ extension CredentialsGate {
             // Emitted holding the slot, so `deactivate()` (which waits for it) returns only after the event.
             modifyStateAndRunActions { $0.credentialsUpdated(credentials, generation: generation) }
         }
-    }
-
-    // MARK: - Retries of failed writes
-
-    /// The session was restored from a rotation the ledger held and the store has not taken yet: it is written now,
-    /// and retried on the failed-write schedule until the store takes it.
-    func rotationAdoptedUnwritten() {
-        let now = clock.nowSeconds()
-        modifyStateAndRunActions { $0.unwrittenRotationAdopted(now: now) }
-    }
-
-    /// Retries a failed write in the background.
-    func startPersistRetry(_ job: RefreshStateMachine.PersistJob) {
-        runInBackground { await self.runPersistRetry(job) }
-    }
-
-    private func runPersistRetry(_ job: RefreshStateMachine.PersistJob) async {
-        let adoption = await withPersistSlot { ticket -> Adoption in
-            let target = modifyStateAndRunActions { $0.retryBegan(generation: job.generation) }
-            guard let target else { return .none }
-            var adoption = Adoption.none
-            let retried: RefreshStateMachine.RetryOutcome
-            switch await writeOutcome(target, ticket: ticket) {
-            case .written: retried = .written
-            case .failed(let error): retried = .failed(error)
-            case .superseded(let record):
-                // Another process wrote a newer record (or removed it) since: that one stands.
-                adoption = adoptHoldingSlot(record, generation: job.generation)
-                retried = .superseded
-            }
-            let now = clock.nowSeconds()
-            let jitter = Double.random(in: 0...1)
-            modifyStateAndRunActions(ordered: true) {
-                $0.retryFinished(
-                    generation: job.generation, version: target.version, outcome: retried, now: now, jitter: jitter)
-            }
-            return adoption
-        }
-        await finishAdoption(adoption, generation: job.generation)
-    }
-
-    /// Starts the background timer for the next retry of a failed write, if one is waiting: it fires when the
-    /// session's clock reaches the retry time (initial delay, then doubling, with jitter), whether or not anyone
-    /// asks for a token. A token request past that time starts the retry too; only one runs.
-    func armRetryTimer() {
-        guard let retryAt = inspect({ $0.pendingRetryAt }) else { return }
-        let clock = self.clock
-        let timer = Task { [weak self] in
-            guard (try? await clock.sleep(until: retryAt)) != nil, let self else { return }
-            let now = clock.nowSeconds()
-            self.modifyStateAndRunActions { $0.retryTimerFired(now: now) }
-        }
-        retryTimer.replace(with: timer)
-    }
-
-    func disarmRetryTimer() {
-        retryTimer.replace(with: nil)
     }
 }
 
@@ -1105,8 +1051,15 @@ extension CredentialsGate {
                     noteWritten(target, revision: record.revision)
                     return .written
                 }
+                // A record holding a refresh token the ledger knows a refresh spent is older than the target (the
+                // ledger's own retry wrote it since the session read its revision): written over, like one still
+                // holding the token the session's write was based on.
                 let newer = record.revision > (target.baseRevision ?? 0)
-                guard !newer || record.session.credentials?.refreshToken == target.baseRefreshToken else {
+                let stored = record.session.credentials?.refreshToken
+                guard
+                    !newer || stored == target.baseRefreshToken
+                        || stored.map({ ledger.knowsSpent($0, of: target.identifier) }) == true
+                else {
                     return .superseded(record)
                 }
                 expected = record.revision

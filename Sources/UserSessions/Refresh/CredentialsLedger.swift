@@ -289,10 +289,13 @@ final class CredentialsLedger: Sendable {
         let fence: UInt64
     }
 
-    /// When the ledger retries an unwritten rotation.
+    /// When the ledger retries an unwritten rotation, and whom it tells when a retry fails.
     struct Schedule: Sendable {
         var clock: SessionClock
         var policy: RefreshStateMachine.Policy
+        /// Told (after the lock is released) that a retry failed: the session whose write failed last reports it
+        /// while it is open (`.persistenceFailed`).
+        var reportFailure: @Sendable (any Error) -> Void = { _ in }
     }
 
     private func modify<Value>(_ key: ExactIdentifier, _ body: (inout Entry) -> Value) -> Value {
@@ -325,14 +328,30 @@ final class CredentialsLedger: Sendable {
         }
     }
 
-    /// The holder of `identifier` let it go; a rotation it could not write stays and is written on `schedule`.
+    /// The holder of `identifier` let it go; a rotation nobody could write stays and is written on `schedule` (or
+    /// the schedule of the write that failed last).
     func release(_ identifier: String, schedule: Schedule? = nil) {
         let start = modify(ExactIdentifier(identifier)) { entry -> Bool in
             entry.holders = max(0, entry.holders - 1)
-            if let schedule, entry.unwritten { entry.schedule = schedule }
+            if let schedule, entry.unwritten, entry.schedule == nil { entry.schedule = schedule }
             return startLoopIfNeeded(&entry)
         }
         if start { startWriteLoop(identifier) }
+    }
+
+    /// The credentials of `identifier` the store has not taken, if any: what a closing session writes one last
+    /// time before it lets the identifier go.
+    func unwrittenSession(_ identifier: String) -> StoredSession? {
+        entries.withLock { entries in
+            guard let entry = entries[ExactIdentifier(identifier)], entry.unwritten else { return nil }
+            return entry.current
+        }
+    }
+
+    /// Whether a refresh known here spent `token` of `identifier`: a stored record holding it is older than any
+    /// credentials reached from it, so a conditional write of those may replace it.
+    func knowsSpent(_ token: String, of identifier: String) -> Bool {
+        entries.withLock { entries in entries[ExactIdentifier(identifier)]?.isSpent(token) ?? false }
     }
 
     /// Whether `identifier` has a refresh in flight or an unwritten rotation: such a session is never evicted.
@@ -706,23 +725,45 @@ final class CredentialsLedger: Sendable {
         _ identifier: String, fence: UInt64, wrote credentials: Credentials?, failed: StoredSession? = nil,
         schedule: Schedule? = nil, turn: UInt64
     ) -> Landing {
-        let (landing, start, handover) = modify(ExactIdentifier(identifier)) { entry -> (Landing, Bool, Handover) in
+        enum Then {
+            case nothing
+            /// A write failed: the write loop retries it on the schedule.
+            case retry
+            /// A late write replaced newer credentials in the store: they are written again now.
+            case rewrite
+        }
+        let (landing, then, handover) = modify(ExactIdentifier(identifier)) { entry -> (Landing, Then, Handover) in
             // A write that no longer holds its turn lost it to a close's deadline: it landed late.
             if entry.turn != turn { entry.lateWrites = max(0, entry.lateWrites - 1) }
             let handover = handOver(&entry, from: turn)
+            if let schedule, entry.schedule == nil { entry.schedule = schedule }
             guard entry.fence == fence else {
-                // Landed after a sign-out it did not wait for (one that came from the store, or a write that lost
-                // its turn to a close's deadline): undone. After a sign-in it is left to the new session, whose
-                // writes follow.
-                return (entry.signedOut && credentials != nil ? .removeAgain : .done, false, handover)
+                // Landed after a sign-out or a sign-in it did not wait for (one that came from the store, or a write
+                // that lost its turn to a close's deadline). After a sign-out it is undone; after a sign-in, the
+                // newest credentials of the identifier (the sign-in's, or what came of them) are written again.
+                guard credentials != nil else { return (.done, .nothing, handover) }
+                if entry.signedOut { return (.removeAgain, .nothing, handover) }
+                guard entry.current != nil else { return (.done, .nothing, handover) }
+                entry.unwritten = true
+                return (.done, .rewrite, handover)
             }
-            if let credentials { landed(&entry, credentials) }
-            if let failed { notLanded(&entry, failed) }
-            if let schedule, entry.unwritten, entry.schedule == nil { entry.schedule = schedule }
-            return (.done, startLoopIfNeeded(&entry), handover)
+            if let credentials {
+                landed(&entry, credentials)
+                // Still unwritten after a landing: an older version landed over the newest.
+                return (.done, entry.unwritten ? .rewrite : .nothing, handover)
+            }
+            guard let failed else { return (.done, .nothing, handover) }
+            notLanded(&entry, failed)
+            // The writer that failed last is the one that reports the retries.
+            if let schedule { entry.schedule = schedule }
+            return (.done, startLoopIfNeeded(&entry) ? .retry : .nothing, handover)
         }
         handover.deliver()
-        if start { startWriteLoop(identifier) }
+        switch then {
+        case .nothing: break
+        case .retry: startWriteLoop(identifier)
+        case .rewrite: Task { await self.rewriteNow(identifier) }
+        }
         return landing
     }
 
@@ -752,10 +793,12 @@ final class CredentialsLedger: Sendable {
     /// The user signs in: `write` stores the sign-in's record in the identifier's write turn, and only once the
     /// store took it does the fence change (``signedIn(_:)``). Returns what `write` returned and the new fence; a
     /// sign-in the store refused changes nothing.
-    func signIn<Value>(_ identifier: String, write: () async throws -> Value) async throws -> (Value, UInt64) {
+    func signIn<Value>(_ identifier: String, session: StoredSession? = nil, write: () async throws -> Value)
+        async throws -> (Value, UInt64)
+    {
         try await withFencingWrite(identifier) {
             let value = try await write()
-            return (value, signedIn(identifier))
+            return (value, signedIn(identifier, session: session))
         }
     }
 
@@ -783,17 +826,20 @@ final class CredentialsLedger: Sendable {
         }
     }
 
-    /// The user signed in again: a refusal is forgotten, a pending rotation is no longer written (it would overwrite
-    /// the sign-in), and the results of refreshes in flight from before are fenced. Refreshes in flight and what the
-    /// ledger knows about spent tokens stay: a controller still holding the old credentials joins their refresh or
-    /// gets their rotation instead of presenting a token twice. Called in the write turn (``signIn(_:write:)``).
+    /// The user signed in again with `session` (now in the store): a refusal is forgotten, a pending rotation is no
+    /// longer written (it would overwrite the sign-in), and the results of refreshes in flight from before are
+    /// fenced. Refreshes in flight and what the ledger knows about spent tokens stay: a controller still holding the
+    /// old credentials joins their refresh or gets their rotation instead of presenting a token twice. The sign-in's
+    /// record is the identifier's newest: a write from before that lands after it has it written again. Called in
+    /// the write turn (``signIn(_:session:write:)``).
     @discardableResult
-    func signedIn(_ identifier: String) -> UInt64 {
+    func signedIn(_ identifier: String, session: StoredSession? = nil) -> UInt64 {
         modify(ExactIdentifier(identifier)) { entry in
             entry.renewFence()
             entry.signedOut = false
             entry.refused = nil
             entry.unwritten = false
+            entry.current = session
             return entry.fence
         }
     }
@@ -806,6 +852,7 @@ final class CredentialsLedger: Sendable {
             entry.renewFence()
             entry.signedOut = true
             entry.unwritten = false
+            entry.current = nil
             entry.refused = nil
         }
     }
@@ -821,16 +868,10 @@ final class CredentialsLedger: Sendable {
 
     // MARK: - The write loop
 
-    /// Whether the write loop goes on after the fence changed under it: only for a rotation recorded under the new
-    /// fence that no controller holds (otherwise the loop ends here, and the last holder's release starts it again).
-    private static func keepsRetrying(_ entry: inout Entry) -> Bool {
-        entry.retrying = entry.unwritten && entry.holders == 0
-        return entry.retrying
-    }
-
+    /// Starts the write loop when something is unwritten and it does not run: the ledger is the one writer that
+    /// retries, whether or not a controller holds the identifier.
     private func startLoopIfNeeded(_ entry: inout Entry) -> Bool {
-        // While a controller holds the identifier, its gate retries its own failed writes.
-        guard entry.unwritten, entry.holders == 0, !entry.retrying, entry.schedule != nil else { return false }
+        guard entry.unwritten, !entry.retrying, entry.schedule != nil else { return false }
         entry.retrying = true
         return true
     }
@@ -852,64 +893,81 @@ final class CredentialsLedger: Sendable {
             }
             let delay = schedule.policy.backoff(attempt: attempt, jitter: Double.random(in: 0...1))
             try? await schedule.clock.sleep(until: schedule.clock.nowSeconds() + delay)
-            guard let turn = await enterWriteTurn(identifier, fence: fence) else {
-                // Signed out or in since: nothing of before is written. A rotation of the new session that nobody
-                // holds any more is written under the new fence (its holder's release found this loop running).
-                if !modify(key, Self.keepsRetrying) { return }
-                attempt += 1
-                continue
+            // Signed out or in since: nothing of before is written; credentials left unwritten under the new fence
+            // are (the next round reads the new fence).
+            if case .failed(let error) = await writeUnwritten(identifier, fence: fence) {
+                schedule.reportFailure(error)
             }
-            // Read in the turn, so what is written is the newest rotation.
-            let (job, handover) = modify(key) { entry -> ((StoredSession, [String])?, Handover) in
-                guard entry.unwritten, entry.holders == 0, let current = entry.current else {
-                    // Written, or held again (the holder's gate writes; its release restarts this).
-                    entry.retrying = false
-                    return (nil, handOver(&entry, from: turn))
-                }
-                return ((current, entry.rotations.filter(\.rotated).map(\.sent)), Handover())
+            let goesOn = modify(key) { entry -> Bool in
+                entry.retrying = entry.unwritten
+                return entry.retrying
             }
-            handover.deliver()
-            guard let (session, spent) = job else { return }
-            var wrote = false
-            do {
-                if let coordinatedStore {
-                    // Conditional on the record this rotation replaces: one removed or rotated elsewhere stands.
-                    let record = try await coordinatedStore.loadRevised(identifier: identifier)
-                    guard let record, let token = record.session.credentials?.refreshToken, spent.contains(token)
-                    else { throw UserSessionError(.revisionConflict, "the record changed elsewhere") }
-                    _ = try await coordinatedStore.save(
-                        session, identifier: identifier, expectedRevision: record.revision)
-                } else {
-                    try await store.save(session, identifier: identifier)
-                }
-                wrote = true
-            } catch let error as UserSessionError where error.code == .revisionConflict {
-                // Another instance wrote a newer record (or removed it): that one stands.
-                modify(key) { entry in
-                    entry.unwritten = false
-                    entry.retrying = false
-                    return handOver(&entry, from: turn)
-                }.deliver()
-                return
-            } catch {
-                wrote = false
-            }
-            let (landing, handedOver) = modify(key) { entry -> (Landing, Handover) in
-                let handover = handOver(&entry, from: turn)
-                guard entry.fence == fence else {
-                    _ = Self.keepsRetrying(&entry)
-                    return (wrote && entry.signedOut ? .removeAgain : .done, handover)
-                }
-                if wrote, let credentials = session.credentials { landed(&entry, credentials) }
-                if !entry.unwritten { entry.retrying = false }
-                return (.done, handover)
-            }
-            handedOver.deliver()
-            if landing == .removeAgain { try? await store.remove(identifier: identifier) }
-            let done = entries.withLock { entries in !(entries[key]?.retrying ?? false) }
-            if done { return }
+            if !goesOn { return }
             attempt += 1
         }
+    }
+
+    /// Writes what a late write just overwrote, now rather than on the failed-write schedule (the store holds older
+    /// credentials than it had a moment ago); a failure leaves it to the write loop.
+    private func rewriteNow(_ identifier: String) async {
+        let key = ExactIdentifier(identifier)
+        guard let fence = entries.withLock({ $0[key]?.fence }) else { return }
+        guard case .failed = await writeUnwritten(identifier, fence: fence) else { return }
+        if modify(key, { self.startLoopIfNeeded(&$0) }) { startWriteLoop(identifier) }
+    }
+
+    /// How one write of the unwritten credentials went.
+    private enum UnwrittenWrite {
+        /// Written, or nothing was left to write (written meanwhile, or a newer record elsewhere stands).
+        case done
+        /// The fence changed before the write's turn came: nothing was written.
+        case fenced
+        case failed(any Error)
+    }
+
+    /// Writes `identifier`'s unwritten credentials once, in its write turn under `fence`, reading them in the turn
+    /// so that what is written is the newest.
+    private func writeUnwritten(_ identifier: String, fence: UInt64) async -> UnwrittenWrite {
+        let key = ExactIdentifier(identifier)
+        guard let turn = await enterWriteTurn(identifier, fence: fence) else { return .fenced }
+        let (job, handover) = modify(key) { entry -> ((StoredSession, [String])?, Handover) in
+            guard entry.unwritten, let current = entry.current else { return (nil, handOver(&entry, from: turn)) }
+            return ((current, entry.rotations.filter(\.rotated).map(\.sent)), Handover())
+        }
+        handover.deliver()
+        guard let (session, spent) = job else { return .done }
+        var failure: (any Error)?
+        do {
+            if let coordinatedStore {
+                // Conditional on the record these credentials replace: one removed or rotated elsewhere stands.
+                let record = try await coordinatedStore.loadRevised(identifier: identifier)
+                guard let record, let token = record.session.credentials?.refreshToken, spent.contains(token)
+                else { throw UserSessionError(.revisionConflict, "the record changed elsewhere") }
+                _ = try await coordinatedStore.save(session, identifier: identifier, expectedRevision: record.revision)
+            } else {
+                try await store.save(session, identifier: identifier)
+            }
+        } catch let error as UserSessionError where error.code == .revisionConflict {
+            // Another instance wrote a newer record (or removed it): that one stands.
+            modify(key) { entry in
+                entry.unwritten = false
+                return handOver(&entry, from: turn)
+            }.deliver()
+            return .done
+        } catch {
+            failure = error
+        }
+        let (landing, handedOver) = modify(key) { entry -> (Landing, Handover) in
+            let handover = handOver(&entry, from: turn)
+            guard entry.fence == fence else {
+                return (failure == nil && entry.signedOut ? .removeAgain : .done, handover)
+            }
+            if failure == nil, let credentials = session.credentials { landed(&entry, credentials) }
+            return (.done, handover)
+        }
+        handedOver.deliver()
+        if landing == .removeAgain { try? await store.remove(identifier: identifier) }
+        return failure.map { .failed($0) } ?? .done
     }
 }
 

@@ -8,9 +8,10 @@ import Foundation
 /// jitter come in as arguments, so every transition can be tested synchronously.
 ///
 /// It keeps the session's own data (identity, credentials, the hot path's ``token`` and ``nextActionAt``, the
-/// windows scaled to the token's lifetime, the loop breaker, the orphans) and composes three machines, each an
-/// `enum State`: ``FlightMachine`` (the refresh in progress and its backoff), ``PersistenceMachine`` (whether the
-/// store has the newest credentials) and ``PersistenceSlot`` (who may write now).
+/// windows scaled to the token's lifetime, the loop breaker, the orphans) and composes two machines:
+/// ``FlightMachine`` (the refresh in progress and its backoff) and ``PersistenceSlot`` (who may write now). Whether
+/// the store has the newest credentials, and retrying a write it refused, belong to the ledger
+/// (``CredentialsLedger``), the one owner of the identifier's credentials.
 ///
 /// Its inputs are named after what happened (`activated`, `tokenAsked`, `credentialsAsked`, `refreshReturned`,
 /// `commitFinished`, `refreshFailed`, `writeReturned`, `signedOut`, …): one `mutating func` per transition, the only
@@ -111,7 +112,7 @@ struct RefreshStateMachine {
     /// The hot path serves ``Held/token`` without looking at anything else while `now < nextActionAt`.
     ///
     /// It is the earliest moment something must happen: the soft window opens (after any backoff), the lead time
-    /// starts, the token expires, or a failed write is due for a retry. `-infinity` when no token may be served.
+    /// starts, or the token expires. `-infinity` when no token may be served.
     private(set) var nextActionAt = -Double.infinity
 
     // MARK: Refresh
@@ -123,8 +124,6 @@ struct RefreshStateMachine {
 
     // MARK: Persistence
 
-    /// Whether the newest credentials are in the store (see ``PersistenceMachine``).
-    private(set) var persistence = PersistenceMachine()
     /// Who may write to the store now (see ``PersistenceSlot``).
     private(set) var slot = PersistenceSlot()
     /// Refreshes still running for sessions that ended while keeping their stored record (see ``Orphan``).
@@ -144,9 +143,6 @@ struct RefreshStateMachine {
         self.hasRefresher = hasRefresher
         held = Held(nil, policy: policy)
     }
-
-    /// Whether the newest credentials are not in the store yet.
-    var isDirty: Bool { persistence.isDirty }
 
     /// Whether there are credentials. Matched by pattern on purpose: `credentials != nil` picks `Equatable`'s `==`
     /// for optionals and copies the whole credentials (five reference-counted fields) to compare them with `nil`,
@@ -187,7 +183,6 @@ extension RefreshStateMachine {
         phase = .active(Identity(generation: generation, identifier: identifier, userInfo: userInfo))
         breaker = LoopBreaker()
         setCredentials(credentials)
-        persistence.activated()
         recomputeDeadline()
         return .resume(leftovers, with: .failure(Self.notOpenError))
     }
@@ -215,13 +210,6 @@ extension RefreshStateMachine {
         return .none
     }
 
-    /// The session was restored from an unwritten rotation the ledger held: the store must get it.
-    mutating func unwrittenRotationAdopted(now: Double) -> Actions {
-        guard active else { return .none }
-        persistence.foundUnwritten(now: now)
-        return Actions(retry: retryIfDue(now: now))
-    }
-
     /// The session stopped: no token is served, its waiters fail, and the flight in progress (if any) becomes an
     /// orphan, whose result is never served.
     mutating func deactivated() -> Actions {
@@ -241,10 +229,10 @@ extension RefreshStateMachine {
 
     /// A synchronous token request at `now`, after the caller found `now >= nextActionAt`: the token, if it can be
     /// served without waiting, with the generation of its session. Serves it whenever it is still valid and no
-    /// wait is required; starts a background refresh in the soft window and a write retry when one is due.
+    /// wait is required; starts a background refresh in the soft window.
     mutating func tokenAsked(now: Double) -> ((token: String?, generation: UInt64), Actions) {
         guard active, !isTerminated, hasCredentials, now < expiresAt else { return ((nil, generation), .none) }
-        var actions = Actions(retry: retryIfDue(now: now))
+        var actions = Actions.none
         let leadStart = expiresAt - leadTime
         if now >= leadStart {
             // Inside the lead time: wait for a refresh (running, or to be started by the async path) when one is
@@ -588,7 +576,7 @@ extension RefreshStateMachine {
     var loopWindow: Double { held.loopWindow }
     var heldRevision: UInt64? { base.revision }
 
-    /// Makes `credentials` current (the caller tells ``persistence`` whether they are stored).
+    /// Makes `credentials` current.
     private mutating func setCredentials(_ credentials: Credentials?, issuedAt: Double? = nil) {
         held = Held(credentials, issuedAt: issuedAt, policy: policy)
     }
@@ -698,8 +686,7 @@ extension RefreshStateMachine {
             guard slot.tryAcquire(ticket: holder) else { return (.waitForSlot(ticket: holder), .none) }
         }
         if current {
-            persistence.commitStarted(flightID: flightID)
-            let session = target(newCredentials, version: persistence.version + 1)
+            let session = target(newCredentials)
             return (.holding(ticket: holder, session: session, orphan: nil), .none)
         }
         // Fenced per identifier by the ledger (``CredentialsLedger/enterWriteTurn(_:fence:reserved:)``), not by this machine's
@@ -709,8 +696,8 @@ extension RefreshStateMachine {
         }
         let target = PersistTarget(
             identifier: orphan.identifier,
-            stored: StoredSession(userInfo: orphan.userInfo, credentials: newCredentials), version: 0,
-            generation: 0, epoch: persistence.epoch, baseRevision: orphan.baseRevision,
+            stored: StoredSession(userInfo: orphan.userInfo, credentials: newCredentials),
+            generation: 0, baseRevision: orphan.baseRevision,
             baseRefreshToken: orphan.baseRefreshToken, ledgerFence: orphan.ledgerFence)
         return (.holding(ticket: holder, session: nil, orphan: target), .none)
     }
@@ -725,44 +712,30 @@ extension RefreshStateMachine {
         flightID: UInt64, newCredentials: Credentials, target: PersistTarget, ticket: UInt64,
         persistError: (any Error)?, now: Double, jitter: Double
     ) -> (Int?, Actions) {
-        let returned = writeReturned(target, ticket: ticket, now: now)
+        _ = writeReturned(target, ticket: ticket, now: now)
         var (waiters, actions) = commitFinished(
             flightID: flightID, newCredentials: newCredentials, persistError: persistError, now: now, jitter: jitter)
-        if actions.retry == nil { actions.retry = returned.retry }
         actions.slot = slot.release(ticket: ticket)
         return (waiters, actions)
     }
 
     /// The commit part of ``commitWritten(flightID:newCredentials:target:ticket:persistError:now:jitter:)``: the write
     /// of a refresh's credentials (taken by ``refreshReturned(flightID:newCredentials:holding:)``) finished,
-    /// failing with `persistError` or not: the credentials are published, `.persistenceFailed` is emitted (and the
-    /// retry timer armed) when the write failed, then `.credentialsRefreshed`, and the waiters get them. Returns
-    /// how many waiters there were, or `nil` when the flight became stale during the write (its waiters were
-    /// already failed; a closed session whose write failed keeps the credentials for its final flush).
+    /// failing with `persistError` or not: the credentials are published, `.persistenceFailed` is emitted when the
+    /// write failed (the ledger keeps them as unwritten and retries), then `.credentialsRefreshed`, and the waiters
+    /// get them. Returns how many waiters there were, or `nil` when the flight became stale during the write (its
+    /// waiters were already failed; a write that failed left its credentials to the ledger).
     private mutating func commitFinished(
         flightID: UInt64, newCredentials: Credentials, persistError: (any Error)?, now: Double, jitter: Double
     ) -> (Int?, Actions) {
-        let persisted = persistError == nil
-        let wroteForThisSession = persistence.commitFinished(flightID: flightID)
-        guard isCurrent(flightID: flightID) else {
-            // The session deactivated while the write was in progress (`deactivate()` waits for it). If the write
-            // failed, hand the credentials to `deactivate()`'s final flush rather than drop the rotated token.
-            if wroteForThisSession, !persisted, !active {
-                setCredentials(newCredentials)
-                persistence.lateCommitFailed()
-            }
-            return (nil, .none)
-        }
+        guard isCurrent(flightID: flightID) else { return (nil, .none) }
         let (flight, waiters) = flights.succeeded()
         setCredentials(newCredentials, issuedAt: flight.startedAt)
         breaker.recordSuccess(at: now)
-        let policy = self.policy
-        persistence.refreshPublished(written: persisted, now: now) { policy.backoff(attempt: $0, jitter: jitter) }
         recomputeDeadline()
         var actions = Actions.resume(waiters, with: .success(newCredentials))
         if let persistError {
             actions.events.append(.init(kind: .persistenceFailed, detail: Self.describePersistFailure(persistError)))
-            actions.armRetryTimer = true
         }
         actions.events.append(.init(kind: .credentialsRefreshed))
         return (waiters.count, actions)
@@ -773,7 +746,7 @@ extension RefreshStateMachine {
     /// The identity the update must be written under, when a session of this generation is active.
     func updateTarget(_ newCredentials: Credentials) -> (generation: UInt64, target: PersistTarget)? {
         guard active else { return nil }
-        return (generation, target(newCredentials, version: persistence.version + 1))
+        return (generation, target(newCredentials))
     }
 
     /// Credentials obtained elsewhere were written for the session of `generation` (``updateTarget(_:)``) and are
@@ -812,7 +785,6 @@ extension RefreshStateMachine {
     mutating func recordRemoved(generation: UInt64) -> (Bool, Actions) {
         guard active, self.generation == generation else { return (false, .none) }
         let waiters = flights.terminated(by: Self.clearedElsewhereError)
-        persistence.recordRemoved()
         recomputeDeadline()
         return (true, .resume(waiters, with: .failure(Self.clearedElsewhereError)))
     }
@@ -846,7 +818,6 @@ extension RefreshStateMachine {
         let old = credentials
         let oldExpiry = expiresAt
         setCredentials(newCredentials)
-        persistence.updatePublished()
         let waiters = flights.credentialsChanged()
         recomputeDeadline()
         let oldGranted = old?.grantedPermissions ?? []
@@ -887,12 +858,10 @@ extension RefreshStateMachine {
 
     // MARK: - Writes
 
-    /// `closeAndClear()` signed `identifier` out and is about to remove its record (the session is already
-    /// deactivated): no write taken before this point may land afterwards. Orphans of it are dropped, and a write
-    /// taken before that lands late (a store that overran the close's deadline) is undone
-    /// (``writeReturned(_:ticket:now:)``).
+    /// `closeAndClear()` signed `identifier` out and removed its record (the session is already deactivated):
+    /// orphans of it are dropped. (A write taken before that lands late is undone by the ledger, whose fence the
+    /// sign-out changed.)
     mutating func signedOut(identifier: String) -> Actions {
-        persistence.signedOut()
         orphans = orphans.filter { !ExactIdentifier.areEqual($0.value.identifier, identifier) }
         return .none
     }
@@ -908,121 +877,44 @@ extension RefreshStateMachine {
         return .none
     }
 
-    /// A write of `target` in the slot of `ticket` returned. If its slot had been taken away
-    /// (``slotAbandoned()``), it landed out of order: when it is the active session's record and a newer session of
-    /// the identifier (or a clear) came since, the session's newest credentials are written again, now. A late
-    /// write of a record the session does not own is the ledger's to repair: it knows whether that identifier
-    /// signed out since (``CredentialsLedger/writeFinished(_:fence:wrote:schedule:turn:)``).
+    /// A write of `target` in the slot of `ticket` returned: the slot learns it (a write whose slot was taken away
+    /// by ``slotAbandoned()`` landed late). What a late write changed is the ledger's to repair: it knows whether the
+    /// identifier signed out or in since, and which credentials are the newest
+    /// (``CredentialsLedger/writeFinished(_:fence:wrote:failed:schedule:turn:)``).
     mutating func writeReturned(_ target: PersistTarget, ticket: UInt64, now: Double) -> Actions {
-        guard slot.finishWrite(ticket: ticket) else { return .none }
-        let ownsRecord = active && ExactIdentifier.areEqual(identifier, target.identifier)
-        guard ownsRecord, generation != target.generation || target.epoch != persistence.epoch else { return .none }
-        persistence.foundUnwritten(now: now)
-        return Actions(retry: retryIfDue(now: now))
+        _ = slot.finishWrite(ticket: ticket)
+        return .none
     }
 
-    // MARK: - Retries of failed writes
+    // MARK: - The last write of a closing session
 
-    /// The retry timer fired at `now`: a retry of a failed write starts when one is due.
-    mutating func retryTimerFired(now: Double) -> Actions {
-        Actions(retry: retryIfDue(now: now))
-    }
-
-    /// When the background retry timer should fire for the active session, if a write is waiting for one.
-    var pendingRetryAt: Double? {
-        guard active else { return nil }
-        return persistence.pendingRetryAt
-    }
-
-    /// A retry of the session of `generation` now holds the slot: what to write (always the newest credentials),
-    /// or `nil` (and the retry is over) when nothing is left to write for that session.
-    mutating func retryBegan(generation: UInt64) -> (PersistTarget?, Actions) {
-        guard self.generation == generation else {
-            recomputeDeadline()
-            return (nil, .none)
-        }
-        guard active, let credentials, let version = persistence.retryBegan() else {
-            persistence.retryDropped()
-            recomputeDeadline()
-            return (nil, .none)
-        }
-        return (target(credentials, version: version), .none)
-    }
-
-    /// How a retried write ended.
-    enum RetryOutcome {
-        case written
-        case failed(any Error)
-        /// A coordinated store held a newer record, which stands (the gate adopted it): nothing was written.
-        case superseded
-    }
-
-    /// A retried write of `version` for the session of `generation` ended. A failure backs off further (`jitter`
-    /// in 0…1), is reported while that session is active, and arms the next retry; a write of the newest version
-    /// makes the store clean.
-    mutating func retryFinished(
-        generation: UInt64, version: UInt64, outcome: RetryOutcome, now: Double, jitter: Double
-    ) -> Actions {
-        let error: (any Error)?
-        switch outcome {
-        case .superseded:
-            persistence.retryDropped()
-            return .none
-        case .written: error = nil
-        case .failed(let failure): error = failure
-        }
-        if self.generation == generation {
-            let policy = self.policy
-            persistence.retryFinished(written: version, succeeded: error == nil, now: now) {
-                policy.backoff(attempt: $0, jitter: jitter)
-            }
-            recomputeDeadline()
-        }
-        guard let error else { return .none }
-        var actions = Actions(armRetryTimer: true)
-        if isActive(generation: generation) {
-            actions.events = [.init(kind: .persistenceFailed, detail: Self.describePersistFailure(error))]
-        }
-        return actions
-    }
-
-    /// After ``deactivated()``, the final flush holds the slot: the one last write of credentials that could not be
-    /// stored before, if any. Clears them from memory.
-    mutating func finalFlushBegan() -> (PersistTarget?, Actions) {
+    /// After ``deactivated()``, the final flush holds the slot: the one last write of `unwritten`, what the ledger
+    /// still has to write for the session's identifier, if anything. Clears the credentials from memory.
+    mutating func finalFlushBegan(unwritten: StoredSession?) -> (PersistTarget?, Actions) {
         guard !active else { return (nil, .none) }
         defer { setCredentials(nil) }
-        guard let version = persistence.finalFlushBegan(), let credentials else { return (nil, .none) }
-        return (target(credentials, version: version), .none)
+        guard let unwritten, phase.identity != nil else { return (nil, .none) }
+        return (
+            PersistTarget(
+                identifier: identifier, stored: unwritten, generation: generation, baseRevision: heldRevision,
+                baseRefreshToken: base.refreshToken, ledgerFence: ledgerFence),
+            .none
+        )
     }
 
     static func describePersistFailure(_ error: any Error) -> String {
         if let error = error as? UserSessionError { return "writing credentials failed: \(error)" }
         return "writing credentials failed: \(String(describing: type(of: error)))"
     }
-
-    /// Starts a retry of a failed write when one is due at `now` and none runs.
-    private mutating func retryIfDue(now: Double) -> PersistJob? {
-        guard active, persistence.retryAsked(now: now) else { return nil }
-        return PersistJob(generation: generation)
-    }
 }
 
 extension RefreshStateMachine {
-    /// A write the gate must make once it holds the persistence slot.
-    struct PersistJob: Equatable {
-        let generation: UInt64
-    }
-
     /// What to write, captured under the lock once the persistence slot is held.
     struct PersistTarget {
         let identifier: String
         let stored: StoredSession
-        let version: UInt64
         /// The session the write belongs to.
         let generation: UInt64
-        /// The persistence machine's clear epoch when the target was taken: a clear since then makes a late
-        /// landing of it rewrite the newest credentials.
-        let epoch: UInt64
         /// For a ``CoordinatedTokenStore``: the revision the write is conditional on (`nil`: a plain save).
         var baseRevision: UInt64? = nil
         /// The refresh token of the record at ``baseRevision``, as far as the session knows.
@@ -1033,10 +925,10 @@ extension RefreshStateMachine {
     }
 
     /// A target for the active session's record.
-    private func target(_ credentials: Credentials, version: UInt64) -> PersistTarget {
+    private func target(_ credentials: Credentials) -> PersistTarget {
         PersistTarget(
             identifier: identifier, stored: StoredSession(userInfo: userInfo, credentials: credentials),
-            version: version, generation: generation, epoch: persistence.epoch, baseRevision: heldRevision,
+            generation: generation, baseRevision: heldRevision,
             baseRefreshToken: base.refreshToken, ledgerFence: ledgerFence)
     }
 
@@ -1107,7 +999,6 @@ extension RefreshStateMachine {
                 deadline = expiresAt
             }
         }
-        if let retryAt = persistence.pendingRetryAt { deadline = min(deadline, retryAt) }
         nextActionAt = deadline
     }
 }
@@ -1149,10 +1040,6 @@ extension RefreshStateMachine {
         var waitersResult: Result<Credentials, any Error> = .failure(RefreshStateMachine.notOpenError)
         /// A refresh to start in the background.
         var refresh: RefreshJob?
-        /// A retry of a failed write to start in the background.
-        var retry: PersistJob?
-        /// A write failed: arm the timer that retries it when its backoff elapses.
-        var armRetryTimer = false
         /// A record to remove again: a write left behind by a close landed after the clear.
         var removeAgain: String?
 

@@ -17,6 +17,8 @@ final class ScriptedCoordinatedStore: CoordinatedTokenStore {
         var subscribers: [AsyncStream<TokenStoreChange>.Continuation] = []
         var failNextConditionalWithConflict = false
         var conflictsOnEveryConditionalSave = false
+        /// Conditional saves still to fail as if the store were down.
+        var failuresLeft = 0
     }
     private let state = Locked(State())
     /// One arrival per task that starts waiting for a lease someone else holds.
@@ -72,6 +74,11 @@ final class ScriptedCoordinatedStore: CoordinatedTokenStore {
         state.withLock { $0.failNextConditionalWithConflict = true }
     }
 
+    /// Makes the next `count` conditional saves fail with `storeFailure` (the store is down), writing nothing.
+    func failNextSaves(_ count: Int) {
+        state.withLock { $0.failuresLeft = count }
+    }
+
     /// Makes every conditional save throw `revisionConflict` (as if other processes kept writing).
     func conflictOnEveryConditionalSave() {
         state.withLock { $0.conflictsOnEveryConditionalSave = true }
@@ -102,6 +109,11 @@ final class ScriptedCoordinatedStore: CoordinatedTokenStore {
 
     func save(_ session: StoredSession, identifier: String, expectedRevision: UInt64?) async throws -> UInt64 {
         try state.withLock { state in
+            if state.failuresLeft > 0 {
+                state.failuresLeft -= 1
+                state.conditionalSaves.append((identifier, expectedRevision, nil))
+                throw UserSessionError(.storeFailure, "the store is down")
+            }
             if state.failNextConditionalWithConflict || state.conflictsOnEveryConditionalSave {
                 state.failNextConditionalWithConflict = false
                 state.conditionalSaves.append((identifier, expectedRevision, nil))

@@ -1,0 +1,134 @@
+import Foundation
+import Testing
+
+@testable import UserSessions
+
+/// The ledger is the one writer that retries: a write of a session's own credentials that the store refused is
+/// kept as unwritten in the identifier's entry and retried on the failed-write schedule by the ledger's write loop,
+/// whether or not a controller still holds the identifier; a late write that landed over newer credentials has them
+/// written again at once. Ordered by a manual clock (the loop sleeps on it) and arrival counters.
+struct LedgerRetryTests {
+    static let user = UserInfo(id: "alice")
+
+    static func session(_ tag: String) -> StoredSession {
+        StoredSession(
+            userInfo: user,
+            credentials: Credentials(accessToken: "at-\(tag)", refreshToken: "rt-\(tag)", expiresAt: nil))
+    }
+
+    struct Bench {
+        let time = ManualTime()
+        let store = GatedStore()
+        let ledger: CredentialsLedger
+        let failures = ArrivalCounter()
+
+        init() { ledger = CredentialsLedger(store: store) }
+
+        /// The schedule of the session writing: the configuration's retry delays on the manual clock, each failed
+        /// retry counted.
+        var schedule: CredentialsLedger.Schedule {
+            let failures = self.failures
+            return CredentialsLedger.Schedule(
+                clock: time.clock, policy: UserSessionController.Configuration().refreshPolicy.refresh
+            ) { _ in failures.arrive() }
+        }
+
+        /// Leads a refresh of alice from `from` to `to` under `fence` (recorded as unwritten).
+        func refresh(from: String, to: String, fence: UInt64) async {
+            let result = await ledger.refresh(
+                identifier: "alice", userInfo: LedgerRetryTests.user,
+                credentials: Credentials(accessToken: "at-\(from)", refreshToken: "rt-\(from)", expiresAt: nil),
+                fence: fence
+            ) { .success(Credentials(accessToken: "at-\(to)", refreshToken: "rt-\(to)", expiresAt: nil)) }
+            #expect((try? result.get())?.refreshToken == "rt-\(to)")
+        }
+
+        /// A session's write of `session` under `fence` that the store refused.
+        func writeFailed(_ session: StoredSession, fence: UInt64) async throws {
+            let turn = try #require(await ledger.enterWriteTurn("alice", fence: fence))
+            ledger.writeFinished("alice", fence: fence, wrote: nil, failed: session, schedule: schedule, turn: turn)
+        }
+
+        /// Waits until the store holds `tag`'s credentials for alice.
+        func waitUntilStored(_ tag: String) async throws {
+            let store = self.store
+            try await withHangGuard("alice's record holds rt-\(tag)") {
+                while await store.stored("alice")?.credentials?.refreshToken != "rt-\(tag)" { await Task.yield() }
+            }
+        }
+    }
+
+    @Test func aFailedWriteIsRetriedByTheLedgerWhileTheSessionStillHoldsTheIdentifier() async throws {
+        let bench = Bench()
+        let fence = bench.ledger.hold("alice")
+        await bench.refresh(from: "0", to: "1", fence: fence)
+        bench.store.failWrites(true)
+        let sleeps = bench.time.sleeps.count
+        try await bench.writeFailed(Self.session("1"), fence: fence)
+        #expect(bench.ledger.unwrittenSession("alice") == Self.session("1"))
+        #expect(bench.ledger.hasPendingWork("alice"))
+
+        // The first retry, within the initial delay, fails too and is reported; the next waits twice as long.
+        try await withHangGuard("the first retry's wait") { await bench.time.sleeps.wait(for: sleeps + 1) }
+        bench.time.advance(by: 1)
+        try await withHangGuard("the first retry's failure") { await bench.failures.wait(for: 1) }
+        try await withHangGuard("the second retry's wait") { await bench.time.sleeps.wait(for: sleeps + 2) }
+        bench.store.failWrites(false)
+        bench.time.advance(by: 2)
+        try await bench.waitUntilStored("1")
+
+        // Written while alice is still held: nothing is left, and the entry lives only as long as its holder.
+        let ledger = bench.ledger
+        try await withHangGuard("the write loop ends") { while ledger.hasPendingWork("alice") { await Task.yield() } }
+        #expect(bench.ledger.unwrittenSession("alice") == nil)
+        #expect(bench.failures.count == 1)
+        bench.ledger.release("alice")
+        try await withHangGuard("the entry is dropped") { while ledger.entryCount > 0 { await Task.yield() } }
+    }
+
+    @Test func aRetryWritesTheNewestCredentialsNotTheOnesThatFailedFirst() async throws {
+        let bench = Bench()
+        let fence = bench.ledger.hold("alice")
+        await bench.refresh(from: "0", to: "1", fence: fence)
+        bench.store.failWrites(true)
+        let sleeps = bench.time.sleeps.count
+        try await bench.writeFailed(Self.session("1"), fence: fence)
+        try await withHangGuard("the first retry's wait") { await bench.time.sleeps.wait(for: sleeps + 1) }
+        // A newer refresh while the retry waits; its write fails too.
+        await bench.refresh(from: "1", to: "2", fence: fence)
+        try await bench.writeFailed(Self.session("2"), fence: fence)
+        // The first write's late report of its failure (an older version) changes nothing.
+        try await bench.writeFailed(Self.session("1"), fence: fence)
+        #expect(bench.ledger.unwrittenSession("alice") == Self.session("2"))
+
+        bench.store.failWrites(false)
+        bench.time.advance(by: 1)
+        try await bench.waitUntilStored("2")
+        bench.ledger.release("alice")
+        let ledger = bench.ledger
+        try await withHangGuard("the entry is dropped") { while ledger.entryCount > 0 { await Task.yield() } }
+        #expect(await bench.store.stored("alice") == Self.session("2"))
+    }
+
+    @Test func aWriteThatLandsLateAfterASignInHasTheSignInsRecordWrittenAgainAtOnce() async throws {
+        let bench = Bench()
+        let fence = bench.ledger.hold("alice")
+        // A write of the old session overran a close's deadline and lost its turn.
+        let late = try #require(await bench.ledger.enterWriteTurn("alice", fence: fence))
+        bench.ledger.abandonWriteTurn("alice", token: late)
+        // The user signs in again; then the old write lands over the sign-in's record.
+        let signedIn = Self.session("new")
+        _ = try await bench.ledger.signIn("alice", session: signedIn) {
+            try await bench.store.save(signedIn, identifier: "alice")
+        }
+        try await bench.store.save(Self.session("old"), identifier: "alice")
+        let landing = bench.ledger.writeFinished(
+            "alice", fence: fence, wrote: Self.session("old").credentials, schedule: bench.schedule, turn: late)
+        #expect(landing == .done)
+        // No clock moves: the sign-in's record is written again now, not on the failed-write schedule.
+        try await bench.waitUntilStored("new")
+        let ledger = bench.ledger
+        try await withHangGuard("the rewrite ends") { while ledger.hasPendingWork("alice") { await Task.yield() } }
+        #expect(await bench.store.stored("alice") == signedIn)
+    }
+}
