@@ -108,7 +108,7 @@ struct PersistenceFenceTests {
         let attempts = rig.store.calls(.save)
 
         // First retry: between 0.5 s and 1 s after the failure.
-        try await withHangGuard("the retry timer") { await rig.time.sleeps.wait(for: 1) }
+        try await withHangGuard("the ledger's retry wait") { await rig.time.sleeps.wait(for: 1) }
         rig.time.advance(by: 0.49)
         #expect(rig.store.calls(.save) == attempts)
         rig.time.advance(by: 0.51)
@@ -118,7 +118,7 @@ struct PersistenceFenceTests {
         #expect(rig.store.calls(.save) == attempts + 1)
 
         // Second retry: the delay doubled, between 1 s and 2 s.
-        try await withHangGuard("the retry timer") { await rig.time.sleeps.wait(for: 2) }
+        try await withHangGuard("the ledger's retry wait") { await rig.time.sleeps.wait(for: 2) }
         rig.time.advance(by: 0.99)
         #expect(rig.store.calls(.save) == attempts + 1)
         rig.store.recover()

@@ -303,10 +303,9 @@ final class CredentialsGate: Sendable {
     ///
     /// One coarse clock read and one short critical section comparing against a precomputed deadline; no
     /// suspension and no allocation. Only past that deadline does it look further: in the soft window it still
-    /// returns the token and starts one background refresh; a due retry of a failed write starts too. While a
-    /// refresh runs and the caller must wait for it, the same critical section says so, so that the many callers
-    /// finding the token expiring together go straight to ``waitForToken(_:)`` (a due write retry waits for the
-    /// next call: the refresh's commit writes newer credentials anyway).
+    /// returns the token and starts one background refresh. While a refresh runs and the caller must wait for it,
+    /// the same critical section says so, so that the many callers finding the token expiring together go straight
+    /// to ``waitForToken(_:)``.
     func freshToken() -> (token: String, generation: UInt64)? {
         let now = clock.nowSeconds()
         noteDemand(now)
@@ -1204,7 +1203,7 @@ extension CredentialsGate {
 extension CredentialsGate {
     // MARK: - Background work
 
-    /// The unstructured tasks running refreshes and write retries, so a close can cancel them when the store
+    /// The unstructured tasks running refreshes and their commits, so a close can cancel them when the store
     /// overruns its deadline.
     struct BackgroundWork {
         var nextID: UInt64 = 0
@@ -1275,7 +1274,7 @@ extension CredentialsGate {
     }
 }
 
-/// A small internal probe of a gate's background work: the refreshes and write retries it runs in unstructured tasks
+/// A small internal probe of a gate's background work: the refreshes (and their commits) it runs in unstructured tasks
 /// of their own. Tests install one to wait for that work; the gate keeps nothing for them.
 protocol BackgroundWorkProbe: AnyObject, Sendable {
     /// `task` was started. Called with no lock of the gate held.

@@ -736,7 +736,6 @@ final class CredentialsLedger: Sendable {
             // A write that no longer holds its turn lost it to a close's deadline: it landed late.
             if entry.turn != turn { entry.lateWrites = max(0, entry.lateWrites - 1) }
             let handover = handOver(&entry, from: turn)
-            if let schedule, entry.schedule == nil { entry.schedule = schedule }
             guard entry.fence == fence else {
                 // Landed after a sign-out or a sign-in it did not wait for (one that came from the store, or a write
                 // that lost its turn to a close's deadline). After a sign-out it is undone; after a sign-in, the
@@ -745,12 +744,15 @@ final class CredentialsLedger: Sendable {
                 if entry.signedOut { return (.removeAgain, .nothing, handover) }
                 guard entry.current != nil else { return (.done, .nothing, handover) }
                 entry.unwritten = true
+                if let schedule, entry.schedule == nil { entry.schedule = schedule }
                 return (.done, .rewrite, handover)
             }
             if let credentials {
                 landed(&entry, credentials)
                 // Still unwritten after a landing: an older version landed over the newest.
-                return (.done, entry.unwritten ? .rewrite : .nothing, handover)
+                guard entry.unwritten else { return (.done, .nothing, handover) }
+                if let schedule, entry.schedule == nil { entry.schedule = schedule }
+                return (.done, .rewrite, handover)
             }
             guard let failed else { return (.done, .nothing, handover) }
             notLanded(&entry, failed)
