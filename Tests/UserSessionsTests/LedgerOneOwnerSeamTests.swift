@@ -138,6 +138,91 @@ struct LedgerOneOwnerSeamTests {
         #expect(bench.server.reuses == 0)
     }
 
+    /// Waits until alice's record (or `identifier`'s) holds `token`.
+    static func waitUntilStored(_ bench: Bench, _ identifier: String, _ token: String) async throws {
+        let store = bench.store
+        try await withHangGuard("\(identifier)'s record holds \(token)") {
+            while await store.stored(identifier)?.credentials?.refreshToken != token { await Task.yield() }
+        }
+    }
+
+    /// A refresh that outlived its session, which was still signing in when it started: its rotation reaches the
+    /// record the sign-in made (the ledger holds the sign-in's credentials as current, and this refresh presented
+    /// exactly those), though the session closed before the refresher answered.
+    @Test func aRefreshOfASessionSigningInThatOutlivesItReachesTheRecordItsSignInMade() async throws {
+        let bench = Bench()
+        let controller = bench.controller()
+        let signIn = bench.store.holdNextSave(of: "alice")
+        let open = Task { try await controller.open(bench.server.signIn("alice", expiresIn: 10)) }
+        await bench.store.savesHeld.wait(for: 1)
+        bench.server.holdRefreshes()
+        bench.time.advance(by: 20)
+        let asked = Task { try await controller.accessToken() }
+        await bench.server.started.wait(for: 1)
+        signIn.open()
+        _ = try await open.value
+        await controller.close()
+        _ = await asked.result
+        bench.server.releaseRefreshes()
+        try await Self.waitUntilStored(bench, "alice", "alice/rt-1")
+        try await bench.waitUntilTheLedgerLetsGo("the ledger lets alice go")
+        let restarted = bench.controller()
+        _ = try await restarted.restore(identifier: "alice")
+        bench.time.advance(by: 3600)
+        #expect(try await restarted.accessToken() == "alice/at-2")
+        #expect(bench.server.reuses == 0)
+    }
+
+    /// `"café"` composed and decomposed are equal Swift strings but two users to every store. A refresh of the
+    /// composed user that outlives its session writes its rotation to the composed user's record, whoever the
+    /// controller serves next, even the decomposed user.
+    @Test func aRefreshThatOutlivesItsSessionWritesToItsOwnUserWhateverUserLooksAlike() async throws {
+        let (composed, decomposed) = ("caf\u{E9}", "cafe\u{301}")
+        #expect(composed == decomposed)
+        let bench = Bench()
+        let controller = bench.controller()
+        _ = try await controller.open(bench.server.signIn(composed, expiresIn: 10))
+        bench.server.holdRefreshes()
+        bench.time.advance(by: 20)
+        let asked = Task { try await controller.accessToken() }
+        await bench.server.started.wait(for: 1)
+        await controller.close()
+        _ = await asked.result
+        // (The fixture server names families by Swift string, so the decomposed user's family is a second one of
+        // "café"; the store tells the two users apart by bytes.)
+        let second = bench.server.signIn(decomposed, expiresIn: 3600)
+        _ = try await controller.open(second)
+        bench.server.releaseRefreshes()
+        try await Self.waitUntilStored(bench, composed, "\(composed)/rt-1")
+        #expect(await bench.store.stored(decomposed)?.credentials == second.credentials)
+        #expect(try await controller.accessToken() == second.credentials?.accessToken)
+    }
+
+    /// Credentials handed over while a refresh of the older ones is at the server supersede it: the refresh's
+    /// rotation is newer than what it presented, not than the update, so it is never written over the update's
+    /// record, not when the refresh returns and not after the session closed (before, the ledger wrote it once
+    /// nobody held the user).
+    @Test func aRefreshAnUpdateSupersededIsNeverWrittenOverTheUpdate() async throws {
+        let bench = Bench()
+        let controller = bench.controller()
+        let flights = controller.gate.backgroundTasks
+        _ = try await controller.open(bench.server.signIn("alice", expiresIn: 10))
+        bench.server.holdRefreshes()
+        bench.time.advance(by: 20)
+        let asked = Task { try await controller.accessToken() }
+        await bench.server.started.wait(for: 1)
+        let handedOver = Credentials(
+            accessToken: "alice/at-elsewhere", refreshToken: "alice/rt-elsewhere",
+            expiresAt: bench.time.now.addingTimeInterval(3600), source: .signIn)
+        try await controller.updateCredentials(handedOver)
+        #expect(try await asked.value == "alice/at-elsewhere")
+        bench.server.releaseRefreshes()
+        await flights.last?.value
+        await controller.close()
+        try await bench.waitUntilTheLedgerLetsGo("the ledger lets alice go")
+        #expect(await bench.store.stored("alice")?.credentials == handedOver)
+    }
+
     @Test func anUpdateTheStoreRefusedIsNeverWrittenLaterNotEvenAfterTheSessionClosed() async throws {
         let bench = Bench()
         let controller = bench.controller()

@@ -123,7 +123,7 @@ struct LedgerRetryTests {
         }
         try await bench.store.save(Self.session("old"), identifier: "alice")
         let landing = bench.ledger.writeFinished(
-            "alice", fence: fence, wrote: Self.session("old").credentials, schedule: bench.schedule, turn: late)
+            "alice", fence: fence, wrote: Self.session("old"), schedule: bench.schedule, turn: late)
         #expect(landing == .done)
         // No clock moves: the sign-in's record is written again now, not on the failed-write schedule.
         try await bench.waitUntilStored("new")

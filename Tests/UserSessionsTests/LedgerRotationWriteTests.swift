@@ -41,7 +41,10 @@ struct LedgerRotationWriteTests {
         // Unwritten: pending until a write lands it.
         #expect(ledger.hasPendingWork("alice"))
         let turn = try #require(await ledger.enterWriteTurn("alice", fence: fence))
-        #expect(ledger.writeFinished("alice", fence: fence, wrote: Self.rotated, turn: turn) == .done)
+        #expect(
+            ledger.writeFinished(
+                "alice", fence: fence, wrote: StoredSession(userInfo: Self.user, credentials: Self.rotated), turn: turn)
+                == .done)
         #expect(!ledger.hasPendingWork("alice"))
         ledger.release("alice")
         #expect(ledger.entryCount == 0)
@@ -85,7 +88,10 @@ struct LedgerRotationWriteTests {
         #expect(read.credentials == Self.rotated)
         // Any writer under the fence may write it.
         let turn = try #require(await ledger.enterWriteTurn("alice", fence: fence))
-        #expect(ledger.writeFinished("alice", fence: fence, wrote: Self.rotated, turn: turn) == .done)
+        #expect(
+            ledger.writeFinished(
+                "alice", fence: fence, wrote: StoredSession(userInfo: Self.user, credentials: Self.rotated), turn: turn)
+                == .done)
         ledger.release("alice")
         #expect(ledger.entryCount == 0)
     }

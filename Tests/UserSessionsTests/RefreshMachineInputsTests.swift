@@ -20,7 +20,6 @@ struct RefreshMachineInputsTests {
         let new = RefreshStateMachineTests.refreshed(1, expiresAt: Self.start + 3600)
         let targets = machine.refreshReturned(flightID: job.flightID, newCredentials: new).0
         #expect(targets.session?.stored.credentials?.refreshToken == "rt-1")
-        #expect(targets.orphan == nil)
         let (waiters, actions) = machine.commitWritten(
             flightID: job.flightID, newCredentials: new, target: try #require(targets.session),
             ticket: try #require(targets.ticket), persistError: UserSessionError(.storeFailure, "disk full"),
@@ -63,8 +62,6 @@ struct RefreshMachineInputsTests {
         let (report, actions) = machine.refreshFailed(flightID: job.flightID, error: error, now: Self.start, jitter: 0)
         #expect(report == nil)
         #expect(actions.events.isEmpty)
-        // The ended session's flight was kept as an orphan; its failure forgets it.
-        #expect(machine.orphans.isEmpty)
     }
 
     @Test func aFlightThatNoLongerBelongsToTheSessionIsForgottenBeforeItSends() throws {
@@ -74,11 +71,9 @@ struct RefreshMachineInputsTests {
         #expect(goesOn)
         #expect(Self.kinds(announced) == [.refreshStarted])
         _ = machine.deactivated()
-        #expect(machine.orphans[job.flightID] != nil)
         let (stale, silent) = machine.flightProceeds(flightID: job.flightID, announcing: true)
         #expect(!stale)
         #expect(silent.events.isEmpty)
-        #expect(machine.orphans[job.flightID] == nil)
     }
 
     @Test func aRequestFromACancelledTaskGetsCancellationWithoutStartingARefresh() async throws {
@@ -155,7 +150,6 @@ struct RefreshMachineInputsTests {
         let (holder, _) = machine.slotAsked()
         #expect(holder.granted)
         _ = machine.slotAbandoned()
-        _ = machine.signedOut(identifier: Self.composed)
         let landed = machine.writeReturned(late, ticket: holder.ticket, now: Self.start)
         #expect(landed.removeAgain == nil, "the machine never removes a record: the ledger decides")
         #expect(landed.refresh == nil && landed.events.isEmpty)
@@ -165,7 +159,9 @@ struct RefreshMachineInputsTests {
         let decomposedFence = ledger.hold(Self.decomposed)
         let composedTurn = try #require(await ledger.enterWriteTurn(Self.composed, fence: composedFence))
         ledger.signedOut(identifier: Self.composed)
-        let written = Credentials(accessToken: "at", refreshToken: "rt", expiresAt: nil)
+        let written = StoredSession(
+            userInfo: UserInfo(id: "user"),
+            credentials: Credentials(accessToken: "at", refreshToken: "rt", expiresAt: nil))
         #expect(
             ledger.writeFinished(Self.composed, fence: composedFence, wrote: written, turn: composedTurn)
                 == .removeAgain)
@@ -173,36 +169,6 @@ struct RefreshMachineInputsTests {
         #expect(
             ledger.writeFinished(Self.decomposed, fence: decomposedFence, wrote: written, turn: decomposedTurn) == .done
         )
-    }
-
-    /// The refresh still running for the composed user (an orphan) is not dropped when the decomposed user opens:
-    /// it still writes its rotated token to the composed user's record.
-    @Test func anOrphanSurvivesTheActivationOfAUserThatOnlyLooksTheSame() throws {
-        var machine = Self.machine(activeAs: Self.composed)
-        let job = try #require(machine.tokenAsked(now: Self.start).1.refresh)
-        _ = machine.deactivated()
-        _ = machine.activated(
-            identifier: Self.decomposed, userInfo: UserInfo(id: Self.decomposed), credentials: nil, generation: 3,
-            restoring: false, revision: nil)
-        let (targets, _) = machine.refreshReturned(
-            flightID: job.flightID, newCredentials: RefreshStateMachineTests.refreshed(1, expiresAt: Self.start + 3600))
-        #expect(targets.session == nil)
-        #expect(targets.orphan.map { ExactIdentifier.areEqual($0.identifier, Self.composed) } == true)
-    }
-
-    /// A session signing in writes under no fence until its sign-in lands; a refresh of it that outlived it (a
-    /// close came while the sign-in was written) takes the fence the sign-in made, so its rotation reaches the
-    /// record the sign-in wrote, and one whose sign-in never lands keeps a fence that matches nothing.
-    @Test func anOrphanOfASessionSigningInWritesUnderTheFenceItsSignInMade() throws {
-        var machine = Self.machine(activeAs: "alice")
-        #expect(machine.ledgerFence == RefreshStateMachine.signingInFence)
-        let job = try #require(machine.tokenAsked(now: Self.start).1.refresh)
-        #expect(job.ledgerFence == RefreshStateMachine.signingInFence)
-        _ = machine.deactivated()
-        _ = machine.signedIn(identifier: "alice", revision: nil, ledgerFence: 42)
-        let (targets, _) = machine.refreshReturned(
-            flightID: job.flightID, newCredentials: RefreshStateMachineTests.refreshed(1, expiresAt: Self.start + 3600))
-        #expect(targets.orphan?.ledgerFence == 42)
     }
 
     /// A commit takes the slot in the same input that receives the refresh's result when the slot is free, waits for

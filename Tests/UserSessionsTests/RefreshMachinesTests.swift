@@ -13,7 +13,7 @@ struct RefreshMachinesTests {
 
     @Test func aFailedFlightBacksOffAndTheNextCarriesTheCountOn() {
         var flights = FlightMachine()
-        let first = flights.started(.demand, now: 100, sending: "rt")
+        let first = flights.started(.demand, now: 100)
         #expect(flights.isCurrent(first))
         let failed = flights.failed(Self.error, failureClass: .transient, now: 100, delay: Self.delay)
         #expect(failed.flight.id == first)
@@ -22,7 +22,7 @@ struct RefreshMachinesTests {
         #expect(flights.backoff?.failures == 1)
         #expect(flights.backoff?.lastFailure == Self.error)
 
-        let second = flights.started(.forced, now: 105, sending: "rt")
+        let second = flights.started(.forced, now: 105)
         #expect(second == first + 1)
         // While it runs, no backoff is visible: nothing waits on it.
         #expect(flights.retryAt == -.infinity)
@@ -30,7 +30,7 @@ struct RefreshMachinesTests {
         #expect(flights.backoff?.failures == 2)
         #expect(flights.retryAt == 220)
 
-        _ = flights.started(.background, now: 300, sending: "rt")
+        _ = flights.started(.background, now: 300)
         let succeeded = flights.succeeded()
         #expect(succeeded.flight.kind == .background)
         #expect(flights.backoff == nil)
@@ -39,11 +39,11 @@ struct RefreshMachinesTests {
 
     @Test func aMisconfigurationBlocksAutomaticRefreshesUntilTheCredentialsChange() {
         var flights = FlightMachine()
-        _ = flights.started(.demand, now: 0, sending: "rt")
+        _ = flights.started(.demand, now: 0)
         _ = flights.failed(Self.error, failureClass: .misconfiguration, now: 0, delay: Self.delay)
         #expect(flights.blocksAutomaticRefresh)
         // A forced refresh that then fails transiently does not lift the block.
-        _ = flights.started(.forced, now: 1, sending: "rt")
+        _ = flights.started(.forced, now: 1)
         _ = flights.failed(Self.error, failureClass: .transient, now: 1, delay: Self.delay)
         #expect(flights.blocksAutomaticRefresh)
         let superseded = flights.credentialsChanged()
@@ -53,7 +53,7 @@ struct RefreshMachinesTests {
 
     @Test func aTerminalFailureEndsRefreshesUntilTheCredentialsChange() {
         var flights = FlightMachine()
-        _ = flights.started(.demand, now: 0, sending: "rt")
+        _ = flights.started(.demand, now: 0)
         let revoked = UserSessionError(.refreshFailed, "revoked", failureClass: .terminal)
         _ = flights.failed(revoked, failureClass: .terminal, now: 0, delay: Self.delay)
         #expect(flights.terminalError == revoked)
@@ -65,29 +65,16 @@ struct RefreshMachinesTests {
 
     @Test func endingTheSessionKeepsTheBackoffItsFlightStartedFrom() {
         var flights = FlightMachine()
-        _ = flights.started(.demand, now: 0, sending: "rt")
+        _ = flights.started(.demand, now: 0)
         _ = flights.failed(Self.error, failureClass: .transient, now: 0, delay: Self.delay)
-        let id = flights.started(.forced, now: 1, sending: "rt-sent")
+        let id = flights.started(.forced, now: 1)
         let abandoned = flights.sessionEnded()
         #expect(abandoned.flight?.id == id)
-        #expect(abandoned.flight?.sentRefreshToken == "rt-sent")
         #expect(abandoned.waiters.isEmpty)
         #expect(flights.backoff?.failures == 1)
         // Nothing runs any more: a second end finds nothing.
         let abandonedAgain = flights.sessionEnded()
         #expect(abandonedAgain.flight == nil)
-    }
-
-    @Test func aCredentialsChangeCanAdoptARunningFlight() {
-        var flights = FlightMachine()
-        _ = flights.started(.restore, now: 0, sending: "rt")
-        let orphan = flights.sessionEnded().flight
-        // From idle (the flight had no backoff to return to) straight to refreshing the adopted flight.
-        #expect(!flights.isRefreshing)
-        _ = flights.credentialsChanged(adopting: orphan)
-        #expect(flights.current?.id == orphan?.id)
-        let cancelled = flights.waiterCancelled(id: 1)
-        #expect(cancelled == nil)
     }
 
     @Test func aSessionEndedFromOutsideIsTerminatedInAnyState() {
@@ -96,7 +83,7 @@ struct RefreshMachinesTests {
         #expect(idle.terminated(by: removed).isEmpty)
         #expect(idle.terminalError == removed)
         var failed = FlightMachine()
-        _ = failed.started(.demand, now: 0, sending: "rt")
+        _ = failed.started(.demand, now: 0)
         _ = failed.failed(Self.error, failureClass: .transient, now: 0, delay: Self.delay)
         _ = failed.terminated(by: removed)
         #expect(failed.isTerminated)

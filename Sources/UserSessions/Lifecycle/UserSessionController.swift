@@ -420,8 +420,8 @@ extension UserSessionController {
                 identifier: identifier, userInfo: stored.userInfo, credentials: stored.credentials,
                 generation: generation, restoring: true, revision: revision, heldFence: fence)
             // Only the wait is cancelled: the shared refresh keeps running and commits its result. One that
-            // outlives a failed or cancelled restore still writes its rotated credentials to this user's record
-            // (the gate keeps it as an orphan), so the next restore sends the new refresh token.
+            // outlives a failed or cancelled restore still has its rotated credentials written to this user's record
+            // (by the ledger), so the next restore sends the new refresh token.
             if needsRefresh { try await runOpeningStep { try await gate.ensureUsable() } }
         }
     }

@@ -146,8 +146,8 @@ final class CredentialsGate: Sendable {
     /// honours cancellation then fails its write at once, and the final write takes over its credentials); one that
     /// overruns it again is reported with `.persistenceFailed` and left behind, so closing never hangs.
     ///
-    /// A refresh in flight becomes an orphan: its result is never served, published or announced, but it is
-    /// written to the session's own record (see ``RefreshStateMachine/Orphan``). A write that overran both
+    /// A refresh in flight is no longer the session's: its result is never served, published or announced, and the
+    /// ledger writes its rotation to the identifier's record. A write that overran both
     /// deadlines loses the persistence slot (so later writes are not blocked for ever); if it lands later, what
     /// it changed is repaired (``RefreshStateMachine/writeReturned(_:ticket:now:)``).
     func deactivate() async {
@@ -712,9 +712,9 @@ extension CredentialsGate {
     }
 
     /// Commit order: persist, publish to readers, emit, resume waiters. A flight that became stale at any point
-    /// (deactivated, replaced, superseded) publishes nothing; if its session ended keeping its record, its
-    /// credentials are still written there (an orphan), silently. Returns how many waiters got the credentials, or
-    /// `nil` when the flight was stale.
+    /// (deactivated, replaced, superseded) publishes nothing; its rotation is the ledger's to write (unless the
+    /// identifier signed out or in since), silently. Returns how many waiters got the credentials, or `nil` when the
+    /// flight was stale.
     ///
     /// When the persistence slot is free, the commit takes two critical sections of the gate: one when the refresher
     /// returned (the slot is taken and the target chosen, ``RefreshStateMachine/refreshReturned(flightID:newCredentials:holding:)``)
@@ -735,15 +735,10 @@ extension CredentialsGate {
                 $0.refreshReturned(flightID: job.flightID, newCredentials: credentials, holding: ticket)
             }
         }
-        guard case .holding(let ticket, let session, _) = start, let target = session else {
-            // Stale: an orphan's rotation goes to its own record; one nobody here writes is the ledger's to write,
-            // on its schedule, unless the store has it.
-            if let orphan = start.orphan, let ticket = start.ticket {
-                _ = await write(orphan, ticket: ticket)
-            } else {
-                ledger.ensureWritten(job.identifier, schedule: ledgerSchedule)
-            }
+        guard case .holding(let ticket, let session) = start, let target = session else {
+            // Stale: nobody here writes the rotation; the ledger does, now, unless the store has it.
             if let ticket = start.ticket { releasePersistSlot(ticket) }
+            ledger.ensureWritten(job.identifier, schedule: ledgerSchedule)
             return nil
         }
         let (written, landing) = await performWrite(target)
@@ -890,10 +885,10 @@ extension CredentialsGate {
             outcome = .failed(error)
         }
         // What the store holds now, as far as this write knows: its own credentials, or a newer record's.
-        let wrote: Credentials? =
+        let wrote: StoredSession? =
             switch outcome {
-            case .written: target.stored.credentials
-            case .superseded(let record): record?.session.credentials
+            case .written: target.stored
+            case .superseded(let record): record?.session
             case .failed: nil
             }
         // No record where one was expected: the user signed out elsewhere, for every controller of this process too.
@@ -955,16 +950,15 @@ extension CredentialsGate {
     /// every write: no write taken before it can land after it.
     ///
     /// The removal waits for the persistence slot and then for the ledger's write turn, so every write in progress
-    /// or queued before it lands first; once the store removed the record, the ledger's fence changes (every write
-    /// taken before is refused) and the clear epoch is bumped, so a refresh of the ended session that is still
-    /// running (an orphan) writes nothing. A write that overran the close's deadline (it lost its slot and its turn)
-    /// and lands after the removal is removed again (``write(_:ticket:)``). A removal the store refused changes
-    /// nothing: the user is still signed in, and the ledger still writes her newest credentials.
+    /// or queued before it lands first; once the store removed the record, the ledger's fence changes: every write
+    /// taken before is refused, and a refresh of the ended session that is still running writes nothing. A write
+    /// that overran the close's deadline (it lost its slot and its turn) and lands after the removal is removed
+    /// again (``write(_:ticket:)``). A removal the store refused changes nothing: the user is still signed in, and the
+    /// ledger still writes her newest credentials.
     func clear(identifier: String) async throws {
         try await withPersistSlot { _ in
             try await ledger.signOut(identifier) { try await store.remove(identifier: identifier) }
         }
-        modifyStateAndRunActions { $0.signedOut(identifier: identifier) }
     }
 
     /// Publishes credentials obtained elsewhere: written first, then published, then the event, then the waiters
@@ -994,8 +988,8 @@ extension CredentialsGate {
     /// How a write ended.
     /// Whose credentials a write carries.
     enum WriteKind {
-        /// The session's own newest credentials (a refresh's commit, a retry, the final flush, an orphan's
-        /// rotation): when the store refuses them, the ledger keeps them as unwritten.
+        /// The session's own newest credentials (a refresh's commit, the final flush): when the store refuses
+        /// them, the ledger keeps them as unwritten.
         case own
         /// Credentials the caller hands over (``update(_:)``): a coordinated write replaces whatever is stored, and a
         /// failed write changes nothing (the caller is told).

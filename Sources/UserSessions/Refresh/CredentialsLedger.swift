@@ -139,7 +139,7 @@ final class CredentialsLedger: Sendable {
         }
         /// The fence this entry was made with. Fences only grow, so a session's fence older than this one was taken
         /// from an entry dropped since: that session let the identifier go (nobody held it in between), and a
-        /// refresh it still runs is an orphan that may no longer present a token
+        /// refresh it still runs has outlived it and may no longer present a token
         /// (``CredentialsLedger/refresh(identifier:userInfo:credentials:fence:call:)``).
         var bornFence: UInt64 { detail?.bornFence ?? fence }
 
@@ -448,7 +448,7 @@ final class CredentialsLedger: Sendable {
             if entry.flights.isRunning(sent) { return .join }
             // Only a session that held the identifier through this entry's life leads a refresh: a fence older than
             // the entry's birth means the entry was dropped since, so nobody held it after that session let go. Its
-            // refresh, an orphan that has sent nothing yet, must not send now: its rotation would belong to nobody
+            // refresh, which outlived it and has sent nothing yet, must not send now: its rotation would belong to nobody
             // (fenced, unwritten, forgotten with the entry) while the store keeps the token it spent.
             // A session still signing in (its fence is 0) may refresh: its result is fenced, and its own commit
             // writes it once the sign-in landed.
@@ -510,7 +510,11 @@ final class CredentialsLedger: Sendable {
         _ entry: inout Entry, flight: Flight, userInfo: UserInfo, result: Result<Credentials, UserSessionError>
     ) -> ([Joiner], Bool) {
         let waiters = entry.flights.land(flight.sent)
-        let fenced = entry.fence != flight.fence
+        // The result is the identifier's newest when the refresh refreshed the newest: what the ledger holds as
+        // current (even one taken under an older fence: a refresh of the credentials a sign-in just wrote, its
+        // session still signing in when it started), or, when it holds none, what was read under the fence that
+        // still holds. A refresh of credentials an update, a sign-in or a sign-out replaced since is knowledge only.
+        let fenced = !(entry.current.map { $0.credentials == flight.presented } ?? (entry.fence == flight.fence))
         switch result {
         case .success(let credentials):
             entry.recordRefresh(of: flight.presented, sent: flight.sent, result: credentials)
@@ -722,7 +726,7 @@ final class CredentialsLedger: Sendable {
     /// learns that the store lacks it.)
     @discardableResult
     func writeFinished(
-        _ identifier: String, fence: UInt64, wrote credentials: Credentials?, failed: StoredSession? = nil,
+        _ identifier: String, fence: UInt64, wrote written: StoredSession?, failed: StoredSession? = nil,
         schedule: Schedule? = nil, turn: UInt64
     ) -> Landing {
         enum Then {
@@ -740,15 +744,15 @@ final class CredentialsLedger: Sendable {
                 // Landed after a sign-out or a sign-in it did not wait for (one that came from the store, or a write
                 // that lost its turn to a close's deadline). After a sign-out it is undone; after a sign-in, the
                 // newest credentials of the identifier (the sign-in's, or what came of them) are written again.
-                guard credentials != nil else { return (.done, .nothing, handover) }
+                guard written != nil else { return (.done, .nothing, handover) }
                 if entry.signedOut { return (.removeAgain, .nothing, handover) }
                 guard entry.current != nil else { return (.done, .nothing, handover) }
                 entry.unwritten = true
                 if let schedule, entry.schedule == nil { entry.schedule = schedule }
                 return (.done, .rewrite, handover)
             }
-            if let credentials {
-                landed(&entry, credentials)
+            if let written {
+                landed(&entry, written)
                 // Still unwritten after a landing: an older version landed over the newest.
                 guard entry.unwritten else { return (.done, .nothing, handover) }
                 if let schedule, entry.schedule == nil { entry.schedule = schedule }
@@ -769,17 +773,21 @@ final class CredentialsLedger: Sendable {
         return landing
     }
 
-    /// `credentials` are in the store now.
-    private func landed(_ entry: inout Entry, _ credentials: Credentials) {
-        guard let current = entry.current?.credentials else { return }
-        if current.accessToken == credentials.accessToken && current.refreshToken == credentials.refreshToken {
+    /// `session` is in the store now: it is the identifier's newest credentials, unless a refresh known here
+    /// replaced them (an older version landed after the newest).
+    private func landed(_ entry: inout Entry, _ session: StoredSession) {
+        guard let credentials = session.credentials else { return }
+        if let current = entry.current?.credentials,
+            current.accessToken == credentials.accessToken && current.refreshToken == credentials.refreshToken
+        {
             entry.unwritten = false
-        } else if let token = credentials.refreshToken, entry.isSpent(token) {
+        } else if entry.current != nil, entry.latestRotation(of: credentials) != nil {
             // An older version landed after the newest: the newest must be written again.
             entry.unwritten = true
         } else {
-            // Credentials from elsewhere (an update, a sign-in, another instance) replaced the rotation in the
-            // store; the rotation still answers a controller presenting a token it spent.
+            // Credentials from elsewhere (an update, a sign-in, another instance), or the first the ledger learns
+            // of: the newest now. A rotation they replaced still answers a controller presenting a token it spent.
+            entry.current = session
             entry.unwritten = false
         }
     }
@@ -842,6 +850,13 @@ final class CredentialsLedger: Sendable {
             entry.refused = nil
             entry.unwritten = false
             entry.current = session
+            // A refresh of the signed-in credentials already returned (the session refreshed while its sign-in was
+            // being written): the store holds the refresh token it spent. Its rotation is the newest, and unwritten:
+            // the session's commit writes it, or the ledger when that session ended meanwhile (`ensureWritten`).
+            if let session, let credentials = session.credentials, let rotated = entry.latestRotation(of: credentials) {
+                entry.current = StoredSession(userInfo: session.userInfo, credentials: rotated)
+                entry.unwritten = true
+            }
             return entry.fence
         }
     }
@@ -859,13 +874,15 @@ final class CredentialsLedger: Sendable {
         }
     }
 
-    /// A rotation nobody is going to write (its flight went stale): the ledger writes it on its schedule.
+    /// A rotation nobody else is going to write (its flight's session ended): the ledger writes it now, and on
+    /// `schedule` when that write fails.
     func ensureWritten(_ identifier: String, schedule: Schedule) {
-        let start = modify(ExactIdentifier(identifier)) { entry -> Bool in
+        let write = modify(ExactIdentifier(identifier)) { entry -> Bool in
+            guard entry.unwritten else { return false }
             if entry.schedule == nil { entry.schedule = schedule }
-            return startLoopIfNeeded(&entry)
+            return true
         }
-        if start { startWriteLoop(identifier) }
+        if write { Task { await self.rewriteNow(identifier) } }
     }
 
     // MARK: - The write loop
@@ -909,8 +926,9 @@ final class CredentialsLedger: Sendable {
         }
     }
 
-    /// Writes what a late write just overwrote, now rather than on the failed-write schedule (the store holds older
-    /// credentials than it had a moment ago); a failure leaves it to the write loop.
+    /// Writes the unwritten credentials now rather than on the failed-write schedule (a late write just overwrote
+    /// them, a sign-in wrote the refresh token a refresh already spent, or nobody else is going to write them); a
+    /// failure leaves them to the write loop.
     private func rewriteNow(_ identifier: String) async {
         let key = ExactIdentifier(identifier)
         guard let fence = entries.withLock({ $0[key]?.fence }) else { return }
@@ -964,7 +982,7 @@ final class CredentialsLedger: Sendable {
             guard entry.fence == fence else {
                 return (failure == nil && entry.signedOut ? .removeAgain : .done, handover)
             }
-            if failure == nil, let credentials = session.credentials { landed(&entry, credentials) }
+            if failure == nil { landed(&entry, session) }
             return (.done, handover)
         }
         handedOver.deliver()

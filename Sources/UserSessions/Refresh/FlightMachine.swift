@@ -13,7 +13,7 @@
 ///  │                │  └──sessionEnded──▶ idle, or failed(backoff) when it started from one
 ///  │                └──failed (terminal)──▶ terminated
 ///  │   terminated(by:) ──▶ terminated, from any state
-///  └── credentialsChanged ──▶ idle from any state, or refreshing when it adopts an orphan's flight
+///  └── credentialsChanged ──▶ idle from any state
 /// ```
 struct FlightMachine {
     /// One refresh in progress.
@@ -22,8 +22,6 @@ struct FlightMachine {
         let kind: RefreshStateMachine.FlightKind
         /// When it started: the issue time of the credentials it returns, if they do not say.
         let startedAt: Double
-        /// The refresh token it sent, so that a new session restored from the same stored record can adopt it.
-        let sentRefreshToken: String?
     }
 
     /// What failed refreshes left behind: nothing starts on its own before `retryAt`.
@@ -123,9 +121,8 @@ struct FlightMachine {
 
     // MARK: - Inputs
 
-    /// A refresh of `kind` started at `now`, sending `refreshToken`; returns its id.
-    mutating func started(_ kind: RefreshStateMachine.FlightKind, now: Double, sending refreshToken: String?) -> UInt64
-    {
+    /// A refresh of `kind` started at `now`; returns its id.
+    mutating func started(_ kind: RefreshStateMachine.FlightKind, now: Double) -> UInt64 {
         let backoff: Backoff?
         switch state {
         case .idle: backoff = nil
@@ -135,7 +132,7 @@ struct FlightMachine {
         }
         let id = nextFlightID
         nextFlightID += 1
-        let flight = Flight(id: id, kind: kind, startedAt: now, sentRefreshToken: refreshToken)
+        let flight = Flight(id: id, kind: kind, startedAt: now)
         state = .refreshing(flight: flight, waiters: FlightWaiters(), backoff: backoff)
         return id
     }
@@ -200,7 +197,7 @@ struct FlightMachine {
     }
 
     /// The session ended: the refresh in progress (returned) goes on without it, its waiters are returned to fail.
-    /// What failed before it started stays (`failed`), unread, until ``credentialsChanged(adopting:)``; in any other
+    /// What failed before it started stays (`failed`), unread, until ``credentialsChanged()``; in any other
     /// state nothing changes.
     mutating func sessionEnded() -> (flight: Flight?, waiters: [RefreshStateMachine.Waiter]) {
         guard case .refreshing(let flight, let waiters, let backoff) = state else { return (nil, []) }
@@ -209,11 +206,10 @@ struct FlightMachine {
     }
 
     /// The credentials changed (a new session, or credentials obtained elsewhere): from any state, everything starts
-    /// over (`idle`), or `refreshing` `adopted` when a new session takes over a refresh that already sent its
-    /// refresh token. Returns the waiters of a refresh that was superseded.
-    mutating func credentialsChanged(adopting adopted: Flight? = nil) -> [RefreshStateMachine.Waiter] {
+    /// over (`idle`). Returns the waiters of a refresh that was superseded.
+    mutating func credentialsChanged() -> [RefreshStateMachine.Waiter] {
         let superseded = waiters
-        state = adopted.map { .refreshing(flight: $0, waiters: FlightWaiters(), backoff: nil) } ?? .idle
+        state = .idle
         return superseded
     }
 }

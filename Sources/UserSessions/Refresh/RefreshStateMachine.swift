@@ -8,7 +8,7 @@ import Foundation
 /// jitter come in as arguments, so every transition can be tested synchronously.
 ///
 /// It keeps the session's own data (identity, credentials, the hot path's ``token`` and ``nextActionAt``, the
-/// windows scaled to the token's lifetime, the loop breaker, the orphans) and composes two machines:
+/// windows scaled to the token's lifetime, the loop breaker) and composes two machines:
 /// ``FlightMachine`` (the refresh in progress and its backoff) and ``PersistenceSlot`` (who may write now). Whether
 /// the store has the newest credentials, and retrying a write it refused, belong to the ledger
 /// (``CredentialsLedger``), the one owner of the identifier's credentials.
@@ -126,8 +126,6 @@ struct RefreshStateMachine {
 
     /// Who may write to the store now (see ``PersistenceSlot``).
     private(set) var slot = PersistenceSlot()
-    /// Refreshes still running for sessions that ended while keeping their stored record (see ``Orphan``).
-    private(set) var orphans: [UInt64: Orphan] = [:]
     /// The ledger's sign-out fence of the active session's identifier when it was activated: every write of the
     /// session is taken under it (see ``CredentialsLedger``).
     private(set) var ledgerFence: UInt64 = 0
@@ -170,15 +168,14 @@ extension RefreshStateMachine {
     /// revision is `revision` in a coordinated store). Waiters left from a previous session (only if the gate
     /// skipped ``deactivated()``) fail with ``UserSessionError/Code/sessionNotOpen``.
     ///
-    /// Orphan refreshes of the same identifier lose the record to the new session; when `restoring`, one that sent
-    /// the same refresh token becomes the new session's flight (it is not sent a second time).
+    /// A refresh of an earlier session still running is not this session's: its rotation is the ledger's to write,
+    /// and a session presenting the same refresh token joins it there (it is not sent a second time).
     mutating func activated(
         identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64, restoring: Bool = false,
         revision: UInt64? = nil, ledgerFence: UInt64 = 0
     ) -> Actions {
         self.ledgerFence = ledgerFence
-        let adopted = adoptOrphan(identifier: identifier, refreshToken: restoring ? credentials?.refreshToken : nil)
-        let leftovers = flights.credentialsChanged(adopting: adopted)
+        let leftovers = flights.credentialsChanged()
         base = StoredBase(revision: revision, refreshToken: credentials?.refreshToken)
         phase = .active(Identity(generation: generation, identifier: identifier, userInfo: userInfo))
         breaker = LoopBreaker()
@@ -189,19 +186,14 @@ extension RefreshStateMachine {
 
     /// The fence of a session whose sign-in has not landed yet: it matches no fence of the ledger, so nothing the
     /// session refreshes before then is written unless the sign-in lands
-    /// (``signedIn(identifier:revision:ledgerFence:)`` gives it the fence the sign-in made). An open whose first
-    /// write failed leaves nothing to write.
+    /// (``signedIn(identifier:revision:ledgerFence:)`` gives it the fence the sign-in made, and the ledger writes a
+    /// rotation of the signed-in credentials it already knows). An open whose first write failed leaves nothing to
+    /// write.
     static let signingInFence: UInt64 = 0
 
     /// The opening write of a sign-in landed (as `revision` in a coordinated store) and the ledger renewed the
     /// identifier's fence: the session's writes are taken under `ledgerFence`, and the session holds that revision.
     mutating func signedIn(identifier: String, revision: UInt64?, ledgerFence: UInt64) -> Actions {
-        // A refresh of this session that outlived it (a close came while the record was being written) writes to
-        // the record the sign-in made: under the new fence, like the session would have.
-        for (id, orphan) in orphans
-        where orphan.ledgerFence == Self.signingInFence && ExactIdentifier.areEqual(orphan.identifier, identifier) {
-            orphans[id]?.ledgerFence = ledgerFence
-        }
         guard active else { return .none }
         if let revision, ExactIdentifier.areEqual(self.identifier, identifier) {
             base = StoredBase(revision: revision, refreshToken: credentials?.refreshToken)
@@ -210,12 +202,11 @@ extension RefreshStateMachine {
         return .none
     }
 
-    /// The session stopped: no token is served, its waiters fail, and the flight in progress (if any) becomes an
-    /// orphan, whose result is never served.
+    /// The session stopped: no token is served, its waiters fail, and the flight in progress (if any) is no longer
+    /// the session's: its result is never served, and its rotation is the ledger's to write.
     mutating func deactivated() -> Actions {
         if case .active(let identity) = phase { phase = .ended(identity) }
-        let (flight, waiters) = flights.sessionEnded()
-        if let flight { keepOrphan(flight) }
+        let (_, waiters) = flights.sessionEnded()
         nextActionAt = -.infinity
         return .resume(waiters, with: .failure(Self.notOpenError))
     }
@@ -398,7 +389,7 @@ extension RefreshStateMachine {
 
     private mutating func startFlight(_ kind: FlightKind, now: Double) -> RefreshJob {
         guard let credentials else { preconditionFailure("a refresh needs credentials") }
-        let id = flights.started(kind, now: now, sending: credentials.refreshToken)
+        let id = flights.started(kind, now: now)
         recomputeDeadline()
         return RefreshJob(
             flightID: id, generation: generation, credentials: credentials, kind: kind, identifier: identifier,
@@ -586,13 +577,10 @@ extension RefreshStateMachine {
     // MARK: - Flights
 
     /// The flight `flightID` is about to do its next step (announce itself, send its refresh token): whether it is
-    /// still the session's. One that is not is forgotten, orphan or not: it has sent nothing. With `announcing`,
-    /// a current one emits `.refreshStarted`.
+    /// still the session's. One that is not is dropped: it has sent nothing. With `announcing`, a current one
+    /// emits `.refreshStarted`.
     mutating func flightProceeds(flightID: UInt64, announcing: Bool) -> (Bool, Actions) {
-        guard isCurrent(flightID: flightID) else {
-            orphans.removeValue(forKey: flightID)
-            return (false, .none)
-        }
+        guard isCurrent(flightID: flightID) else { return (false, .none) }
         return (true, announcing ? Actions(events: [.init(kind: .refreshStarted)]) : .none)
     }
 
@@ -608,15 +596,12 @@ extension RefreshStateMachine {
     /// The refresh of `flightID` failed with `error` (whose ``UserSessionError/failureClass`` is set):
     /// `.refreshFailed` is emitted and the waiters fail. A terminal failure ends the session's refreshes; any other
     /// backs off (`jitter` in 0…1). `nil` for a stale flight (the session was deactivated, replaced, or its
-    /// credentials updated): nothing is reported, and an orphan is forgotten.
+    /// credentials updated): nothing is reported.
     mutating func refreshFailed(flightID: UInt64, error: UserSessionError, now: Double, jitter: Double)
         -> (FailureReport?, Actions)
     {
-        guard isCurrent(flightID: flightID) else {
-            // An orphan's failure is never reported: its session ended.
-            orphans.removeValue(forKey: flightID)
-            return (nil, .none)
-        }
+        // The failure of a flight whose session ended is never reported.
+        guard isCurrent(flightID: flightID) else { return (nil, .none) }
         let failureClass = error.failureClass ?? .transient
         let policy = self.policy
         let (flight, waiters) = flights.failed(error, failureClass: failureClass, now: now) {
@@ -637,30 +622,24 @@ extension RefreshStateMachine {
 
     /// How a refresh's commit goes on after ``refreshReturned(flightID:newCredentials:holding:)``.
     enum CommitStart {
-        /// Nobody here writes the credentials (the flight went stale and no orphan wants them): the ledger does.
+        /// Nobody here writes the credentials (the flight's session ended): the ledger does.
         case nowhere
         /// The persistence slot is busy: wait for it with `ticket` (``slotAwaited(ticket:continuation:)``), then
         /// report again holding it.
         case waitForSlot(ticket: UInt64)
-        /// The commit holds the slot of `ticket` and writes to the active session's record (`session`), to an
-        /// orphan's own record (`orphan`, forgotten), or nowhere (both `nil`: release the slot).
-        case holding(ticket: UInt64, session: PersistTarget?, orphan: PersistTarget?)
+        /// The commit holds the slot of `ticket` and writes to the active session's record (`session`), or nowhere
+        /// (`nil`: the session ended while the commit waited for the slot; release it, the ledger writes).
+        case holding(ticket: UInt64, session: PersistTarget?)
 
         /// The slot's ticket, once the commit holds it.
         var ticket: UInt64? {
-            if case .holding(let ticket, _, _) = self { return ticket }
+            if case .holding(let ticket, _) = self { return ticket }
             return nil
         }
 
         /// Where the active session's credentials go, once the commit holds the slot.
         var session: PersistTarget? {
-            if case .holding(_, let session, _) = self { return session }
-            return nil
-        }
-
-        /// The orphan's record the credentials go to, once the commit holds the slot.
-        var orphan: PersistTarget? {
-            if case .holding(_, _, let orphan) = self { return orphan }
+            if case .holding(_, let session) = self { return session }
             return nil
         }
     }
@@ -668,14 +647,13 @@ extension RefreshStateMachine {
     /// The refresh of `flightID` returned `newCredentials`. Its commit takes the persistence slot in the same
     /// critical section when the slot is free (or `ticket` holds it already), and learns where the credentials go:
     /// the active session's record while the flight is current (from here on the write belongs to the session even
-    /// if it deactivates before the write returns, since the server has already rotated the refresh token), else an
-    /// orphan's own record. A stale flight nobody wants takes no slot.
+    /// if it deactivates before the write returns, since the server has already rotated the refresh token). A flight
+    /// whose session ended takes no slot: its rotation is the ledger's to write.
     mutating func refreshReturned(flightID: UInt64, newCredentials: Credentials, holding ticket: UInt64? = nil)
         -> (CommitStart, Actions)
     {
-        let current = isCurrent(flightID: flightID)
-        guard current || orphans[flightID] != nil else {
-            if let ticket { return (.holding(ticket: ticket, session: nil, orphan: nil), .none) }
+        guard isCurrent(flightID: flightID) else {
+            if let ticket { return (.holding(ticket: ticket, session: nil), .none) }
             return (.nowhere, .none)
         }
         let holder: UInt64
@@ -685,21 +663,7 @@ extension RefreshStateMachine {
             holder = slot.makeTicket()
             guard slot.tryAcquire(ticket: holder) else { return (.waitForSlot(ticket: holder), .none) }
         }
-        if current {
-            let session = target(newCredentials)
-            return (.holding(ticket: holder, session: session, orphan: nil), .none)
-        }
-        // Fenced per identifier by the ledger (``CredentialsLedger/enterWriteTurn(_:fence:reserved:)``), not by this machine's
-        // epoch: a clear of another identifier in this controller must not drop this user's rotation.
-        guard let orphan = orphans.removeValue(forKey: flightID) else {
-            return (.holding(ticket: holder, session: nil, orphan: nil), .none)
-        }
-        let target = PersistTarget(
-            identifier: orphan.identifier,
-            stored: StoredSession(userInfo: orphan.userInfo, credentials: newCredentials),
-            generation: 0, baseRevision: orphan.baseRevision,
-            baseRefreshToken: orphan.baseRefreshToken, ledgerFence: orphan.ledgerFence)
-        return (.holding(ticket: holder, session: nil, orphan: target), .none)
+        return (.holding(ticket: holder, session: target(newCredentials)), .none)
     }
 
     /// The write of a refresh's credentials to `target`, made holding the slot of `ticket`, returned (failing with
@@ -858,14 +822,6 @@ extension RefreshStateMachine {
 
     // MARK: - Writes
 
-    /// `closeAndClear()` signed `identifier` out and removed its record (the session is already deactivated):
-    /// orphans of it are dropped. (A write taken before that lands late is undone by the ledger, whose fence the
-    /// sign-out changed.)
-    mutating func signedOut(identifier: String) -> Actions {
-        orphans = orphans.filter { !ExactIdentifier.areEqual($0.value.identifier, identifier) }
-        return .none
-    }
-
     /// A write of `target` landed as `revision` in a coordinated store (a conditional write, or the overwrite of
     /// credentials handed over): when it was the active session's, that revision and its refresh token are now what
     /// the session holds.
@@ -930,48 +886,6 @@ extension RefreshStateMachine {
             identifier: identifier, stored: StoredSession(userInfo: userInfo, credentials: credentials),
             generation: generation, baseRevision: heldRevision,
             baseRefreshToken: base.refreshToken, ledgerFence: ledgerFence)
-    }
-
-    // MARK: - Refreshes that outlive their session
-
-    /// A refresh still running for a session that ended while keeping its stored record (`close()`, a replaced
-    /// session, a cancelled or failed restore). Its result is never served, published or announced, but the
-    /// server has already rotated the refresh token it sent, so its credentials are written to that session's
-    /// own record — unless the identifier signed out since (the ledger's fence, or ``signedOut(identifier:)``
-    /// here), or a newer session of the same identifier took the record over. A session restored from the record
-    /// it sent adopts it instead (see `activated`).
-    struct Orphan {
-        let identifier: String
-        let userInfo: UserInfo
-        let flight: Flight
-        /// The revision and refresh token of the record the session was based on: a late write is conditional on
-        /// them, so it never recreates a record removed or replaced elsewhere.
-        var baseRevision: UInt64?
-        var baseRefreshToken: String?
-        /// The ledger fence of the session: a sign-out of the identifier since (from anywhere) fences the write.
-        var ledgerFence: UInt64 = 0
-    }
-
-    /// Keeps `flight` of the session that is ending as an orphan.
-    private mutating func keepOrphan(_ flight: Flight) {
-        orphans[flight.id] = Orphan(
-            identifier: identifier, userInfo: userInfo, flight: flight, baseRevision: heldRevision,
-            baseRefreshToken: base.refreshToken, ledgerFence: ledgerFence)
-    }
-
-    /// A session of `identifier` activates with `refreshToken`: an orphan refresh that sent that same refresh token
-    /// becomes its flight (so it is not refreshed a second time with a token the server already rotated); other
-    /// orphans of the identifier are dropped, since the new session now owns the record.
-    private mutating func adoptOrphan(identifier: String, refreshToken: String?) -> Flight? {
-        guard !orphans.isEmpty else { return nil }
-        var adopted: Flight?
-        for (id, orphan) in orphans where ExactIdentifier.areEqual(orphan.identifier, identifier) {
-            orphans.removeValue(forKey: id)
-            if let refreshToken, orphan.flight.sentRefreshToken == refreshToken, adopted.map({ $0.id < id }) ?? true {
-                adopted = orphan.flight
-            }
-        }
-        return adopted
     }
 }
 
