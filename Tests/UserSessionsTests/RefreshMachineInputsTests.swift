@@ -151,10 +151,10 @@ struct RefreshMachineInputsTests {
         #expect(holder.granted)
         _ = machine.slotAbandoned()
         let landed = machine.writeReturned(late, ticket: holder.ticket, now: Self.start)
-        #expect(landed.removeAgain == nil, "the machine never removes a record: the ledger decides")
-        #expect(landed.refresh == nil && landed.events.isEmpty)
+        #expect(landed.refresh == nil && landed.events.isEmpty, "the machine repairs nothing: the ledger does")
 
-        let ledger = CredentialsLedger(store: InMemoryTokenStore())
+        let store = InMemoryTokenStore()
+        let ledger = CredentialsLedger(store: store)
         let composedFence = ledger.hold(Self.composed)
         let decomposedFence = ledger.hold(Self.decomposed)
         let composedTurn = try #require(await ledger.enterWriteTurn(Self.composed, fence: composedFence))
@@ -162,13 +162,16 @@ struct RefreshMachineInputsTests {
         let written = StoredSession(
             userInfo: UserInfo(id: "user"),
             credentials: Credentials(accessToken: "at", refreshToken: "rt", expiresAt: nil))
-        #expect(
-            ledger.writeFinished(Self.composed, fence: composedFence, wrote: written, turn: composedTurn)
-                == .removeAgain)
+        try await store.save(written, identifier: Self.composed)
+        try await store.save(written, identifier: Self.decomposed)
+        ledger.writeFinished(Self.composed, fence: composedFence, wrote: written, turn: composedTurn)
         let decomposedTurn = try #require(await ledger.enterWriteTurn(Self.decomposed, fence: decomposedFence))
-        #expect(
-            ledger.writeFinished(Self.decomposed, fence: decomposedFence, wrote: written, turn: decomposedTurn) == .done
-        )
+        ledger.writeFinished(Self.decomposed, fence: decomposedFence, wrote: written, turn: decomposedTurn)
+        try await withHangGuard("the composed user's record is removed again") {
+            while try await store.load(identifier: Self.composed) != nil { await Task.yield() }
+        }
+        #expect(try await store.load(identifier: Self.decomposed) == written)
+        #expect(!ledger.hasPendingWork(Self.composed))
     }
 
     /// A commit takes the slot in the same input that receives the refresh's result when the slot is free, waits for

@@ -741,10 +741,10 @@ extension CredentialsGate {
             ledger.ensureWritten(job.identifier, schedule: ledgerSchedule)
             return nil
         }
-        let (written, landing) = await performWrite(target)
+        let written = await performWrite(target)
         if case .superseded(let record) = written {
             // A coordinated store held a newer record (or none): it stands, and is adopted instead.
-            writeReturned(target, ticket: ticket, landing: landing)
+            writeReturned(target, ticket: ticket)
             let adoption = adoptHoldingSlot(record, generation: job.generation)
             releasePersistSlot(ticket)
             if case .none = adoption {
@@ -761,12 +761,9 @@ extension CredentialsGate {
         let now = clock.nowSeconds()
         let jitter = Double.random(in: 0...1)
         return modifyStateAndRunActions { machine in
-            var (waiters, actions) = machine.commitWritten(
+            machine.commitWritten(
                 flightID: job.flightID, newCredentials: credentials, target: target, ticket: ticket,
                 persistError: written.error, now: now, jitter: jitter)
-            // Landed after a sign-out of its identifier (a store that overran the close's deadline): undone.
-            if landing == .removeAgain { actions.removeAgain = target.identifier }
-            return (waiters, actions)
         }
     }
 }
@@ -787,7 +784,6 @@ extension CredentialsGate {
         }
         if !actions.waiters.isEmpty { Self.resume(actions.waiters, with: actions.waitersResult) }
         if let job = actions.refresh { startFlight(job) }
-        if let identifier = actions.removeAgain { runInBackground { await self.removeAgain(identifier) } }
         // Last: a commit hands the slot on in the same transition as its events, and `deactivate()`, which waits
         // for the slot, must return only after them.
         if case .resume(let continuation) = actions.slot { continuation.resumeVisibly() }
@@ -856,21 +852,21 @@ extension CredentialsGate {
     func writeOutcome(_ target: RefreshStateMachine.PersistTarget, ticket: UInt64, kind: WriteKind = .own) async
         -> WriteOutcome
     {
-        let (outcome, landing) = await performWrite(target, kind: kind)
-        writeReturned(target, ticket: ticket, landing: landing)
+        let outcome = await performWrite(target, kind: kind)
+        writeReturned(target, ticket: ticket)
         return outcome
     }
 
     /// The store call of a write the caller makes holding the slot, in the ledger's write turn for its identifier:
     /// the ledger refuses a write taken before a sign-out or a sign-in of its identifier, orders it with every other
-    /// write of the identifier in this process, and says what a write that landed must do next. The caller reports
-    /// the write's return to the machine (``writeReturned(_:ticket:landing:)``, or in a commit's last critical
-    /// section).
-    private func performWrite(
-        _ target: RefreshStateMachine.PersistTarget, kind: WriteKind = .own
-    ) async -> (WriteOutcome, CredentialsLedger.Landing) {
+    /// write of the identifier in this process, and learns what landed (and repairs a late landing: see
+    /// ``CredentialsLedger/writeFinished(_:fence:wrote:failed:schedule:turn:)``). The caller reports the write's
+    /// return to the machine (``writeReturned(_:ticket:)``, or in a commit's last critical section).
+    private func performWrite(_ target: RefreshStateMachine.PersistTarget, kind: WriteKind = .own) async
+        -> WriteOutcome
+    {
         guard let turn = await ledger.enterWriteTurn(target.identifier, fence: target.ledgerFence) else {
-            return (.failed(UserSessionError(.sessionNotOpen, "the user signed out; the write was dropped")), .done)
+            return .failed(UserSessionError(.sessionNotOpen, "the user signed out; the write was dropped"))
         }
         backgroundWork.withLock { $0.writeTurn = (target.identifier, turn) }
         var outcome: WriteOutcome
@@ -900,31 +896,16 @@ extension CredentialsGate {
         // write failed change nothing.
         var failed: StoredSession?
         if case .failed = outcome, kind == .own { failed = target.stored }
-        let landing = ledger.writeFinished(
+        ledger.writeFinished(
             target.identifier, fence: target.ledgerFence, wrote: wrote, failed: failed, schedule: ledgerSchedule,
             turn: turn)
-        return (outcome, landing)
+        return outcome
     }
 
-    /// Tells the machine that a write of `target` in the slot of `ticket` returned, with what the ledger said of it.
-    private func writeReturned(
-        _ target: RefreshStateMachine.PersistTarget, ticket: UInt64, landing: CredentialsLedger.Landing
-    ) {
+    /// Tells the machine that a write of `target` in the slot of `ticket` returned.
+    private func writeReturned(_ target: RefreshStateMachine.PersistTarget, ticket: UInt64) {
         let now = clock.nowSeconds()
-        modifyStateAndRunActions { machine -> RefreshStateMachine.Actions in
-            var actions = machine.writeReturned(target, ticket: ticket, now: now)
-            // Landed after a sign-out of its identifier (a store that overran the close's deadline): undone.
-            if landing == .removeAgain { actions.removeAgain = target.identifier }
-            return actions
-        }
-    }
-
-    /// Removes `identifier`'s record once more, after a write left behind by a close landed after the clear.
-    func removeAgain(_ identifier: String) async {
-        await withPersistSlot { _ in
-            let owned = inspect { $0.active && ExactIdentifier.areEqual($0.identifier, identifier) }
-            if !owned { try? await store.remove(identifier: identifier) }
-        }
+        modifyStateAndRunActions { $0.writeReturned(target, ticket: ticket, now: now) }
     }
 
     // MARK: - Writes of the lifecycle

@@ -112,10 +112,11 @@ final class CredentialsLedger: Sendable {
             get { detail?.refused }
             set { made().refused = newValue }
         }
-        /// Refusals to record in the store that have not asked for the write turn yet (each keeps the entry).
-        var refusalWrites: Int {
-            get { detail?.refusalWrites ?? 0 }
-            set { made().refusalWrites = newValue }
+        /// Writes the ledger owes that have not asked for the write turn yet (each keeps the entry): a refusal to
+        /// record in the store, a record to remove again.
+        var reservedWrites: Int {
+            get { detail?.reservedWrites ?? 0 }
+            set { made().reservedWrites = newValue }
         }
         /// The ledger's own write loop runs.
         var retrying: Bool {
@@ -258,7 +259,7 @@ final class CredentialsLedger: Sendable {
         var unwritten = false
         var rotations: [Rotation] = []
         var refused: String?
-        var refusalWrites = 0
+        var reservedWrites = 0
         var retrying = false
         var schedule: Schedule?
         var signedOut = false
@@ -271,7 +272,7 @@ final class CredentialsLedger: Sendable {
         init() {}
 
         var isIdle: Bool {
-            flights.isEmpty && !unwritten && refusalWrites == 0 && !retrying && turn == nil && turnQueue.isEmpty
+            flights.isEmpty && !unwritten && reservedWrites == 0 && !retrying && turn == nil && turnQueue.isEmpty
                 && lateWrites == 0
         }
     }
@@ -358,7 +359,7 @@ final class CredentialsLedger: Sendable {
     func hasPendingWork(_ identifier: String) -> Bool {
         entries.withLock { entries in
             guard let entry = entries[ExactIdentifier(identifier)] else { return false }
-            return !entry.flights.isEmpty || entry.unwritten || entry.refusalWrites > 0 || entry.lateWrites > 0
+            return !entry.flights.isEmpty || entry.unwritten || entry.reservedWrites > 0 || entry.lateWrites > 0
                 || entry.turn != nil
                 || !entry.turnQueue.isEmpty
         }
@@ -528,7 +529,7 @@ final class CredentialsLedger: Sendable {
                 return (waiters, false)
             }
             entry.refused = flight.sent
-            entry.refusalWrites += 1
+            entry.reservedWrites += 1
             return (waiters, true)
         }
     }
@@ -596,7 +597,7 @@ final class CredentialsLedger: Sendable {
         return await withVisibleUnsafeContinuation { continuation in
             // Answered here when the turn was let go or the fence changed since the first look; queued otherwise.
             let answer = modify(key) { entry -> UInt64?? in
-                if reserved { entry.refusalWrites = max(0, entry.refusalWrites - 1) }
+                if reserved { entry.reservedWrites = max(0, entry.reservedWrites - 1) }
                 if let fence, entry.fence != fence { return .some(nil) }
                 guard entry.turn != nil else {
                     let token = Self.nextFence()
@@ -624,11 +625,11 @@ final class CredentialsLedger: Sendable {
     func tryEnterWriteTurn(_ identifier: String, fence: UInt64?, reserved: Bool) -> TurnAttempt {
         modify(ExactIdentifier(identifier)) { entry -> TurnAttempt in
             if let fence, entry.fence != fence {
-                if reserved { entry.refusalWrites = max(0, entry.refusalWrites - 1) }
+                if reserved { entry.reservedWrites = max(0, entry.reservedWrites - 1) }
                 return .refused
             }
             guard entry.turn == nil else { return .busy }
-            if reserved { entry.refusalWrites = max(0, entry.refusalWrites - 1) }
+            if reserved { entry.reservedWrites = max(0, entry.reservedWrites - 1) }
             let token = Self.nextFence()
             entry.turn = token
             return .granted(token)
@@ -708,13 +709,6 @@ final class CredentialsLedger: Sendable {
 
     // MARK: - Writes
 
-    /// What a write that landed must do next.
-    enum Landing: Equatable {
-        case done
-        /// The identifier signed out while the write was in progress and nothing newer exists: remove it again.
-        case removeAgain
-    }
-
     /// A write that holds the turn `turn` under `fence` finished, and leaves the turn; `credentials` is what it
     /// wrote (when it did), `failed` the session's own credentials it tried to write when the store refused them
     /// (credentials handed over whose write failed change nothing, and are not passed).
@@ -724,19 +718,23 @@ final class CredentialsLedger: Sendable {
     /// once no controller holds the identifier the write loop writes them. (A refresh made while its session was
     /// signing in ran under no fence and was recorded only as knowledge; its commit's failed write is how the ledger
     /// learns that the store lacks it.)
-    @discardableResult
+    ///
+    /// A write that landed after a sign-out it did not wait for is undone: the ledger removes the record again
+    /// (``removeAgain(_:fence:)``).
     func writeFinished(
         _ identifier: String, fence: UInt64, wrote written: StoredSession?, failed: StoredSession? = nil,
         schedule: Schedule? = nil, turn: UInt64
-    ) -> Landing {
+    ) {
         enum Then {
             case nothing
             /// A write failed: the write loop retries it on the schedule.
             case retry
             /// A late write replaced newer credentials in the store: they are written again now.
             case rewrite
+            /// A late write landed after a sign-out: the record is removed again, under the sign-out's fence.
+            case remove(fence: UInt64)
         }
-        let (landing, then, handover) = modify(ExactIdentifier(identifier)) { entry -> (Landing, Then, Handover) in
+        let (then, handover) = modify(ExactIdentifier(identifier)) { entry -> (Then, Handover) in
             // A write that no longer holds its turn lost it to a close's deadline: it landed late.
             if entry.turn != turn { entry.lateWrites = max(0, entry.lateWrites - 1) }
             let handover = handOver(&entry, from: turn)
@@ -744,33 +742,45 @@ final class CredentialsLedger: Sendable {
                 // Landed after a sign-out or a sign-in it did not wait for (one that came from the store, or a write
                 // that lost its turn to a close's deadline). After a sign-out it is undone; after a sign-in, the
                 // newest credentials of the identifier (the sign-in's, or what came of them) are written again.
-                guard written != nil else { return (.done, .nothing, handover) }
-                if entry.signedOut { return (.removeAgain, .nothing, handover) }
-                guard entry.current != nil else { return (.done, .nothing, handover) }
+                guard written != nil else { return (.nothing, handover) }
+                if entry.signedOut {
+                    entry.reservedWrites += 1
+                    return (.remove(fence: entry.fence), handover)
+                }
+                guard entry.current != nil else { return (.nothing, handover) }
                 entry.unwritten = true
                 if let schedule, entry.schedule == nil { entry.schedule = schedule }
-                return (.done, .rewrite, handover)
+                return (.rewrite, handover)
             }
             if let written {
                 landed(&entry, written)
                 // Still unwritten after a landing: an older version landed over the newest.
-                guard entry.unwritten else { return (.done, .nothing, handover) }
+                guard entry.unwritten else { return (.nothing, handover) }
                 if let schedule, entry.schedule == nil { entry.schedule = schedule }
-                return (.done, .rewrite, handover)
+                return (.rewrite, handover)
             }
-            guard let failed else { return (.done, .nothing, handover) }
+            guard let failed else { return (.nothing, handover) }
             notLanded(&entry, failed)
             // The writer that failed last is the one that reports the retries.
             if let schedule { entry.schedule = schedule }
-            return (.done, startLoopIfNeeded(&entry) ? .retry : .nothing, handover)
+            return (startLoopIfNeeded(&entry) ? .retry : .nothing, handover)
         }
         handover.deliver()
         switch then {
         case .nothing: break
         case .retry: startWriteLoop(identifier)
         case .rewrite: Task { await self.rewriteNow(identifier) }
+        case .remove(let fence): Task { await self.removeAgain(identifier, fence: fence) }
         }
-        return landing
+    }
+
+    /// Removes `identifier`'s record once more: a write from before its sign-out landed after it. In the write turn,
+    /// under the fence the sign-out made (a sign-in since is never removed), spending the reservation that kept the
+    /// entry alive until now.
+    private func removeAgain(_ identifier: String, fence: UInt64) async {
+        await withWriteTurn(identifier, fence: fence, reserved: true) {
+            try? await self.store.remove(identifier: identifier)
+        }
     }
 
     /// `session` is in the store now: it is the identifier's newest credentials, unless a refresh known here
@@ -977,16 +987,19 @@ final class CredentialsLedger: Sendable {
         } catch {
             failure = error
         }
-        let (landing, handedOver) = modify(key) { entry -> (Landing, Handover) in
+        let (removal, handedOver) = modify(key) { entry -> (UInt64?, Handover) in
             let handover = handOver(&entry, from: turn)
             guard entry.fence == fence else {
-                return (failure == nil && entry.signedOut ? .removeAgain : .done, handover)
+                // Landed after a sign-out that did not wait for it (one seen in the store): undone.
+                guard failure == nil, entry.signedOut else { return (nil, handover) }
+                entry.reservedWrites += 1
+                return (entry.fence, handover)
             }
             if failure == nil { landed(&entry, session) }
-            return (.done, handover)
+            return (nil, handover)
         }
         handedOver.deliver()
-        if landing == .removeAgain { try? await store.remove(identifier: identifier) }
+        if let removal { await removeAgain(identifier, fence: removal) }
         return failure.map { .failed($0) } ?? .done
     }
 }

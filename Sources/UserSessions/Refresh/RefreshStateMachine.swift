@@ -954,8 +954,6 @@ extension RefreshStateMachine {
         var waitersResult: Result<Credentials, any Error> = .failure(RefreshStateMachine.notOpenError)
         /// A refresh to start in the background.
         var refresh: RefreshJob?
-        /// A record to remove again: a write left behind by a close landed after the clear.
-        var removeAgain: String?
 
         static var none: Actions { Actions() }
 
