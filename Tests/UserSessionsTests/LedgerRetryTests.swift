@@ -6,7 +6,8 @@ import Testing
 /// The ledger is the one writer that retries: a write of a session's own credentials that the store refused is
 /// kept as unwritten in the identifier's entry and retried on the failed-write schedule by the ledger's write loop,
 /// whether or not a controller still holds the identifier; a late write that landed over newer credentials has them
-/// written again at once. Ordered by a manual clock (the loop sleeps on it) and arrival counters.
+/// written again at once, and one that landed after a sign-out is removed again, under the sign-out's fence. Ordered
+/// by a manual clock (the loop sleeps on it), the write turn and arrival counters.
 struct LedgerRetryTests {
     static let user = UserInfo(id: "alice")
 
@@ -129,5 +130,50 @@ struct LedgerRetryTests {
         let ledger = bench.ledger
         try await withHangGuard("the rewrite ends") { while ledger.hasPendingWork("alice") { await Task.yield() } }
         #expect(await bench.store.stored("alice") == signedIn)
+    }
+
+    @Test func aWriteThatLandsLateAfterASignOutIsRemovedAgainButNeverASignInMadeSince() async throws {
+        let bench = Bench()
+        let fence = bench.ledger.hold("alice")
+        let late = try #require(await bench.ledger.enterWriteTurn("alice", fence: fence))
+        bench.ledger.abandonWriteTurn("alice", token: late)
+        try await bench.ledger.signOut("alice") { try await bench.store.remove(identifier: "alice") }
+
+        // Another write holds the turn; a sign-in waits for it; then the old write lands after the sign-out.
+        let blocker = try #require(await bench.ledger.enterWriteTurn("alice", fence: nil))
+        let signedIn = Self.session("new")
+        let signIn = Task {
+            try await bench.ledger.signIn("alice", session: signedIn) {
+                try await bench.store.save(signedIn, identifier: "alice")
+            }
+        }
+        let ledger = bench.ledger
+        try await withHangGuard("the sign-in waits") { while ledger.writersWaiting("alice") < 1 { await Task.yield() } }
+        try await bench.store.save(Self.session("old"), identifier: "alice")
+        bench.ledger.writeFinished("alice", fence: fence, wrote: Self.session("old"), turn: late)
+        // The removal waits for the turn behind the sign-in, which changes the fence first: it removes nothing.
+        try await withHangGuard("the removal waits") { while ledger.writersWaiting("alice") < 2 { await Task.yield() } }
+        bench.ledger.leaveWriteTurn("alice", token: blocker)
+        _ = try await signIn.value
+        try await withHangGuard("the removal is over") { while ledger.hasPendingWork("alice") { await Task.yield() } }
+        #expect(await bench.store.stored("alice") == signedIn)
+        #expect(bench.store.removes.count == 1, "only the sign-out removed the record")
+    }
+
+    @Test func aWriteThatLandsLateAfterASignOutIsRemovedAgain() async throws {
+        let bench = Bench()
+        let fence = bench.ledger.hold("alice")
+        let late = try #require(await bench.ledger.enterWriteTurn("alice", fence: fence))
+        bench.ledger.abandonWriteTurn("alice", token: late)
+        try await bench.ledger.signOut("alice") { try await bench.store.remove(identifier: "alice") }
+        try await bench.store.save(Self.session("old"), identifier: "alice")
+        bench.ledger.writeFinished("alice", fence: fence, wrote: Self.session("old"), turn: late)
+        let store = bench.store
+        try await withHangGuard("the record is removed again") {
+            while await store.stored("alice") != nil { await Task.yield() }
+        }
+        bench.ledger.release("alice")
+        let ledger = bench.ledger
+        try await withHangGuard("the entry is dropped") { while ledger.entryCount > 0 { await Task.yield() } }
     }
 }
