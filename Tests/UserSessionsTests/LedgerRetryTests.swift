@@ -50,6 +50,35 @@ struct LedgerRetryTests {
             ledger.writeFinished("alice", fence: fence, wrote: nil, failed: session, schedule: schedule, turn: turn)
         }
 
+        /// Holds alice, refreshes her `rt-0` to `rt-1` and fails that rotation's write with the store down; returns
+        /// the fence and the manual clock's sleeps once the write loop waits for its first retry.
+        func failTheFirstWrite() async throws -> (fence: UInt64, sleeps: Int) {
+            let fence = ledger.hold("alice")
+            await refresh(from: "0", to: "1", fence: fence)
+            store.failWrites(true)
+            let sleeps = time.sleeps.count
+            try await writeFailed(LedgerRetryTests.session("1"), fence: fence)
+            try await withHangGuard("the first retry's wait") { await time.sleeps.wait(for: sleeps + 1) }
+            return (fence, sleeps + 1)
+        }
+
+        /// Holds alice; a write of hers overruns a close's deadline and loses the write turn; then she signs out.
+        /// Returns the fence and the turn of the write left behind.
+        func signOutLeavingAWriteBehind() async throws -> (fence: UInt64, late: UInt64) {
+            let fence = ledger.hold("alice")
+            let late = try #require(await ledger.enterWriteTurn("alice", fence: fence))
+            ledger.abandonWriteTurn("alice", token: late)
+            try await ledger.signOut("alice") { try await store.remove(identifier: "alice") }
+            return (fence, late)
+        }
+
+        /// Lets alice go and waits until the ledger dropped her entry.
+        func releaseAndWaitUntilDropped() async throws {
+            ledger.release("alice")
+            let ledger = self.ledger
+            try await withHangGuard("the entry is dropped") { while ledger.entryCount > 0 { await Task.yield() } }
+        }
+
         /// Waits until the store holds `tag`'s credentials for alice.
         func waitUntilStored(_ tag: String) async throws {
             let store = self.store
@@ -61,19 +90,14 @@ struct LedgerRetryTests {
 
     @Test func aFailedWriteIsRetriedByTheLedgerWhileTheSessionStillHoldsTheIdentifier() async throws {
         let bench = Bench()
-        let fence = bench.ledger.hold("alice")
-        await bench.refresh(from: "0", to: "1", fence: fence)
-        bench.store.failWrites(true)
-        let sleeps = bench.time.sleeps.count
-        try await bench.writeFailed(Self.session("1"), fence: fence)
+        let (_, sleeps) = try await bench.failTheFirstWrite()
         #expect(bench.ledger.unwrittenSession("alice") == Self.session("1"))
         #expect(bench.ledger.hasPendingWork("alice"))
 
         // The first retry, within the initial delay, fails too and is reported; the next waits twice as long.
-        try await withHangGuard("the first retry's wait") { await bench.time.sleeps.wait(for: sleeps + 1) }
         bench.time.advance(by: 1)
         try await withHangGuard("the first retry's failure") { await bench.failures.wait(for: 1) }
-        try await withHangGuard("the second retry's wait") { await bench.time.sleeps.wait(for: sleeps + 2) }
+        try await withHangGuard("the second retry's wait") { await bench.time.sleeps.wait(for: sleeps + 1) }
         bench.store.failWrites(false)
         bench.time.advance(by: 2)
         try await bench.waitUntilStored("1")
@@ -83,18 +107,12 @@ struct LedgerRetryTests {
         try await withHangGuard("the write loop ends") { while ledger.hasPendingWork("alice") { await Task.yield() } }
         #expect(bench.ledger.unwrittenSession("alice") == nil)
         #expect(bench.failures.count == 1)
-        bench.ledger.release("alice")
-        try await withHangGuard("the entry is dropped") { while ledger.entryCount > 0 { await Task.yield() } }
+        try await bench.releaseAndWaitUntilDropped()
     }
 
     @Test func aRetryWritesTheNewestCredentialsNotTheOnesThatFailedFirst() async throws {
         let bench = Bench()
-        let fence = bench.ledger.hold("alice")
-        await bench.refresh(from: "0", to: "1", fence: fence)
-        bench.store.failWrites(true)
-        let sleeps = bench.time.sleeps.count
-        try await bench.writeFailed(Self.session("1"), fence: fence)
-        try await withHangGuard("the first retry's wait") { await bench.time.sleeps.wait(for: sleeps + 1) }
+        let (fence, _) = try await bench.failTheFirstWrite()
         // A newer refresh while the retry waits; its write fails too.
         await bench.refresh(from: "1", to: "2", fence: fence)
         try await bench.writeFailed(Self.session("2"), fence: fence)
@@ -105,9 +123,7 @@ struct LedgerRetryTests {
         bench.store.failWrites(false)
         bench.time.advance(by: 1)
         try await bench.waitUntilStored("2")
-        bench.ledger.release("alice")
-        let ledger = bench.ledger
-        try await withHangGuard("the entry is dropped") { while ledger.entryCount > 0 { await Task.yield() } }
+        try await bench.releaseAndWaitUntilDropped()
         #expect(await bench.store.stored("alice") == Self.session("2"))
     }
 
@@ -134,10 +150,7 @@ struct LedgerRetryTests {
 
     @Test func aWriteThatLandsLateAfterASignOutIsRemovedAgainButNeverASignInMadeSince() async throws {
         let bench = Bench()
-        let fence = bench.ledger.hold("alice")
-        let late = try #require(await bench.ledger.enterWriteTurn("alice", fence: fence))
-        bench.ledger.abandonWriteTurn("alice", token: late)
-        try await bench.ledger.signOut("alice") { try await bench.store.remove(identifier: "alice") }
+        let (fence, late) = try await bench.signOutLeavingAWriteBehind()
 
         // Another write holds the turn; a sign-in waits for it; then the old write lands after the sign-out.
         let blocker = try #require(await bench.ledger.enterWriteTurn("alice", fence: nil))
@@ -162,18 +175,13 @@ struct LedgerRetryTests {
 
     @Test func aWriteThatLandsLateAfterASignOutIsRemovedAgain() async throws {
         let bench = Bench()
-        let fence = bench.ledger.hold("alice")
-        let late = try #require(await bench.ledger.enterWriteTurn("alice", fence: fence))
-        bench.ledger.abandonWriteTurn("alice", token: late)
-        try await bench.ledger.signOut("alice") { try await bench.store.remove(identifier: "alice") }
+        let (fence, late) = try await bench.signOutLeavingAWriteBehind()
         try await bench.store.save(Self.session("old"), identifier: "alice")
         bench.ledger.writeFinished("alice", fence: fence, wrote: Self.session("old"), turn: late)
         let store = bench.store
         try await withHangGuard("the record is removed again") {
             while await store.stored("alice") != nil { await Task.yield() }
         }
-        bench.ledger.release("alice")
-        let ledger = bench.ledger
-        try await withHangGuard("the entry is dropped") { while ledger.entryCount > 0 { await Task.yield() } }
+        try await bench.releaseAndWaitUntilDropped()
     }
 }
