@@ -148,6 +148,25 @@ struct LedgerRetryTests {
         #expect(await bench.store.stored("alice") == signedIn)
     }
 
+    /// A write that lost its turn to a close's deadline lands after a later write of other credentials (an update of
+    /// the next session): it is older whatever it holds, and the later credentials are written again at once.
+    @Test func aWriteThatLandsLateAfterALaterWriteHasTheLaterOneWrittenAgainAtOnce() async throws {
+        let bench = Bench()
+        let fence = bench.ledger.hold("alice")
+        let late = try #require(await bench.ledger.enterWriteTurn("alice", fence: fence))
+        bench.ledger.abandonWriteTurn("alice", token: late)
+        let later = try #require(await bench.ledger.enterWriteTurn("alice", fence: fence))
+        try await bench.store.save(Self.session("update"), identifier: "alice")
+        bench.ledger.writeFinished("alice", fence: fence, wrote: Self.session("update"), turn: later)
+        try await bench.store.save(Self.session("1"), identifier: "alice")
+        bench.ledger.writeFinished(
+            "alice", fence: fence, wrote: Self.session("1"), schedule: bench.schedule, turn: late)
+        try await bench.waitUntilStored("update")
+        let ledger = bench.ledger
+        try await withHangGuard("the rewrite ends") { while ledger.hasPendingWork("alice") { await Task.yield() } }
+        #expect(await bench.store.stored("alice") == Self.session("update"))
+    }
+
     @Test func aWriteThatLandsLateAfterASignOutIsRemovedAgainButNeverASignInMadeSince() async throws {
         let bench = Bench()
         let (fence, late) = try await bench.signOutLeavingAWriteBehind()

@@ -709,15 +709,15 @@ final class CredentialsLedger: Sendable {
 
     // MARK: - Writes
 
-    /// A write that holds the turn `turn` under `fence` finished, and leaves the turn; `credentials` is what it
-    /// wrote (when it did), `failed` the session's own credentials it tried to write when the store refused them
-    /// (credentials handed over whose write failed change nothing, and are not passed).
+    /// A write that holds the turn `turn` under `fence` finished, and leaves the turn; `written` is what the store
+    /// holds now as far as the write knows (what it wrote, or a newer record that superseded it), `failed` the
+    /// session's own credentials it tried to write when the store refused them (credentials handed over whose write
+    /// failed change nothing, and are not passed).
     ///
     /// The ledger owns "unwritten" for every write of the identifier, not only for the rotations it recorded: a
-    /// write that failed under the fence leaves its credentials unwritten here unless something newer is known, so
-    /// once no controller holds the identifier the write loop writes them. (A refresh made while its session was
-    /// signing in ran under no fence and was recorded only as knowledge; its commit's failed write is how the ledger
-    /// learns that the store lacks it.)
+    /// write that failed under the fence leaves its credentials unwritten here unless something newer is known, and
+    /// the write loop retries them. A write that lost its turn to a close's deadline and landed late never replaces
+    /// newer credentials: they are written again at once.
     ///
     /// A write that landed after a sign-out it did not wait for is undone: the ledger removes the record again
     /// (``removeAgain(_:fence:)``).
@@ -736,7 +736,8 @@ final class CredentialsLedger: Sendable {
         }
         let (then, handover) = modify(ExactIdentifier(identifier)) { entry -> (Then, Handover) in
             // A write that no longer holds its turn lost it to a close's deadline: it landed late.
-            if entry.turn != turn { entry.lateWrites = max(0, entry.lateWrites - 1) }
+            let late = entry.turn != turn
+            if late { entry.lateWrites = max(0, entry.lateWrites - 1) }
             let handover = handOver(&entry, from: turn)
             guard entry.fence == fence else {
                 // Landed after a sign-out or a sign-in it did not wait for (one that came from the store, or a write
@@ -753,7 +754,7 @@ final class CredentialsLedger: Sendable {
                 return (.rewrite, handover)
             }
             if let written {
-                landed(&entry, written)
+                landed(&entry, written, late: late)
                 // Still unwritten after a landing: an older version landed over the newest.
                 guard entry.unwritten else { return (.nothing, handover) }
                 if let schedule, entry.schedule == nil { entry.schedule = schedule }
@@ -784,14 +785,15 @@ final class CredentialsLedger: Sendable {
     }
 
     /// `session` is in the store now: it is the identifier's newest credentials, unless a refresh known here
-    /// replaced them (an older version landed after the newest).
-    private func landed(_ entry: inout Entry, _ session: StoredSession) {
+    /// replaced them or the write landed `late` (after writes that came after it): an older version landed after
+    /// the newest, which must be written again.
+    private func landed(_ entry: inout Entry, _ session: StoredSession, late: Bool = false) {
         guard let credentials = session.credentials else { return }
         if let current = entry.current?.credentials,
             current.accessToken == credentials.accessToken && current.refreshToken == credentials.refreshToken
         {
             entry.unwritten = false
-        } else if entry.current != nil, entry.latestRotation(of: credentials) != nil {
+        } else if entry.current != nil, late || entry.latestRotation(of: credentials) != nil {
             // An older version landed after the newest: the newest must be written again.
             entry.unwritten = true
         } else {
