@@ -179,15 +179,17 @@ final class CredentialsGate: Sendable {
             detail: "the token store did not finish a write within \(timeout); closing without waiting for it")
     }
 
-    /// The schedule the ledger retries this session's unwritten credentials on; a retry that fails is reported
-    /// (`.persistenceFailed`) while the session is open.
-    var ledgerSchedule: CredentialsLedger.Schedule {
-        let generation = inspect { $0.generation }
-        return CredentialsLedger.Schedule(clock: clock, policy: policy.refresh) { [weak self] error in
+    /// The schedule the ledger retries the unwritten credentials of the session of `generation` on; a retry that
+    /// fails is reported (`.persistenceFailed`) while that session is open.
+    func ledgerSchedule(for generation: UInt64) -> CredentialsLedger.Schedule {
+        CredentialsLedger.Schedule(clock: clock, policy: policy.refresh) { [weak self] error in
             self?.emitWhileActive(
                 .persistenceFailed, generation: generation, detail: RefreshStateMachine.describePersistFailure(error))
         }
     }
+
+    /// ``ledgerSchedule(for:)`` of the session the gate serves now (or served last).
+    var ledgerSchedule: CredentialsLedger.Schedule { ledgerSchedule(for: inspect { $0.generation }) }
 
     /// Lets go of the identifier held in the ledger; a rotation that could not be written stays there and the
     /// ledger keeps writing it.
@@ -738,7 +740,7 @@ extension CredentialsGate {
         guard case .holding(let ticket, let session) = start, let target = session else {
             // Stale: nobody here writes the rotation; the ledger does, now, unless the store has it.
             if let ticket = start.ticket { releasePersistSlot(ticket) }
-            ledger.ensureWritten(job.identifier, schedule: ledgerSchedule)
+            ledger.ensureWritten(job.identifier, schedule: ledgerSchedule(for: job.generation))
             return nil
         }
         let written = await performWrite(target)
@@ -897,8 +899,8 @@ extension CredentialsGate {
         var failed: StoredSession?
         if case .failed = outcome, kind == .own { failed = target.stored }
         ledger.writeFinished(
-            target.identifier, fence: target.ledgerFence, wrote: wrote, failed: failed, schedule: ledgerSchedule,
-            turn: turn)
+            target.identifier, fence: target.ledgerFence, wrote: wrote, failed: failed,
+            schedule: ledgerSchedule(for: target.generation), turn: turn)
         return outcome
     }
 
