@@ -219,8 +219,7 @@ struct RefreshMachineInputsTests {
         _ = machine.deactivated()
         _ = machine.finalFlushBegan(unwritten: nil)
         _ = machine.activated(
-            identifier: "user", userInfo: UserInfo(id: "user"), credentials: nil, generation: 9, restoring: false,
-            revision: nil)
+            identifier: "user", userInfo: UserInfo(id: "user"), credentials: nil, generation: 9, revision: nil)
         let start = machine.refreshReturned(
             flightID: job.flightID, newCredentials: RefreshStateMachineTests.refreshed(1, expiresAt: Self.start + 3600)
         ).0

@@ -418,7 +418,7 @@ extension UserSessionController {
         case .stored(let stored, let identifier, let revision, let needsRefresh, let fence):
             gate.activate(
                 identifier: identifier, userInfo: stored.userInfo, credentials: stored.credentials,
-                generation: generation, restoring: true, revision: revision, heldFence: fence)
+                generation: generation, revision: revision, heldFence: fence)
             // Only the wait is cancelled: the shared refresh keeps running and commits its result. One that
             // outlives a failed or cancelled restore still has its rotated credentials written to this user's record
             // (by the ledger), so the next restore sends the new refresh token.

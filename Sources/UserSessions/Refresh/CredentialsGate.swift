@@ -13,8 +13,9 @@ import Synchronization
 /// that triggered one never cancels it), writes to the store (holding the persistence slot through
 /// ``withPersistSlot(_:)``), emits events and resumes waiters in arrival order.
 ///
-/// The controller calls ``activate(identifier:userInfo:credentials:generation:)`` when a session opens (before
-/// its services start) and ``deactivate()`` first thing when it closes, is replaced or becomes invalid.
+/// The controller calls ``activate(identifier:userInfo:credentials:generation:revision:heldFence:signingIn:)`` when a
+/// session opens (before its services start) and ``deactivate()`` first thing when it closes, is replaced or becomes
+/// invalid.
 final class CredentialsGate: Sendable {
     /// The machine. Private: it changes only through ``modifyStateAndRunActions(ordered:_:)`` and is read only
     /// through ``inspect(_:)`` and the hot path.
@@ -44,7 +45,7 @@ final class CredentialsGate: Sendable {
     let events: EventHub
     /// The owner of every identifier's credentials shared by the controllers of this process that use `store`.
     var ledger: CredentialsLedger { settings.ledger }
-    /// The identifier this gate holds in the ledger, from ``activate(identifier:userInfo:credentials:generation:restoring:revision:)``
+    /// The identifier this gate holds in the ledger, from ``activate(identifier:userInfo:credentials:generation:revision:heldFence:signingIn:)``
     /// until ``deactivate()`` has written what it could.
     let ledgerHold = Locked<String?>(nil)
     var policy: Policy { settings.policy }
@@ -106,8 +107,8 @@ final class CredentialsGate: Sendable {
     }
 
     /// Starts serving `credentials` for a newly opened session of `generation`. A refresh still running for an
-    /// earlier generation is not served to it; when `restoring` from the stored record that such a refresh of the
-    /// same identifier sent, the new session adopts that refresh instead of sending the token a second time.
+    /// earlier generation is not served to it: it runs in the ledger, which writes its rotation, and a refresh of the
+    /// new session presenting the same refresh token joins it there instead of sending the token a second time.
     ///
     /// `revision` is the revision of the coordinated store's record the credentials were read from (a restore);
     /// with a coordinated store the session also follows the store's changes until ``deactivate()``.
@@ -116,7 +117,7 @@ final class CredentialsGate: Sendable {
     /// opening write lands (``writeOpening(_:identifier:)``): what it refreshes before then belongs to a sign-in
     /// that may fail.
     func activate(
-        identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64, restoring: Bool = false,
+        identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64,
         revision: UInt64? = nil, heldFence: UInt64? = nil, signingIn: Bool = false
     ) {
         stopWatchingStore()
@@ -130,8 +131,7 @@ final class CredentialsGate: Sendable {
         modifyStateAndRunActions {
             $0.activated(
                 identifier: identifier, userInfo: userInfo, credentials: credentials, generation: generation,
-                restoring: restoring, revision: revision,
-                ledgerFence: signingIn ? RefreshStateMachine.signingInFence : fence)
+                revision: revision, ledgerFence: signingIn ? RefreshStateMachine.signingInFence : fence)
         }
         startWatchingStore(identifier: identifier, generation: generation)
     }
@@ -740,7 +740,7 @@ extension CredentialsGate {
         guard case .holding(let ticket, let session) = start, let target = session else {
             // Stale: nobody here writes the rotation; the ledger does, now, unless the store has it.
             if let ticket = start.ticket { releasePersistSlot(ticket) }
-            ledger.ensureWritten(job.identifier, schedule: ledgerSchedule(for: job.generation))
+            await ledger.ensureWritten(job.identifier, schedule: ledgerSchedule(for: job.generation))
             return nil
         }
         let written = await performWrite(target)

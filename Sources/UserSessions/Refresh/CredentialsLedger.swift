@@ -886,15 +886,15 @@ final class CredentialsLedger: Sendable {
         }
     }
 
-    /// A rotation nobody else is going to write (its flight's session ended): the ledger writes it now, and on
-    /// `schedule` when that write fails.
-    func ensureWritten(_ identifier: String, schedule: Schedule) {
+    /// A rotation nobody else is going to write (its flight's session ended): the ledger writes it now, in the
+    /// caller's task (the flight's), and on `schedule` when that write fails.
+    func ensureWritten(_ identifier: String, schedule: Schedule) async {
         let write = modify(ExactIdentifier(identifier)) { entry -> Bool in
             guard entry.unwritten else { return false }
             if entry.schedule == nil { entry.schedule = schedule }
             return true
         }
-        if write { Task { await self.rewriteNow(identifier) } }
+        if write { await rewriteNow(identifier) }
     }
 
     // MARK: - The write loop

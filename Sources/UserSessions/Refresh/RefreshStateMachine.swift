@@ -164,14 +164,14 @@ struct RefreshStateMachine {
 extension RefreshStateMachine {
     // MARK: - Sessions
 
-    /// A session of `generation` opened with `credentials` (`restoring`: read from the stored record, whose
-    /// revision is `revision` in a coordinated store). Waiters left from a previous session (only if the gate
+    /// A session of `generation` opened with `credentials` (read from a coordinated store's record of revision
+    /// `revision`, for a restore). Waiters left from a previous session (only if the gate
     /// skipped ``deactivated()``) fail with ``UserSessionError/Code/sessionNotOpen``.
     ///
     /// A refresh of an earlier session still running is not this session's: its rotation is the ledger's to write,
     /// and a session presenting the same refresh token joins it there (it is not sent a second time).
     mutating func activated(
-        identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64, restoring: Bool = false,
+        identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64,
         revision: UInt64? = nil, ledgerFence: UInt64 = 0
     ) -> Actions {
         self.ledgerFence = ledgerFence
