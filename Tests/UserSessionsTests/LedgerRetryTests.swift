@@ -72,6 +72,20 @@ struct LedgerRetryTests {
             return (fence, late)
         }
 
+        /// The write of `session` under `fence` that lost its turn `turn` lands now, over newer credentials: waits
+        /// until the ledger wrote `newest` again and has nothing left to do.
+        func landLate(_ session: StoredSession, fence: UInt64, turn: UInt64, rewriting newest: StoredSession)
+            async throws
+        {
+            try await store.save(session, identifier: "alice")
+            ledger.writeFinished("alice", fence: fence, wrote: session, schedule: schedule, turn: turn)
+            let (store, ledger) = (self.store, self.ledger)
+            try await withHangGuard("the newest is written again") {
+                while await store.stored("alice") != newest || ledger.hasPendingWork("alice") { await Task.yield() }
+            }
+            #expect(await store.stored("alice") == newest)
+        }
+
         /// Lets alice go and waits until the ledger dropped her entry.
         func releaseAndWaitUntilDropped() async throws {
             ledger.release("alice")
@@ -138,14 +152,8 @@ struct LedgerRetryTests {
         _ = try await bench.ledger.signIn("alice", session: signedIn) {
             try await bench.store.save(signedIn, identifier: "alice")
         }
-        try await bench.store.save(Self.session("old"), identifier: "alice")
-        bench.ledger.writeFinished(
-            "alice", fence: fence, wrote: Self.session("old"), schedule: bench.schedule, turn: late)
         // No clock moves: the sign-in's record is written again now, not on the failed-write schedule.
-        try await bench.waitUntilStored("new")
-        let ledger = bench.ledger
-        try await withHangGuard("the rewrite ends") { while ledger.hasPendingWork("alice") { await Task.yield() } }
-        #expect(await bench.store.stored("alice") == signedIn)
+        try await bench.landLate(Self.session("old"), fence: fence, turn: late, rewriting: signedIn)
     }
 
     /// A write that lost its turn to a close's deadline lands after a later write of other credentials (an update of
@@ -158,13 +166,7 @@ struct LedgerRetryTests {
         let later = try #require(await bench.ledger.enterWriteTurn("alice", fence: fence))
         try await bench.store.save(Self.session("update"), identifier: "alice")
         bench.ledger.writeFinished("alice", fence: fence, wrote: Self.session("update"), turn: later)
-        try await bench.store.save(Self.session("1"), identifier: "alice")
-        bench.ledger.writeFinished(
-            "alice", fence: fence, wrote: Self.session("1"), schedule: bench.schedule, turn: late)
-        try await bench.waitUntilStored("update")
-        let ledger = bench.ledger
-        try await withHangGuard("the rewrite ends") { while ledger.hasPendingWork("alice") { await Task.yield() } }
-        #expect(await bench.store.stored("alice") == Self.session("update"))
+        try await bench.landLate(Self.session("1"), fence: fence, turn: late, rewriting: Self.session("update"))
     }
 
     @Test func aWriteThatLandsLateAfterASignOutIsRemovedAgainButNeverASignInMadeSince() async throws {
