@@ -926,9 +926,7 @@ final class CredentialsLedger: Sendable {
             try? await schedule.clock.sleep(until: schedule.clock.nowSeconds() + delay)
             // Signed out or in since: nothing of before is written; credentials left unwritten under the new fence
             // are (the next round reads the new fence).
-            if case .failed(let error) = await writeUnwritten(identifier, fence: fence) {
-                schedule.reportFailure(error)
-            }
+            if let failure = await writeUnwritten(identifier, fence: fence) { schedule.reportFailure(failure) }
             let goesOn = modify(key) { entry -> Bool in
                 entry.retrying = entry.unwritten
                 return entry.retrying
@@ -944,30 +942,23 @@ final class CredentialsLedger: Sendable {
     private func rewriteNow(_ identifier: String) async {
         let key = ExactIdentifier(identifier)
         guard let fence = entries.withLock({ $0[key]?.fence }) else { return }
-        guard case .failed = await writeUnwritten(identifier, fence: fence) else { return }
+        guard await writeUnwritten(identifier, fence: fence) != nil else { return }
         if modify(key, { self.startLoopIfNeeded(&$0) }) { startWriteLoop(identifier) }
     }
 
-    /// How one write of the unwritten credentials went.
-    private enum UnwrittenWrite {
-        /// Written, or nothing was left to write (written meanwhile, or a newer record elsewhere stands).
-        case done
-        /// The fence changed before the write's turn came: nothing was written.
-        case fenced
-        case failed(any Error)
-    }
-
     /// Writes `identifier`'s unwritten credentials once, in its write turn under `fence`, reading them in the turn
-    /// so that what is written is the newest.
-    private func writeUnwritten(_ identifier: String, fence: UInt64) async -> UnwrittenWrite {
+    /// so that what is written is the newest. Returns the store's error when it refused them; `nil` when they were
+    /// written, nothing was left to write (written meanwhile, or a newer record elsewhere stands), or the fence
+    /// changed before the turn came.
+    private func writeUnwritten(_ identifier: String, fence: UInt64) async -> (any Error)? {
         let key = ExactIdentifier(identifier)
-        guard let turn = await enterWriteTurn(identifier, fence: fence) else { return .fenced }
+        guard let turn = await enterWriteTurn(identifier, fence: fence) else { return nil }
         let (job, handover) = modify(key) { entry -> ((StoredSession, [String])?, Handover) in
             guard entry.unwritten, let current = entry.current else { return (nil, handOver(&entry, from: turn)) }
             return ((current, entry.rotations.filter(\.rotated).map(\.sent)), Handover())
         }
         handover.deliver()
-        guard let (session, spent) = job else { return .done }
+        guard let (session, spent) = job else { return nil }
         var failure: (any Error)?
         do {
             if let coordinatedStore {
@@ -985,7 +976,7 @@ final class CredentialsLedger: Sendable {
                 entry.unwritten = false
                 return handOver(&entry, from: turn)
             }.deliver()
-            return .done
+            return nil
         } catch {
             failure = error
         }
@@ -1002,7 +993,7 @@ final class CredentialsLedger: Sendable {
         }
         handedOver.deliver()
         if let removal { await removeAgain(identifier, fence: removal) }
-        return failure.map { .failed($0) } ?? .done
+        return failure
     }
 }
 
