@@ -19,7 +19,7 @@ public actor UserSessionController {
     /// The configuration with what is derived from it, shared with the other controllers of a registry.
     nonisolated let settings: ControllerSettings
     nonisolated let hub: EventHub
-    nonisolated let gate: CredentialsGate
+    @usableFromInline nonisolated let gate: CredentialsGate
     /// The services started by the next open, in registration order.
     var services: [any UserSessionService]
     /// Grows by one with every session that is opened or restored; the gate uses it to discard late refreshes.
@@ -725,10 +725,12 @@ extension UserSessionController {
     ///   waited for failed; ``UserSessionError/Code/noRefresher`` when the token expired and cannot be refreshed;
     ///   ``UserSessionError/Code/refreshLoop`` when the refresh-loop breaker refused a needed refresh;
     ///   `CancellationError` when the calling task was cancelled.
+    @inlinable
     nonisolated(nonsending) public func accessToken() async throws -> String {
-        // The gate's one token path, with its hot half inlined here: no async call while the token is fresh.
+        // The gate's one token path, with its hot half inlined into the caller: no async call while the token is
+        // fresh.
         if let fresh = gate.freshToken() { return fresh.token }
-        return try await gate.waitForToken().token
+        return try await gate.waitForCurrentToken()
     }
 
     /// Runs `operation` with a valid access token, and replays it once if it fails authentication.

@@ -16,6 +16,7 @@ import Synchronization
 /// The controller calls ``activate(identifier:userInfo:credentials:generation:revision:heldFence:signingIn:)`` when a
 /// session opens (before its services start) and ``deactivate()`` first thing when it closes, is replaced or becomes
 /// invalid.
+@usableFromInline
 final class CredentialsGate: Sendable {
     /// The machine. Private: it changes only through ``modifyStateAndRunActions(ordered:_:)`` and is read only
     /// through ``inspect(_:)`` and the hot path.
@@ -308,6 +309,7 @@ final class CredentialsGate: Sendable {
     /// returns the token and starts one background refresh. While a refresh runs and the caller must wait for it,
     /// the same critical section says so, so that the many callers finding the token expiring together go straight
     /// to ``waitForToken(_:)``.
+    @usableFromInline
     func freshToken() -> (token: String, generation: UInt64)? {
         let now = clock.nowSeconds()
         noteDemand(now)
@@ -332,6 +334,13 @@ final class CredentialsGate: Sendable {
     private func slowFreshToken(now: Double) -> (token: String, generation: UInt64)? {
         let (token, generation) = modifyStateAndRunActions { $0.tokenAsked(now: now) }
         return token.map { ($0, generation) }
+    }
+
+    /// The current access token once ``freshToken()`` found none to hand out at once: the slow half of
+    /// ``UserSessionController/accessToken()``, which the caller's module inlines only up to here.
+    @usableFromInline
+    nonisolated(nonsending) func waitForCurrentToken() async throws -> String {
+        try await waitForToken().token
     }
 
     /// The part of every token request after ``freshToken()``: wait for (or start) the refresh, or fail.
