@@ -730,7 +730,7 @@ extension UserSessionController {
         // The gate's one token path, with its hot half inlined into the caller: no async call while the token is
         // fresh.
         if let fresh = gate.freshToken() { return fresh.token }
-        return try await gate.waitForCurrentToken()
+        return try await gate.waitForCurrentToken().token
     }
 
     /// Runs `operation` with a valid access token, and replays it once if it fails authentication.

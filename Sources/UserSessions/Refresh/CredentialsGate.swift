@@ -338,34 +338,37 @@ final class CredentialsGate: Sendable {
 
     /// The current access token once ``freshToken()`` found none to hand out at once: the slow half of
     /// ``UserSessionController/accessToken()``, which the caller's module inlines only up to here.
+    ///
+    /// This is also what every one of N callers runs when they find the token expiring together, so it is kept lean
+    /// and is one async function, not a call into ``waitForToken(_:)``: the continuation carries only the token (a
+    /// `String`), joining the flight in progress takes one short critical section that copies nothing, and the
+    /// cancellation flag is read outside the lock.
     @usableFromInline
-    nonisolated(nonsending) func waitForCurrentToken() async throws -> String {
-        try await waitForToken().token
+    nonisolated(nonsending) func waitForCurrentToken() async throws -> (token: String, generation: UInt64) {
+        let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
+        return try await withTaskCancellationHandler {
+            var generation: UInt64 = 0
+            // Unsafe continuations are correct by construction here; see `credentialsAndGeneration(for:)`.
+            let token = try await withVisibleUnsafeThrowingContinuation {
+                (continuation: UnsafeContinuation<String, any Error>) in
+                generation = enqueueForToken(waiterID: waiterID, continuation: continuation)
+            }
+            return (token, generation)
+        } onCancel: {
+            cancelWaiter(id: waiterID)
+        }
     }
 
     /// The part of every token request after ``freshToken()``: wait for (or start) the refresh, or fail.
     ///
-    /// For ``TokenRequest/current`` this is what every one of N callers runs when they find the token expiring
-    /// together, so it is kept lean: the continuation carries only the token (a `String`), joining the flight in
-    /// progress takes one short critical section that copies nothing, and the cancellation flag is read outside
-    /// the lock. ``TokenRequest/minimumValidity(_:)`` waits for the credentials, whose expiry it checks.
+    /// ``TokenRequest/current`` is ``waitForCurrentToken()``; ``TokenRequest/minimumValidity(_:)`` waits for the
+    /// credentials, whose expiry it checks.
     nonisolated(nonsending) func waitForToken(_ request: TokenRequest = .current) async throws
         -> (token: String, generation: UInt64)
     {
         switch request {
         case .current:
-            let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
-            return try await withTaskCancellationHandler {
-                var generation: UInt64 = 0
-                // Unsafe continuations are correct by construction here; see `credentialsAndGeneration(for:)`.
-                let token = try await withVisibleUnsafeThrowingContinuation {
-                    (continuation: UnsafeContinuation<String, any Error>) in
-                    generation = enqueueForToken(waiterID: waiterID, continuation: continuation)
-                }
-                return (token, generation)
-            } onCancel: {
-                cancelWaiter(id: waiterID)
-            }
+            return try await waitForCurrentToken()
         case .minimumValidity(let asked):
             let validity = max(0, asked)
             // Any use of the token is activity (the registry's idle eviction reads it).
