@@ -22,7 +22,7 @@ struct BenchmarkReport: Encodable {
     var strategies = Explanations.strategies
     /// What this mode left out or how to read a figure.
     var notes: [String] = []
-    /// The performance targets of issue 5: informational, they never change the exit status.
+    /// The performance targets (see `evaluateTargets()`): informational, they never change the exit status.
     var targets: [TargetCheck] = []
     /// Coalescing strategies that refreshed more than once per expiry, and restore storms that loaded or restored
     /// a user other than once: these make the exit status 1.
