@@ -686,7 +686,7 @@ extension UserSessionController {
             (record, revision) = try await readStoredRecord(identifier)
             readThrough = try gate.ledger.readThrough(record, identifier: identifier, fence: fence)
         }
-        guard let (stored, _) = readThrough else {
+        guard let stored = readThrough else {
             throw UserSessionError(.storeFailure, "the stored session changed while it was read")
         }
         let now = configuration.clock.now()

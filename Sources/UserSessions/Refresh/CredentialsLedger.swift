@@ -381,9 +381,7 @@ final class CredentialsLedger: Sendable {
     ///
     /// - Throws: ``UserSessionError/Code/refreshTokenRefused`` when the stored refresh token was refused for good
     ///   (recorded here or in the store).
-    func readThrough(_ stored: StoredSession, identifier: String, fence: UInt64) throws -> (
-        session: StoredSession, adopted: Bool
-    )? {
+    func readThrough(_ stored: StoredSession, identifier: String, fence: UInt64) throws -> StoredSession? {
         enum Answer {
             case raced
             case stored
@@ -399,13 +397,13 @@ final class CredentialsLedger: Sendable {
             case nil: return .stored
             }
         }
-        let read: (session: StoredSession, adopted: Bool)
+        let read: StoredSession
         switch answer {
         case .raced: return nil
-        case .stored: read = (stored, false)
-        case .replaced(let replaced): read = (replaced, true)
+        case .stored: read = stored
+        case .replaced(let replaced): read = replaced
         }
-        if read.session.refreshTokenRefused { throw Self.refusedError }
+        if read.refreshTokenRefused { throw Self.refusedError }
         return read
     }
 
