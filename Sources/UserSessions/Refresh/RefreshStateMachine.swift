@@ -24,13 +24,16 @@ struct RefreshStateMachine {
     ///
     /// Built by the controller from its configuration (``UserSessionController/Configuration/refreshPolicy``);
     /// the machine knows nothing of the configuration itself.
-    struct Policy: Sendable {
-        var leadTime: Double
-        var softWindow: Double
-        var initialRetryDelay: Double
-        var maximumRetryDelay: Double
-        var loopMaximum: Int
-        var loopWindow: Double
+    ///
+    /// A class, immutable once made: every machine of a controller (and every controller of a registry) refers to
+    /// the one made from the configuration, so an idle session keeps a reference, not a copy of six numbers.
+    final class Policy: Sendable {
+        let leadTime: Double
+        let softWindow: Double
+        let initialRetryDelay: Double
+        let maximumRetryDelay: Double
+        let loopMaximum: Int
+        let loopWindow: Double
 
         /// For credentials whose lifetime is known, the lead time is at most this fraction of it.
         static let leadFraction = 0.1
@@ -46,10 +49,12 @@ struct RefreshStateMachine {
             leadTime: Duration, softWindow: Duration, initialRetryDelay: Duration, maximumRetryDelay: Duration,
             loopMaximum: Int, loopWindow: Duration
         ) {
-            self.leadTime = max(0, leadTime.seconds)
-            self.softWindow = max(self.leadTime, softWindow.seconds)
-            self.initialRetryDelay = max(0.001, initialRetryDelay.seconds)
-            self.maximumRetryDelay = max(self.initialRetryDelay, maximumRetryDelay.seconds)
+            let lead = max(0, leadTime.seconds)
+            let initialDelay = max(0.001, initialRetryDelay.seconds)
+            self.leadTime = lead
+            self.softWindow = max(lead, softWindow.seconds)
+            self.initialRetryDelay = initialDelay
+            self.maximumRetryDelay = max(initialDelay, maximumRetryDelay.seconds)
             self.loopMaximum = max(1, loopMaximum)
             self.loopWindow = max(0, loopWindow.seconds)
         }
