@@ -382,27 +382,18 @@ final class CredentialsLedger: Sendable {
     /// - Throws: ``UserSessionError/Code/refreshTokenRefused`` when the stored refresh token was refused for good
     ///   (recorded here or in the store).
     func readThrough(_ stored: StoredSession, identifier: String, fence: UInt64) throws -> StoredSession? {
-        enum Answer {
-            case raced
-            case stored
-            case replaced(StoredSession)
-        }
-        let answer = entries.withLock { entries -> Answer in
-            guard let entry = entries[ExactIdentifier(identifier)] else { return .stored }
-            guard entry.fence == fence, !entry.fencingWrite else { return .raced }
-            guard let credentials = stored.credentials else { return .stored }
+        // `nil`: a sign-in or a sign-out raced the read.
+        let answer = entries.withLock { entries -> StoredSession? in
+            guard let entry = entries[ExactIdentifier(identifier)] else { return stored }
+            guard entry.fence == fence, !entry.fencingWrite else { return nil }
+            guard let credentials = stored.credentials else { return stored }
             switch entry.known(credentials) {
-            case .refused: return .replaced(stored.markedRefused())
-            case .rotated(let rotated): return .replaced(StoredSession(userInfo: stored.userInfo, credentials: rotated))
-            case nil: return .stored
+            case .refused: return stored.markedRefused()
+            case .rotated(let rotated): return StoredSession(userInfo: stored.userInfo, credentials: rotated)
+            case nil: return stored
             }
         }
-        let read: StoredSession
-        switch answer {
-        case .raced: return nil
-        case .stored: read = stored
-        case .replaced(let replaced): read = replaced
-        }
+        guard let read = answer else { return nil }
         if read.refreshTokenRefused { throw Self.refusedError }
         return read
     }
