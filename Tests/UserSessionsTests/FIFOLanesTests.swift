@@ -100,66 +100,12 @@ struct FIFOLanesTests {
         #expect(lanes.park("again", for: again.ticket) == "again")
     }
 
-    @Test func abandoningTheRunningTicketHandsTheTurnToTheNextAndRemembersIt() {
+    @Test func aNextTicketThatHadNotParkedWhenTheHolderLeftRunsWhenItParks() {
         var lanes = Lanes()
-        let stuck = lanes.enter("slot")
+        let holder = lanes.enter("slot")
         let next = lanes.enter("slot")
-        let last = lanes.enter("slot")
-        #expect(lanes.park("next", for: next.ticket) == nil)
-        #expect(lanes.park("last", for: last.ticket) == nil)
-        #expect(lanes.abandon("slot") == "next")
-        #expect(lanes.isRunning(next.ticket))
-        #expect(lanes.wasAbandoned(stuck.ticket))
-        #expect(!lanes.wasAbandoned(next.ticket))
-        // The abandoned holder still learns it on every later question, and its leave hands over nothing.
-        #expect(lanes.wasAbandoned(stuck.ticket))
-        #expect(lanes.leave(stuck.ticket) == nil)
-        #expect(!lanes.wasAbandoned(stuck.ticket))
-        #expect(lanes.isRunning(next.ticket))
-        #expect(lanes.count("slot") == 2)
-        #expect(lanes.leave(next.ticket) == "last")
-        #expect(lanes.leave(last.ticket) == nil)
-        #expect(!lanes.isBusy("slot"))
-    }
-
-    @Test func abandoningTheOnlyTicketEmptiesTheLane() {
-        var lanes = Lanes()
-        let stuck = lanes.enter("slot")
-        #expect(lanes.abandon("slot") == nil)
-        #expect(!lanes.isBusy("slot"))
-        let next = lanes.enter("slot")
-        #expect(next.runsNow)
-        #expect(lanes.leave(stuck.ticket) == nil)
-        #expect(lanes.isRunning(next.ticket))
-    }
-
-    @Test func abandoningAnIdleLaneDoesNothing() {
-        var lanes = Lanes()
-        #expect(lanes.abandon("slot") == nil)
-        let first = lanes.enter("slot")
-        #expect(first.runsNow)
-        #expect(!lanes.wasAbandoned(first.ticket))
-    }
-
-    @Test func aNextTicketThatHadNotParkedWhenTheHolderWasAbandonedRunsWhenItParks() {
-        var lanes = Lanes()
-        _ = lanes.enter("slot")
-        let next = lanes.enter("slot")
-        #expect(lanes.abandon("slot") == nil)
+        #expect(lanes.leave(holder.ticket) == nil)
         #expect(lanes.park("next", for: next.ticket) == "next")
-    }
-
-    @Test func abandoningWhileTheTurnWaitsForATicketThatHasNotParkedTakesNothingAway() {
-        var lanes = Lanes()
-        let first = lanes.enter("slot")
-        let second = lanes.enter("slot")
-        #expect(lanes.leave(first.ticket) == nil)
-        // The second has started nothing that could overrun: it keeps its turn.
-        #expect(lanes.abandon("slot") == nil)
-        #expect(!lanes.wasAbandoned(second.ticket))
-        #expect(lanes.park("second", for: second.ticket) == "second")
-        #expect(lanes.leave(second.ticket) == nil)
-        #expect(!lanes.isBusy("slot"))
     }
 
     @Test func aSingleLaneUserNeedsNoKey() {
@@ -169,7 +115,7 @@ struct FIFOLanesTests {
         #expect(first.runsNow && !second.runsNow)
         #expect(lanes.count == 2)
         #expect(lanes.park(2, for: second.ticket) == nil)
-        #expect(lanes.abandon() == 2)
+        #expect(lanes.leave(first.ticket) == 2)
         #expect(lanes.count == 1)
         #expect(lanes.leave(second.ticket) == nil)
         #expect(!lanes.isBusy)
@@ -196,7 +142,7 @@ struct FIFOLanesTests {
         for key in keys { #expect(!lanes.isBusy(key)) }
     }
 
-    /// Random schedules of enters, parks, leaves and abandons over three keys, checked step by step against a model:
+    /// Random schedules of enters, parks and leaves over three keys, checked step by step against a model:
     /// a list of tickets per key in call order, of which only the first may run, and only once it knows.
     @Test(arguments: [UInt64(1), 2, 3, 4])
     func randomSchedulesFollowTheModel(seed: UInt64) {
@@ -210,7 +156,6 @@ struct FIFOLanesTests {
         var lanes = FIFOLanes<Int, Int>()
         var operations: [Int: Operation] = [:]  // by id; removed when they leave
         var model: [Int: [Int]] = [:]  // per key, the ids in line (the first has the turn)
-        var abandoned: Set<Int> = []
         var started: [Int: [Int]] = [:]  // per key, the ids in the order they ran
         var nextID = 0
 
@@ -231,7 +176,7 @@ struct FIFOLanesTests {
 
         for _ in 0..<3_000 {
             let live = operations.keys.sorted()
-            switch random.next() % 4 {
+            switch random.next() % 3 {
             case 0:
                 let key = Int(random.next() % 3)
                 let (ticket, runsNow) = lanes.enter(key)
@@ -251,28 +196,14 @@ struct FIFOLanesTests {
                     #expect(back == nil)
                     operations[id]?.parked = true
                 }
-            case 2:
+            default:
                 let running = live.filter { operations[$0]?.runs == true }
                 guard let id = running.randomElement(using: &random), let operation = operations[id] else { continue }
                 let resumed = lanes.leave(operation.ticket)
                 operations[id] = nil
-                if abandoned.remove(id) != nil {
-                    #expect(resumed == nil)
-                } else {
-                    #expect(model[operation.key]?.first == id)
-                    model[operation.key]?.removeFirst()
-                    expectHandover(operation.key, resumed: resumed)
-                }
-            default:
-                let key = Int(random.next() % 3)
-                let resumed = lanes.abandon(key)
-                guard let head = model[key]?.first, operations[head]?.runs == true else {
-                    #expect(resumed == nil)
-                    continue
-                }
-                abandoned.insert(head)
-                model[key]?.removeFirst()
-                expectHandover(key, resumed: resumed)
+                #expect(model[operation.key]?.first == id)
+                model[operation.key]?.removeFirst()
+                expectHandover(operation.key, resumed: resumed)
             }
             for key in 0..<3 {
                 let line = model[key] ?? []
@@ -281,9 +212,8 @@ struct FIFOLanesTests {
                 let running = line.filter { operations[$0]?.runs == true }
                 #expect(running.count <= 1 && running.allSatisfy { $0 == line.first })
             }
-            for (id, operation) in operations {
-                #expect(lanes.wasAbandoned(operation.ticket) == abandoned.contains(id))
-                #expect(lanes.isRunning(operation.ticket) == (operation.runs && !abandoned.contains(id)))
+            for operation in operations.values {
+                #expect(lanes.isRunning(operation.ticket) == operation.runs)
             }
         }
         for order in started.values { #expect(order == order.sorted()) }

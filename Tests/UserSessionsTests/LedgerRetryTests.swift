@@ -46,8 +46,9 @@ struct LedgerRetryTests {
 
         /// A session's write of `session` under `fence` that the store refused.
         func writeFailed(_ session: StoredSession, fence: UInt64) async throws {
-            let turn = try #require(await ledger.enterWriteTurn("alice", fence: fence))
+            let turn = try #require(await ledger.enterWriteTurn("alice", fence: fence)).token
             ledger.writeFinished("alice", fence: fence, wrote: nil, failed: session, schedule: schedule, turn: turn)
+            ledger.leaveWriteTurn("alice", token: turn)
         }
 
         /// Holds alice, refreshes her `rt-0` to `rt-1` and fails that rotation's write with the store down; returns
@@ -66,7 +67,7 @@ struct LedgerRetryTests {
         /// Returns the fence and the turn of the write left behind.
         func signOutLeavingAWriteBehind() async throws -> (fence: UInt64, late: UInt64) {
             let fence = ledger.hold("alice")
-            let late = try #require(await ledger.enterWriteTurn("alice", fence: fence))
+            let late = try #require(await ledger.enterWriteTurn("alice", fence: fence)).token
             ledger.abandonWriteTurn("alice", token: late)
             try await ledger.signOut("alice") { try await store.remove(identifier: "alice") }
             return (fence, late)
@@ -79,6 +80,7 @@ struct LedgerRetryTests {
         {
             try await store.save(session, identifier: "alice")
             ledger.writeFinished("alice", fence: fence, wrote: session, schedule: schedule, turn: turn)
+            ledger.leaveWriteTurn("alice", token: turn)
             let (store, ledger) = (self.store, self.ledger)
             try await withHangGuard("the newest is written again") {
                 while await store.stored("alice") != newest || ledger.hasPendingWork("alice") { await Task.yield() }
@@ -145,7 +147,7 @@ struct LedgerRetryTests {
         let bench = Bench()
         let fence = bench.ledger.hold("alice")
         // A write of the old session overran a close's deadline and lost its turn.
-        let late = try #require(await bench.ledger.enterWriteTurn("alice", fence: fence))
+        let late = try #require(await bench.ledger.enterWriteTurn("alice", fence: fence)).token
         bench.ledger.abandonWriteTurn("alice", token: late)
         // The user signs in again; then the old write lands over the sign-in's record.
         let signedIn = Self.session("new")
@@ -161,11 +163,12 @@ struct LedgerRetryTests {
     @Test func aWriteThatLandsLateAfterALaterWriteHasTheLaterOneWrittenAgainAtOnce() async throws {
         let bench = Bench()
         let fence = bench.ledger.hold("alice")
-        let late = try #require(await bench.ledger.enterWriteTurn("alice", fence: fence))
+        let late = try #require(await bench.ledger.enterWriteTurn("alice", fence: fence)).token
         bench.ledger.abandonWriteTurn("alice", token: late)
-        let later = try #require(await bench.ledger.enterWriteTurn("alice", fence: fence))
+        let later = try #require(await bench.ledger.enterWriteTurn("alice", fence: fence)).token
         try await bench.store.save(Self.session("update"), identifier: "alice")
         bench.ledger.writeFinished("alice", fence: fence, wrote: Self.session("update"), turn: later)
+        bench.ledger.leaveWriteTurn("alice", token: later)
         try await bench.landLate(Self.session("1"), fence: fence, turn: late, rewriting: Self.session("update"))
     }
 
@@ -174,7 +177,7 @@ struct LedgerRetryTests {
         let (fence, late) = try await bench.signOutLeavingAWriteBehind()
 
         // Another write holds the turn; a sign-in waits for it; then the old write lands after the sign-out.
-        let blocker = try #require(await bench.ledger.enterWriteTurn("alice", fence: nil))
+        let blocker = try #require(await bench.ledger.enterWriteTurn("alice", fence: nil)).token
         let signedIn = Self.session("new")
         let signIn = Task {
             try await bench.ledger.signIn("alice", session: signedIn) {
@@ -185,6 +188,7 @@ struct LedgerRetryTests {
         try await withHangGuard("the sign-in waits") { while ledger.writersWaiting("alice") < 1 { await Task.yield() } }
         try await bench.store.save(Self.session("old"), identifier: "alice")
         bench.ledger.writeFinished("alice", fence: fence, wrote: Self.session("old"), turn: late)
+        bench.ledger.leaveWriteTurn("alice", token: late)
         // The removal waits for the turn behind the sign-in, which changes the fence first: it removes nothing.
         try await withHangGuard("the removal waits") { while ledger.writersWaiting("alice") < 2 { await Task.yield() } }
         bench.ledger.leaveWriteTurn("alice", token: blocker)
@@ -199,6 +203,7 @@ struct LedgerRetryTests {
         let (fence, late) = try await bench.signOutLeavingAWriteBehind()
         try await bench.store.save(Self.session("old"), identifier: "alice")
         bench.ledger.writeFinished("alice", fence: fence, wrote: Self.session("old"), turn: late)
+        bench.ledger.leaveWriteTurn("alice", token: late)
         let store = bench.store
         try await withHangGuard("the record is removed again") {
             while await store.stored("alice") != nil { await Task.yield() }

@@ -40,9 +40,10 @@ struct LedgerRotationWriteTests {
         await refresh(ledger, fence: fence)
         // Unwritten: pending until a write lands it.
         #expect(ledger.hasPendingWork("alice"))
-        let turn = try #require(await ledger.enterWriteTurn("alice", fence: fence))
+        let turn = try #require(await ledger.enterWriteTurn("alice", fence: fence)).token
         ledger.writeFinished(
             "alice", fence: fence, wrote: StoredSession(userInfo: Self.user, credentials: Self.rotated), turn: turn)
+        ledger.leaveWriteTurn("alice", token: turn)
         #expect(!ledger.hasPendingWork("alice"))
         ledger.release("alice")
         #expect(ledger.entryCount == 0)
@@ -84,9 +85,10 @@ struct LedgerRotationWriteTests {
         let read = try #require(try ledger.readThrough(stored, identifier: "alice", fence: fence))
         #expect(read.credentials == Self.rotated)
         // Any writer under the fence may write it.
-        let turn = try #require(await ledger.enterWriteTurn("alice", fence: fence))
+        let turn = try #require(await ledger.enterWriteTurn("alice", fence: fence)).token
         ledger.writeFinished(
             "alice", fence: fence, wrote: StoredSession(userInfo: Self.user, credentials: Self.rotated), turn: turn)
+        ledger.leaveWriteTurn("alice", token: turn)
         ledger.release("alice")
         #expect(ledger.entryCount == 0)
     }
@@ -108,7 +110,7 @@ struct LedgerRotationWriteTests {
     @Test func writesTakeTheTurnInArrivalOrderAndAFencedWaiterIsRefused() async throws {
         let ledger = CredentialsLedger(store: InMemoryTokenStore())
         let fence = ledger.hold("alice")
-        let first = try #require(await ledger.enterWriteTurn("alice", fence: fence))
+        let first = try #require(await ledger.enterWriteTurn("alice", fence: fence)).token
         let fenced = Task { await ledger.enterWriteTurn("alice", fence: fence) }
         try await withHangGuard("the fenced write queues") {
             while ledger.writersWaiting("alice") < 1 { await Task.yield() }
@@ -120,7 +122,7 @@ struct LedgerRotationWriteTests {
         ledger.signedOut(identifier: "alice")
         ledger.leaveWriteTurn("alice", token: first)
         #expect(await fenced.value == nil)
-        let next = try #require(await unconditional.value)
+        let next = try #require(await unconditional.value).token
         #expect(ledger.hasPendingWork("alice"))
         ledger.leaveWriteTurn("alice", token: next)
         #expect(!ledger.hasPendingWork("alice"))

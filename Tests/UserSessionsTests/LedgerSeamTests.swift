@@ -83,11 +83,11 @@ struct LedgerSeamTests {
         let savesBefore = bench.store.saves.count
         bench.time.advance(by: 120)
         // The idle timeout passed, and so did the failed write's backoff: its retry fails too and lets go of the
-        // persistence slot before the eviction runs (without this order, the eviction could see the retry still
-        // in progress and skip the session, which hides the seam).
+        // write turn before the eviction runs (without this order, the eviction could see the retry still in
+        // progress and skip the session, which hides the seam).
         await bench.store.saves.wait(for: savesBefore + 1)
-        try await withHangGuard("the retry lets go of the persistence slot") {
-            while alice.gate.inspect({ $0.slot.isHeld }) { await Task.yield() }
+        try await withHangGuard("the retry lets go of the write turn") {
+            while alice.gate.ledger.writeTurnIsHeld("alice") { await Task.yield() }
         }
         _ = await registry.evictIdle()
 

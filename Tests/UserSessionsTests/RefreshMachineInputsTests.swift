@@ -18,11 +18,10 @@ struct RefreshMachineInputsTests {
         var machine = RefreshStateMachineTests.machine(expiresIn: 200)
         let job = try #require(machine.tokenAsked(now: Self.start).1.refresh)
         let new = RefreshStateMachineTests.refreshed(1, expiresAt: Self.start + 3600)
-        let targets = machine.refreshReturned(flightID: job.flightID, newCredentials: new).0
-        #expect(targets.session?.stored.credentials?.refreshToken == "rt-1")
+        let target = machine.refreshReturned(flightID: job.flightID, newCredentials: new)
+        #expect(target?.stored.credentials?.refreshToken == "rt-1")
         let (waiters, actions) = machine.commitWritten(
-            flightID: job.flightID, newCredentials: new, target: try #require(targets.session),
-            ticket: try #require(targets.ticket), persistError: UserSessionError(.storeFailure, "disk full"),
+            flightID: job.flightID, newCredentials: new, persistError: UserSessionError(.storeFailure, "disk full"),
             now: Self.start, jitter: 0)
         #expect(waiters == 0)
         #expect(Self.kinds(actions) == [.persistenceFailed, .credentialsRefreshed])
@@ -33,10 +32,9 @@ struct RefreshMachineInputsTests {
         var machine = RefreshStateMachineTests.machine(expiresIn: 200)
         let job = try #require(machine.tokenAsked(now: Self.start).1.refresh)
         let new = RefreshStateMachineTests.refreshed(1, expiresAt: Self.start + 3600)
-        let targets = machine.refreshReturned(flightID: job.flightID, newCredentials: new).0
+        #expect(machine.refreshReturned(flightID: job.flightID, newCredentials: new) != nil)
         let (_, actions) = machine.commitWritten(
-            flightID: job.flightID, newCredentials: new, target: try #require(targets.session),
-            ticket: try #require(targets.ticket), persistError: nil, now: Self.start, jitter: 0)
+            flightID: job.flightID, newCredentials: new, persistError: nil, now: Self.start, jitter: 0)
         #expect(Self.kinds(actions) == [.credentialsRefreshed])
         #expect(machine.token == "at-1")
     }
@@ -141,23 +139,14 @@ struct RefreshMachineInputsTests {
     /// removes or rewrites a record: what a late write changed is the ledger's to repair.
     @Test func aLateWriteOfAClearedUserIsUndoneWhateverUserLooksAlike() async throws {
         #expect(Self.composed == Self.decomposed)
-        var machine = Self.machine(activeAs: Self.decomposed)
-        let late = RefreshStateMachine.PersistTarget(
-            identifier: Self.composed,
-            stored: StoredSession(userInfo: UserInfo(id: Self.composed), credentials: nil), generation: 1)
-        // The composed user's write held the slot, overran the close's deadline and lost the slot; the composed user
-        // signed out; then the write landed late.
-        let (holder, _) = machine.slotAsked()
-        #expect(holder.granted)
-        _ = machine.slotAbandoned()
-        let landed = machine.writeReturned(late, ticket: holder.ticket, now: Self.start)
-        #expect(landed.refresh == nil && landed.events.isEmpty, "the machine repairs nothing: the ledger does")
-
+        // The composed user's write held the write turn, overran the close's deadline and lost the turn; the
+        // composed user signed out; then the write landed late.
         let store = InMemoryTokenStore()
         let ledger = CredentialsLedger(store: store)
         let composedFence = ledger.hold(Self.composed)
         let decomposedFence = ledger.hold(Self.decomposed)
-        let composedTurn = try #require(await ledger.enterWriteTurn(Self.composed, fence: composedFence))
+        let composedTurn = try #require(await ledger.enterWriteTurn(Self.composed, fence: composedFence)).token
+        ledger.abandonWriteTurn(Self.composed, token: composedTurn)
         ledger.signedOut(identifier: Self.composed)
         let written = StoredSession(
             userInfo: UserInfo(id: "user"),
@@ -165,8 +154,10 @@ struct RefreshMachineInputsTests {
         try await store.save(written, identifier: Self.composed)
         try await store.save(written, identifier: Self.decomposed)
         ledger.writeFinished(Self.composed, fence: composedFence, wrote: written, turn: composedTurn)
-        let decomposedTurn = try #require(await ledger.enterWriteTurn(Self.decomposed, fence: decomposedFence))
+        ledger.leaveWriteTurn(Self.composed, token: composedTurn)
+        let decomposedTurn = try #require(await ledger.enterWriteTurn(Self.decomposed, fence: decomposedFence)).token
         ledger.writeFinished(Self.decomposed, fence: decomposedFence, wrote: written, turn: decomposedTurn)
+        ledger.leaveWriteTurn(Self.decomposed, token: decomposedTurn)
         try await withHangGuard("the composed user's record is removed again") {
             while try await store.load(identifier: Self.composed) != nil { await Task.yield() }
         }
@@ -174,57 +165,16 @@ struct RefreshMachineInputsTests {
         #expect(!ledger.hasPendingWork(Self.composed))
     }
 
-    /// A commit takes the slot in the same input that receives the refresh's result when the slot is free, waits for
-    /// it when another writer holds it, and hands it on in the input that receives the write's result.
-    @Test func aCommitTakesTheFreeSlotWithTheResultAndReleasesItWithTheWrite() async throws {
-        var machine = RefreshStateMachineTests.machine(expiresIn: 200)
-        let job = try #require(machine.tokenAsked(now: Self.start).1.refresh)
-        let new = RefreshStateMachineTests.refreshed(1, expiresAt: Self.start + 3600)
-        let (other, granted) = machine.slotAsked().0
-        #expect(granted)
-        let busy = machine.refreshReturned(flightID: job.flightID, newCredentials: new).0
-        guard case .waitForSlot(let ticket) = busy else {
-            Issue.record("expected the commit to wait for the busy slot, got \(busy)")
-            return
-        }
-        #expect(busy.session == nil)
-        _ = machine.slotReleased(ticket: other)
-        // The slot is kept for the waiting commit, which gets it when it waits (as the gate does) and reports again
-        // holding it.
-        await withVisibleUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
-            guard case .resume(let own) = machine.slotAwaited(ticket: ticket, continuation: continuation).slot else {
-                Issue.record("the released slot was not kept for the waiting commit")
-                continuation.resumeVisibly()
-                return
-            }
-            own.resumeVisibly()
-        }
-        let holding = machine.refreshReturned(flightID: job.flightID, newCredentials: new, holding: ticket).0
-        #expect(holding.ticket == ticket)
-        let target = try #require(holding.session)
-        let (waiters, actions) = machine.commitWritten(
-            flightID: job.flightID, newCredentials: new, target: target, ticket: ticket, persistError: nil,
-            now: Self.start, jitter: 0)
-        #expect(waiters == 0)
-        #expect(Self.kinds(actions) == [.credentialsRefreshed])
-        #expect(machine.token == "at-1")
-        let (_, freeAgain) = machine.slotAsked().0
-        #expect(freeAgain, "the commit handed the slot on")
-    }
-
-    /// A stale flight whose result nobody here writes takes no slot: the ledger writes its rotation.
-    @Test func aStaleFlightNobodyWantsTakesNoSlot() throws {
+    /// A flight whose session ended has no target: nobody here writes its rotation, the ledger does.
+    @Test func aStaleFlightHasNoTarget() throws {
         var machine = RefreshStateMachineTests.machine(expiresIn: 200)
         let job = try #require(machine.tokenAsked(now: Self.start).1.refresh)
         _ = machine.deactivated()
         _ = machine.finalFlushBegan(unwritten: nil)
         _ = machine.activated(
             identifier: "user", userInfo: UserInfo(id: "user"), credentials: nil, generation: 9, revision: nil)
-        let start = machine.refreshReturned(
-            flightID: job.flightID, newCredentials: RefreshStateMachineTests.refreshed(1, expiresAt: Self.start + 3600)
-        ).0
-        if case .nowhere = start {} else { Issue.record("expected no slot and no target, got \(start)") }
-        let (_, granted) = machine.slotAsked().0
-        #expect(granted, "the slot stayed free")
+        let target = machine.refreshReturned(
+            flightID: job.flightID, newCredentials: RefreshStateMachineTests.refreshed(1, expiresAt: Self.start + 3600))
+        #expect(target == nil)
     }
 }

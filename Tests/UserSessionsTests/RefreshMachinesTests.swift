@@ -94,35 +94,4 @@ struct RefreshMachinesTests {
         _ = failed.credentialsChanged()
         #expect(!failed.isTerminated)
     }
-
-    // MARK: - PersistenceSlot
-
-    @Test func anAbandonedHolderIsToldItsWriteLandedLateAndReleasesNothing() {
-        var slot = PersistenceSlot()
-        let holder = slot.makeTicket()
-        let acquired = slot.tryAcquire(ticket: holder)
-        #expect(acquired)
-        guard case .none = slot.abandon() else {
-            Issue.record("nobody was queued")
-            return
-        }
-        #expect(!slot.isHeld)
-        let next = slot.makeTicket()
-        let acquiredAfter = slot.tryAcquire(ticket: next)
-        #expect(acquiredAfter)
-        let landedLate = slot.finishWrite(ticket: holder)
-        #expect(landedLate)
-        // Every write of the abandoned holder is out of order, until it releases.
-        let landedLateTwice = slot.finishWrite(ticket: holder)
-        #expect(landedLateTwice)
-        let newHolderLate = slot.finishWrite(ticket: next)
-        #expect(!newHolderLate)
-        // The abandoned holder's release leaves the new holder in place.
-        _ = slot.release(ticket: holder)
-        #expect(slot.isHeld)
-        let landedLateAfterRelease = slot.finishWrite(ticket: holder)
-        #expect(!landedLateAfterRelease)
-        _ = slot.release(ticket: next)
-        #expect(!slot.isHeld)
-    }
 }

@@ -56,17 +56,16 @@ struct RefreshStateMachineTests {
     }
 
     /// The refresh of `job` returned `new` and its write finished (`persisted` or not), as the gate feeds it:
-    /// ``RefreshStateMachine/refreshReturned(flightID:newCredentials:holding:)`` (the slot is free, so it holds it at
-    /// once), then ``RefreshStateMachine/commitWritten(flightID:newCredentials:target:ticket:persistError:now:jitter:)``.
+    /// ``RefreshStateMachine/refreshReturned(flightID:newCredentials:)`` (holding the write turn), then
+    /// ``RefreshStateMachine/commitWritten(flightID:newCredentials:persistError:now:jitter:)``.
     @discardableResult
     static func commit(
         _ machine: inout RefreshStateMachine, _ job: RefreshStateMachine.RefreshJob, _ new: Credentials,
         persisted: Bool = true, now: Double, jitter: Double = 0
     ) -> (waiters: Int?, actions: RefreshStateMachine.Actions) {
-        let targets = machine.refreshReturned(flightID: job.flightID, newCredentials: new).0
-        guard let target = targets.session, let ticket = targets.ticket else { return (nil, .none) }
+        guard machine.refreshReturned(flightID: job.flightID, newCredentials: new) != nil else { return (nil, .none) }
         return machine.commitWritten(
-            flightID: job.flightID, newCredentials: new, target: target, ticket: ticket,
+            flightID: job.flightID, newCredentials: new,
             persistError: persisted ? nil : UserSessionError(.storeFailure, "disk full"), now: now, jitter: jitter)
     }
 
@@ -170,11 +169,10 @@ struct RefreshStateMachineTests {
             return
         }
         let new = Self.refreshed(1, expiresAt: Self.start + 3600)
-        let (targets, _) = machine.refreshReturned(flightID: job.flightID, newCredentials: new)
-        #expect(targets.session?.stored.credentials == new)
+        let target = machine.refreshReturned(flightID: job.flightID, newCredentials: new)
+        #expect(target?.stored.credentials == new)
         let (waiters, actions) = machine.commitWritten(
-            flightID: job.flightID, newCredentials: new, target: try #require(targets.session),
-            ticket: try #require(targets.ticket), persistError: nil, now: Self.start, jitter: 0.5)
+            flightID: job.flightID, newCredentials: new, persistError: nil, now: Self.start, jitter: 0.5)
         #expect(waiters == 1)
         #expect(actions.events.map(\.kind) == [.credentialsRefreshed])
         #expect(actions.waiters.map(\.id) == [1])
@@ -299,11 +297,10 @@ struct RefreshStateMachineTests {
         _ = machine.deactivated()
         let new = Self.refreshed(1, expiresAt: Self.start + 3600)
         // A new session of another identifier: the ended session's flight is not current; its rotation is the
-        // ledger's to write to "user"'s record, never the session's, and it takes no slot.
+        // ledger's to write to "user"'s record, never the session's.
         _ = machine.activated(
             identifier: "other", userInfo: UserInfo(id: "other"), credentials: nil, generation: 8)
-        let (targets, _) = machine.refreshReturned(flightID: job.flightID, newCredentials: new)
-        if case .nowhere = targets {} else { Issue.record("expected no slot and no target, got \(targets)") }
+        #expect(machine.refreshReturned(flightID: job.flightID, newCredentials: new) == nil)
         #expect(machine.credentials == nil)
         let error = UserSessionError(.refreshFailed, "x", failureClass: .terminal)
         let (failure, failureActions) = machine.refreshFailed(
@@ -420,49 +417,6 @@ struct RefreshStateMachineTests {
         #expect(stale.waiters.isEmpty)
     }
 
-    @Test func persistSlotIsFreedWhenNobodyWaits() {
-        var machine = Self.machine(expiresIn: 3600)
-        let (first, _) = machine.slotAsked()
-        #expect(first.granted)
-        guard case .none = machine.slotReleased(ticket: first.ticket).slot else {
-            Issue.record("nobody was queued")
-            return
-        }
-        #expect(!machine.slot.isHeld)
-    }
-
-    @Test func persistSlotIsKeptForTheNextWriterInLineUntilItWaits() async {
-        var machine = Self.machine(expiresIn: 3600)
-        let (first, _) = machine.slotAsked()
-        let (second, _) = machine.slotAsked()
-        #expect(first.granted)
-        #expect(!second.granted)
-        // The second writer has not awaited the slot yet: nobody to resume, and nobody else gets the slot.
-        guard case .none = machine.slotReleased(ticket: first.ticket).slot else {
-            Issue.record("nobody was waiting")
-            return
-        }
-        #expect(machine.slot.isHeld)
-        let (third, _) = machine.slotAsked()
-        #expect(!third.granted)
-        // Nor can an overrun be blamed on it: it has not written.
-        guard case .none = machine.slotAbandoned().slot else {
-            Issue.record("nobody was waiting")
-            return
-        }
-        #expect(!machine.slot.finishWrite(ticket: second.ticket))
-        await withVisibleUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
-            guard case .resume(let own) = machine.slotAwaited(ticket: second.ticket, continuation: continuation).slot
-            else {
-                Issue.record("the slot was the second writer's already")
-                continuation.resumeVisibly()
-                return
-            }
-            own.resumeVisibly()
-        }
-        #expect(machine.slot.tryAcquire(ticket: second.ticket))
-    }
-
     /// The final flush writes what the ledger has not written for the session's identifier, under the session's
     /// fence and identity, and clears the credentials from memory; with nothing unwritten it writes nothing.
     @Test func deactivateFlushesWhatTheLedgerHasNotWritten() {
@@ -494,14 +448,13 @@ struct RefreshStateMachineTests {
             return
         }
         let new = Self.refreshed(1, expiresAt: Self.start + 3600)
-        let targets = machine.refreshReturned(flightID: job.flightID, newCredentials: new).0
-        guard let target = targets.session, let ticket = targets.ticket else {
-            Issue.record("expected the commit to hold the slot and write the session's record")
+        guard machine.refreshReturned(flightID: job.flightID, newCredentials: new) != nil else {
+            Issue.record("expected the commit to write the session's record")
             return
         }
         _ = machine.deactivated()
         let (waiters, actions) = machine.commitWritten(
-            flightID: job.flightID, newCredentials: new, target: target, ticket: ticket,
+            flightID: job.flightID, newCredentials: new,
             persistError: UserSessionError(.storeFailure, "down"), now: Self.start, jitter: 0)
         #expect(waiters == nil)
         #expect(actions.events.isEmpty)

@@ -398,10 +398,11 @@ extension UserSessionController {
         let gate = self.gate
         switch source {
         case .prototype(let prototype):
-            // The slot is taken before the credentials become readable, so no refresh commit of this session can
-            // be written before its first write; it is released before any unwind, whose `deactivate()` takes it.
+            // The identifier's write turn is taken before the credentials become readable, so no refresh commit of
+            // this session can be written before its first write; it is left before any unwind, whose
+            // `deactivate()` takes it.
             do {
-                try await gate.withPersistSlot { _ in
+                try await gate.withWriteTurn(prototype.identifier) { _ in
                     gate.activate(
                         identifier: prototype.identifier, userInfo: prototype.userInfo,
                         credentials: prototype.credentials, generation: generation, signingIn: true)
@@ -680,9 +681,9 @@ extension UserSessionController {
         if readThrough == nil {
             // A sign-in or a sign-out raced the read: read again in the write turn, where none can interleave, so
             // the session's fence is the one its record was written under.
-            let turn = await gate.ledger.enterWriteTurn(identifier, fence: nil)
-            defer { if let turn { gate.ledger.leaveWriteTurn(identifier, token: turn) } }
-            fence = gate.ledger.fence(identifier)
+            let turn = await gate.ledger.takeWriteTurn(identifier)
+            defer { gate.ledger.leaveWriteTurn(identifier, token: turn.token) }
+            fence = turn.fence
             (record, revision) = try await readStoredRecord(identifier)
             readThrough = try gate.ledger.readThrough(record, identifier: identifier, fence: fence)
         }

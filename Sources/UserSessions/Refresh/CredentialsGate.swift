@@ -10,8 +10,8 @@ import Synchronization
 /// The rules live in ``RefreshStateMachine``, held in a `Locked` (the package's lock). Every input goes through one funnel,
 /// ``modifyStateAndRunActions(_:)``: the transition runs under the lock and returns ``RefreshStateMachine/Actions``,
 /// which the gate performs after releasing it: it starts refreshes in unstructured tasks (so cancelling the caller
-/// that triggered one never cancels it), writes to the store (holding the persistence slot through
-/// ``withPersistSlot(_:)``), emits events and resumes waiters in arrival order.
+/// that triggered one never cancels it), writes to the store (in the identifier's write turn, which the ledger
+/// keeps: ``withWriteTurn(_:_:)``), emits events and resumes waiters in arrival order.
 ///
 /// The controller calls ``activate(identifier:userInfo:credentials:generation:revision:heldFence:signingIn:)`` when a
 /// session opens (before its services start) and ``deactivate()`` first thing when it closes, is replaced or becomes
@@ -149,8 +149,8 @@ final class CredentialsGate: Sendable {
     ///
     /// A refresh in flight is no longer the session's: its result is never served, published or announced, and the
     /// ledger writes its rotation to the identifier's record. A write that overran both
-    /// deadlines loses the persistence slot (so later writes are not blocked for ever); if it lands later, what
-    /// it changed is repaired (``RefreshStateMachine/writeReturned(_:ticket:now:)``).
+    /// deadlines loses the identifier's write turn (so later writes are not blocked for ever); if it lands later,
+    /// the ledger repairs what it changed (``CredentialsLedger/writeFinished(_:fence:wrote:failed:schedule:turn:leavesTurn:)``).
     func deactivate() async {
         // Ordered: no event of a refresh or background write of this session is emitted after this transition.
         modifyStateAndRunActions(ordered: true) { $0.deactivated() }
@@ -161,7 +161,8 @@ final class CredentialsGate: Sendable {
             work.flushesStarted += 1
             return work.flushesStarted
         }
-        let flush = Task { await self.finalFlush(number) }
+        let identifier = inspect { $0.identifier }
+        let flush = Task { await self.finalFlush(number, identifier: identifier) }
         if await Deadline.wait(for: flush, timeout: timeout, clock: deadlineClock) { return }
         cancelBackgroundWork()
         if await Deadline.wait(for: flush, timeout: timeout, clock: deadlineClock) { return }
@@ -169,12 +170,11 @@ final class CredentialsGate: Sendable {
         // later; cancelled after the lock is released, since cancelling runs the store's cancellation handlers.
         eventOrder.withLock { _ in backgroundWork.withLock { $0.flushAbandoned = number } }
         flush.cancel()
-        modifyStateAndRunActions { $0.slotAbandoned() }
-        let turn = backgroundWork.withLock { work in
-            defer { work.writeTurn = nil }
-            return work.writeTurn
+        // The flush waits for the identifier's write turn: a write of this gate holding it loses it.
+        let stuck = backgroundWork.withLock { work in
+            work.heldTurns.filter { ExactIdentifier.areEqual($0.value, identifier) }.keys
         }
-        if let turn { ledger.abandonWriteTurn(turn.identifier, token: turn.token) }
+        for token in stuck { ledger.abandonWriteTurn(identifier, token: token) }
         events.emit(
             .persistenceFailed, session: nil,
             detail: "the token store did not finish a write within \(timeout); closing without waiting for it")
@@ -202,17 +202,20 @@ final class CredentialsGate: Sendable {
         if let held { ledger.release(held, schedule: ledgerSchedule) }
     }
 
-    /// Waits for the write in progress, then writes once more what the ledger has not written for the session's
-    /// identifier, if anything (the ledger goes on retrying it after this session closed).
-    private func finalFlush(_ number: UInt64) async {
-        await withPersistSlot { ticket in
-            let identifier = inspect { $0.identifier }
-            let unwritten = identifier.isEmpty ? nil : ledger.unwrittenSession(identifier)
+    /// Waits for the write in progress (the identifier's write turn), then writes once more what the ledger has not
+    /// written for the session's identifier, if anything (the ledger goes on retrying it after this session closed).
+    private func finalFlush(_ number: UInt64, identifier: String) async {
+        guard !identifier.isEmpty else {
+            modifyStateAndRunActions { $0.finalFlushBegan(unwritten: nil) }
+            return
+        }
+        await withWriteTurn(identifier) { turn in
+            let unwritten = ledger.unwrittenSession(identifier)
             // Cancelled once `deactivate()` stopped waiting: the session is closed without this write, and writing
             // now could land after a later `remove`.
             guard !Task.isCancelled,
                 let flush = modifyStateAndRunActions({ $0.finalFlushBegan(unwritten: unwritten) }),
-                let error = await write(flush, ticket: ticket)
+                let error = await write(flush, in: turn)
             else { return }
             let observed = eventOrder.withLock { _ -> EventHub.Observed? in
                 guard !Task.isCancelled, backgroundWork.withLock({ $0.flushAbandoned < number }) else { return nil }
@@ -549,7 +552,7 @@ extension CredentialsGate {
             inspect { $0.storeIsNewer(record, than: job.credentials, generation: job.generation) }
         }
         if adopt ?? true {
-            let adoption = await withPersistSlot { _ in adoptHoldingSlot(record, generation: job.generation) }
+            let adoption = await withWriteTurn(identifier) { _ in adoptHoldingTurn(record, generation: job.generation) }
             if case .none = adoption {
                 // The session changed while this flight read the record: the flight is stale, or (its session
                 // still active) refreshes after all, so its waiters never hang.
@@ -603,8 +606,8 @@ extension CredentialsGate {
             // sent (a server with a reuse grace period answered `invalid_grant`). Adopt what it stored, refreshing
             // once with it when it is expired too.
             if !stored.credentials.isExpired(at: clock.now()) {
-                let adoption = await withPersistSlot { _ in
-                    adoptHoldingSlot(RevisedSession(session: stored.session, revision: 0), generation: job.generation)
+                let adoption = await withWriteTurn(job.identifier) { _ in
+                    adoptHoldingTurn(RevisedSession(session: stored.session, revision: 0), generation: job.generation)
                 }
                 if case .none = adoption {
                     await finish(job, outcome: outcome, startedAt: startedAt)
@@ -730,54 +733,51 @@ extension CredentialsGate {
     /// identifier signed out or in since), silently. Returns how many waiters got the credentials, or `nil` when the
     /// flight was stale.
     ///
-    /// When the persistence slot is free, the commit takes two critical sections of the gate: one when the refresher
-    /// returned (the slot is taken and the target chosen, ``RefreshStateMachine/refreshReturned(flightID:newCredentials:holding:)``)
-    /// and one when the write finished (the write accounted for, the credentials published, the slot handed on,
-    /// ``RefreshStateMachine/commitWritten(flightID:newCredentials:target:ticket:persistError:now:jitter:)``).
-    ///
-    /// On the ledger's side the same commit takes three critical sections of the entry: the refresher's return
-    /// records the rotation as unwritten, the write takes the identifier's write turn (under the session's fence),
-    /// and the write's end lands it and hands the turn on.
+    /// The commit holds the identifier's write turn from before it chooses its target until its events and waiters
+    /// are done, so `deactivate()`, whose final flush waits for the turn, returns only after them. It takes two
+    /// critical sections of the gate: one for the target (``RefreshStateMachine/refreshReturned(flightID:newCredentials:)``)
+    /// and one when the write returned (the credentials published,
+    /// ``RefreshStateMachine/commitWritten(flightID:newCredentials:persistError:now:jitter:)``).
     private func commit(_ job: RefreshStateMachine.RefreshJob, _ credentials: Credentials) async -> Int? {
-        var start = modifyStateAndRunActions {
-            $0.refreshReturned(flightID: job.flightID, newCredentials: credentials)
+        enum End {
+            /// Nobody here writes the rotation.
+            case stale
+            case committed(waiters: Int?)
+            /// A coordinated store held a newer record (or none), adopted instead.
+            case superseded(Adoption)
         }
-        if case .waitForSlot(let ticket) = start {
-            await waitForPersistSlot(ticket)
-            // Checked again holding the slot: `deactivate()` may have run while this task waited.
-            start = modifyStateAndRunActions {
-                $0.refreshReturned(flightID: job.flightID, newCredentials: credentials, holding: ticket)
+        let end = await withWriteTurn(job.identifier) { turn -> End in
+            guard let target = inspect({ $0.refreshReturned(flightID: job.flightID, newCredentials: credentials) })
+            else { return .stale }
+            let written = await performWrite(target, in: turn)
+            if case .superseded(let record) = written {
+                return .superseded(adoptHoldingTurn(record, generation: job.generation))
             }
+            let now = clock.nowSeconds()
+            let jitter = Double.random(in: 0...1)
+            return .committed(
+                waiters: modifyStateAndRunActions { machine in
+                    machine.commitWritten(
+                        flightID: job.flightID, newCredentials: credentials, persistError: written.error, now: now,
+                        jitter: jitter)
+                })
         }
-        guard case .holding(let ticket, let session) = start, let target = session else {
-            // Stale: nobody here writes the rotation; the ledger does, now, unless the store has it.
-            if let ticket = start.ticket { releasePersistSlot(ticket) }
+        switch end {
+        case .committed(let waiters):
+            return waiters
+        case .stale:
+            // The ledger writes it, now, unless the store has it.
             await ledger.ensureWritten(job.identifier, schedule: ledgerSchedule(for: job.generation))
             return nil
-        }
-        let written = await performWrite(target)
-        if case .superseded(let record) = written {
-            // A coordinated store held a newer record (or none): it stands, and is adopted instead.
-            writeReturned(target, ticket: ticket)
-            let adoption = adoptHoldingSlot(record, generation: job.generation)
-            releasePersistSlot(ticket)
-            if case .none = adoption {
-                // Only a store whose revisions went backwards gets here: the flight's waiters must not hang.
-                return await fail(
-                    job,
-                    UserSessionError(
-                        .revisionConflict, "the token store's record changed during the refresh",
-                        failureClass: .transient))
-            }
+        case .superseded(.none):
+            // Only a store whose revisions went backwards gets here: the flight's waiters must not hang.
+            return await fail(
+                job,
+                UserSessionError(
+                    .revisionConflict, "the token store's record changed during the refresh", failureClass: .transient))
+        case .superseded(let adoption):
             await finishAdoption(adoption, generation: job.generation)
             return nil
-        }
-        let now = clock.nowSeconds()
-        let jitter = Double.random(in: 0...1)
-        return modifyStateAndRunActions { machine in
-            machine.commitWritten(
-                flightID: job.flightID, newCredentials: credentials, target: target, ticket: ticket,
-                persistError: written.error, now: now, jitter: jitter)
         }
     }
 }
@@ -798,9 +798,6 @@ extension CredentialsGate {
         }
         if !actions.waiters.isEmpty { Self.resume(actions.waiters, with: actions.waitersResult) }
         if let job = actions.refresh { startFlight(job) }
-        // Last: a commit hands the slot on in the same transition as its events, and `deactivate()`, which waits
-        // for the slot, must return only after them.
-        if case .resume(let continuation) = actions.slot { continuation.resumeVisibly() }
     }
 
     func emit(_ events: [RefreshStateMachine.Actions.Event]) {
@@ -816,73 +813,55 @@ extension CredentialsGate {
 }
 
 extension CredentialsGate {
-    // MARK: - The persistence slot
+    // MARK: - The write turn
 
-    /// Runs `body` holding the persistence slot (``PersistenceSlot``), waiting for it in arrival order, and
-    /// releases it when `body` returns or throws. `body` gets the slot's ticket, for ``write(_:ticket:)``.
+    /// Runs `body` holding `identifier`'s write turn in the ledger (every write of the identifier made in this
+    /// process runs in it, one at a time in arrival order), and leaves it when `body` returns or throws. `body` gets
+    /// the turn, for ``write(_:in:)``.
     ///
-    /// The only way to hold the slot. It runs on the caller's executor, so an actor can hold the slot while it
-    /// works on its own state (the controller activates an opening session inside it).
-    nonisolated(nonsending) func withPersistSlot<Value>(_ body: (UInt64) async throws -> Value) async rethrows
-        -> Value
-    {
-        let ticket = await acquirePersistSlot()
-        defer { releasePersistSlot(ticket) }
-        return try await body(ticket)
-    }
-
-    private func acquirePersistSlot() async -> UInt64 {
-        let (ticket, granted) = modifyStateAndRunActions { $0.slotAsked() }
-        if !granted { await waitForPersistSlot(ticket) }
-        return ticket
-    }
-
-    /// Waits until the slot is handed to `ticket`, which asked for it and did not get it at once.
-    private func waitForPersistSlot(_ ticket: UInt64) async {
-        await withVisibleUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
-            // Stored in the queue exactly once or resumed here; the releaser removes it before resuming it.
-            modifyStateAndRunActions { $0.slotAwaited(ticket: ticket, continuation: continuation) }
+    /// While it holds the turn the gate records it, so that a `deactivate()` whose final flush waits behind a write
+    /// of this gate that overran both deadlines takes the turn away from it. It runs on the caller's executor, so an
+    /// actor can hold the turn while it works on its own state (the controller activates an opening session inside
+    /// it).
+    nonisolated(nonsending) func withWriteTurn<Value>(
+        _ identifier: String, _ body: (CredentialsLedger.TurnGrant) async throws -> Value
+    ) async rethrows -> Value {
+        let turn = await ledger.takeWriteTurn(identifier)
+        backgroundWork.withLock { $0.heldTurns[turn.token] = identifier }
+        defer {
+            backgroundWork.withLock { _ = $0.heldTurns.removeValue(forKey: turn.token) }
+            ledger.leaveWriteTurn(identifier, token: turn.token)
         }
+        return try await body(turn)
     }
 
-    private func releasePersistSlot(_ ticket: UInt64) {
-        modifyStateAndRunActions { $0.slotReleased(ticket: ticket) }
-    }
-
-    /// Writes `target` to the store while holding the slot of `ticket`; returns the error when the write failed.
-    ///
-    /// If `deactivate()` took the slot away while the store overran its deadline, the write has landed out of
-    /// order: it is repaired here, by removing the record again when a clear came since, or by writing the
-    /// active session's newer credentials again.
+    /// Writes `target` to the store holding its identifier's write `turn`; returns the error when the write failed.
     ///
     /// With a ``CoordinatedTokenStore`` the write is conditional on the revision the session holds; see
-    /// ``writeOutcome(_:ticket:kind:)``, which also says when the store held something newer.
-    func write(_ target: RefreshStateMachine.PersistTarget, ticket: UInt64) async -> (any Error)? {
-        await writeOutcome(target, ticket: ticket).error
-    }
-
-    /// Like ``write(_:ticket:)``, telling a write that was superseded by a newer record in a coordinated store
-    /// (which is left as it is) from one that was written or failed.
-    func writeOutcome(_ target: RefreshStateMachine.PersistTarget, ticket: UInt64, kind: WriteKind = .own) async
-        -> WriteOutcome
+    /// ``writeOutcome(_:in:kind:)``, which also says when the store held something newer.
+    func write(_ target: RefreshStateMachine.PersistTarget, in turn: CredentialsLedger.TurnGrant) async -> (any Error)?
     {
-        let outcome = await performWrite(target, kind: kind)
-        writeReturned(target, ticket: ticket)
-        return outcome
+        await performWrite(target, in: turn).error
     }
 
-    /// The store call of a write the caller makes holding the slot, in the ledger's write turn for its identifier:
-    /// the ledger refuses a write taken before a sign-out or a sign-in of its identifier, orders it with every other
+    /// Like ``write(_:in:)``, telling a write that was superseded by a newer record in a coordinated store (which is
+    /// left as it is) from one that was written or failed.
+    func writeOutcome(
+        _ target: RefreshStateMachine.PersistTarget, in turn: CredentialsLedger.TurnGrant, kind: WriteKind = .own
+    ) async -> WriteOutcome {
+        await performWrite(target, in: turn, kind: kind)
+    }
+
+    /// The store call of a write made holding its identifier's write turn: the ledger refuses a write taken before a
+    /// sign-out or a sign-in of its identifier (the turn's fence is not the target's), orders it with every other
     /// write of the identifier in this process, and learns what landed (and repairs a late landing: see
-    /// ``CredentialsLedger/writeFinished(_:fence:wrote:failed:schedule:turn:)``). The caller reports the write's
-    /// return to the machine (``writeReturned(_:ticket:)``, or in a commit's last critical section).
-    private func performWrite(_ target: RefreshStateMachine.PersistTarget, kind: WriteKind = .own) async
-        -> WriteOutcome
-    {
-        guard let turn = await ledger.enterWriteTurn(target.identifier, fence: target.ledgerFence) else {
+    /// ``CredentialsLedger/writeFinished(_:fence:wrote:failed:schedule:turn:)``).
+    private func performWrite(
+        _ target: RefreshStateMachine.PersistTarget, in turn: CredentialsLedger.TurnGrant, kind: WriteKind = .own
+    ) async -> WriteOutcome {
+        guard turn.fence == target.ledgerFence else {
             return .failed(UserSessionError(.sessionNotOpen, "the user signed out; the write was dropped"))
         }
-        backgroundWork.withLock { $0.writeTurn = (target.identifier, turn) }
         var outcome: WriteOutcome
         do {
             if let coordinated = coordinatedStore, kind == .handedOver || target.baseRevision != nil {
@@ -903,35 +882,27 @@ extension CredentialsGate {
             }
         // No record where one was expected: the user signed out elsewhere, for every controller of this process too.
         if case .superseded(.none) = outcome { ledger.signedOut(identifier: target.identifier) }
-        backgroundWork.withLock { work in
-            if work.writeTurn?.token == turn { work.writeTurn = nil }
-        }
         // The session's own credentials the store refused are the ledger's to write; credentials handed over whose
         // write failed change nothing.
         var failed: StoredSession?
         if case .failed = outcome, kind == .own { failed = target.stored }
         ledger.writeFinished(
             target.identifier, fence: target.ledgerFence, wrote: wrote, failed: failed,
-            schedule: ledgerSchedule(for: target.generation), turn: turn)
+            schedule: ledgerSchedule(for: target.generation), turn: turn.token)
         return outcome
-    }
-
-    /// Tells the machine that a write of `target` in the slot of `ticket` returned.
-    private func writeReturned(_ target: RefreshStateMachine.PersistTarget, ticket: UInt64) {
-        let now = clock.nowSeconds()
-        modifyStateAndRunActions { $0.writeReturned(target, ticket: ticket, now: now) }
     }
 
     // MARK: - Writes of the lifecycle
 
-    /// The opening session's first write. The controller makes it holding the slot (``withPersistSlot(_:)``), which
-    /// it takes before the session's credentials become readable: nothing of the new session (a refresh commit)
-    /// can then be written before it.
+    /// The opening session's first write. The controller makes it holding the identifier's write turn
+    /// (``withWriteTurn(_:_:)``), which it takes before the session's credentials become readable: nothing of the new
+    /// session (a refresh commit) can then be written before it.
     func writeOpening(_ stored: StoredSession, identifier: String) async throws {
         // A sign-in, in the ledger's write turn, once the store has it: it replaces whatever the ledger held for the
         // identifier (a failed sign-in replaces nothing), no write taken before it lands after it, and this
         // session's writes are taken under the new fence.
-        let (revision, fence) = try await ledger.signIn(identifier, session: stored) { () async throws -> UInt64? in
+        let (revision, fence) = try await ledger.signIn(identifier, session: stored, holdingTurn: true) {
+            () async throws -> UInt64? in
             if let coordinatedStore {
                 return try await Self.overwrite(stored, identifier: identifier, store: coordinatedStore)
             }
@@ -944,16 +915,14 @@ extension CredentialsGate {
     /// `closeAndClear()`'s removal of `identifier`'s record (its session is already deactivated), fenced against
     /// every write: no write taken before it can land after it.
     ///
-    /// The removal waits for the persistence slot and then for the ledger's write turn, so every write in progress
-    /// or queued before it lands first; once the store removed the record, the ledger's fence changes: every write
-    /// taken before is refused, and a refresh of the ended session that is still running writes nothing. A write
-    /// that overran the close's deadline (it lost its slot and its turn) and lands after the removal is removed
-    /// again (``write(_:ticket:)``). A removal the store refused changes nothing: the user is still signed in, and the
-    /// ledger still writes her newest credentials.
+    /// The removal waits for the ledger's write turn, so every write in progress or queued before it lands first;
+    /// once the store removed the record, the ledger's fence changes: every write taken before is refused, and a
+    /// refresh of the ended session that is still running writes nothing. A write that overran the close's deadline
+    /// (it lost its turn) and lands after the removal is removed again
+    /// (``CredentialsLedger/writeFinished(_:fence:wrote:failed:schedule:turn:)``). A removal the store refused changes
+    /// nothing: the user is still signed in, and the ledger still writes her newest credentials.
     func clear(identifier: String) async throws {
-        try await withPersistSlot { _ in
-            try await ledger.signOut(identifier) { try await store.remove(identifier: identifier) }
-        }
+        try await ledger.signOut(identifier) { try await store.remove(identifier: identifier) }
     }
 
     /// Publishes credentials obtained elsewhere: written first, then published, then the event, then the waiters
@@ -966,12 +935,18 @@ extension CredentialsGate {
     /// - Throws: ``UserSessionError/Code/sessionNotOpen`` when no session is open (nothing is written); the
     ///   store's error when the write fails (then nothing changes).
     func update(_ credentials: Credentials) async throws {
-        try await withPersistSlot { ticket in
-            guard let (generation, target) = inspect({ $0.updateTarget(credentials) }) else {
+        guard let identifier = inspect({ $0.active ? $0.identifier : nil }) else {
+            throw RefreshStateMachine.notOpenError
+        }
+        try await withWriteTurn(identifier) { turn in
+            guard let (generation, target) = inspect({ $0.updateTarget(credentials) }),
+                ExactIdentifier.areEqual(target.identifier, identifier)
+            else {
                 throw RefreshStateMachine.notOpenError
             }
-            if let error = await writeOutcome(target, ticket: ticket, kind: .handedOver).error { throw error }
-            // Emitted holding the slot, so `deactivate()` (which waits for it) returns only after the event.
+            if let error = await writeOutcome(target, in: turn, kind: .handedOver).error { throw error }
+            // Emitted holding the turn, so `deactivate()` (whose final flush waits for it) returns only after the
+            // event.
             modifyStateAndRunActions { $0.credentialsUpdated(credentials, generation: generation) }
         }
     }
@@ -1098,10 +1073,10 @@ extension CredentialsGate {
         case removed
     }
 
-    /// While holding the persistence slot: adopts `record` (newer credentials another process stored) for the
+    /// While holding the identifier's write turn: adopts `record` (newer credentials another process stored) for the
     /// session of `generation`, or, for `nil`, stops that session because its record was removed elsewhere.
-    /// Hand the result to ``finishAdoption(_:generation:)`` after releasing the slot.
-    func adoptHoldingSlot(_ record: RevisedSession?, generation: UInt64) -> Adoption {
+    /// Hand the result to ``finishAdoption(_:generation:)`` after leaving the turn.
+    func adoptHoldingTurn(_ record: RevisedSession?, generation: UInt64) -> Adoption {
         guard let record else {
             // Signed out elsewhere (another instance removed the record): fenced here too.
             if let identifier = inspect({ $0.generation == generation ? $0.identifier : nil }) {
@@ -1114,8 +1089,7 @@ extension CredentialsGate {
         return adopted ? .adopted : .none
     }
 
-    /// After the persistence slot is released: a session whose record was removed elsewhere is closed by its
-    /// controller.
+    /// After the write turn is left: a session whose record was removed elsewhere is closed by its controller.
     func finishAdoption(_ adoption: Adoption, generation: UInt64) async {
         guard case .removed = adoption, let handler = handlers.withLock({ $0.storeRemoved }) else { return }
         await handler(generation)
@@ -1123,15 +1097,17 @@ extension CredentialsGate {
 
     /// Reads the record of the active session of `generation` and adopts it when it is newer than what the
     /// session holds, or closes the session when it is gone. Ordered with the session's own writes (it takes the
-    /// persistence slot). Returns whether something was adopted or the session was found cleared.
+    /// identifier's write turn). Returns whether something was adopted or the session was found cleared.
     @discardableResult
     func reloadFromStore(generation: UInt64) async -> Bool {
-        guard let coordinatedStore else { return false }
-        let adoption = await withPersistSlot { _ -> Adoption? in
+        guard let coordinatedStore,
+            let identifier = inspect({ $0.active && $0.generation == generation ? $0.identifier : nil })
+        else { return false }
+        let adoption = await withWriteTurn(identifier) { _ -> Adoption? in
+            // Read again in the turn: the session may have ended or changed while the turn was awaited.
             guard
-                let (identifier, held) = inspect({ machine -> (String, Credentials?)? in
-                    machine.active && machine.generation == generation
-                        ? (machine.identifier, machine.credentials) : nil
+                let held = inspect({ machine -> Credentials?? in
+                    machine.active && machine.generation == generation ? .some(machine.credentials) : nil
                 })
             else { return nil }
             let record: RevisedSession?
@@ -1148,7 +1124,7 @@ extension CredentialsGate {
                 inspect { $0.storeIsNewer(record, than: held, generation: generation) }
             }
             guard newer ?? true else { return nil }
-            return adoptHoldingSlot(record, generation: generation)
+            return adoptHoldingTurn(record, generation: generation)
         }
         guard let adoption else { return false }
         await finishAdoption(adoption, generation: generation)
@@ -1203,9 +1179,9 @@ extension CredentialsGate {
         /// flush reports nothing.
         var flushesStarted: UInt64 = 0
         var flushAbandoned: UInt64 = 0
-        /// The ledger's write turn the write in the persistence slot holds: a write that overran both of
-        /// `deactivate()`'s deadlines loses it with the slot.
-        var writeTurn: (identifier: String, token: UInt64)?
+        /// The ledger's write turns this gate's writes hold now (token to identifier): one that overran both of
+        /// `deactivate()`'s deadlines loses its turn.
+        var heldTurns: [UInt64: String] = [:]
         /// What observes the background work, if anything (see ``BackgroundWorkProbe``; production code installs
         /// none).
         var probe: (any BackgroundWorkProbe)?
@@ -1258,8 +1234,9 @@ extension CredentialsGate {
     /// while its credentials are being committed.
     /// The ledger's work counts too: nothing with a refresh in flight or an unwritten rotation is evicted.
     var hasWorkInProgress: Bool {
-        let (busy, identifier) = inspect { ($0.flights.isRefreshing || $0.slot.isHeld, $0.identifier) }
-        return busy || (!identifier.isEmpty && ledger.hasPendingWork(identifier))
+        let (busy, identifier) = inspect { ($0.flights.isRefreshing, $0.identifier) }
+        return busy || !backgroundWork.withLock({ $0.heldTurns.isEmpty })
+            || (!identifier.isEmpty && ledger.hasPendingWork(identifier))
     }
 }
 

@@ -169,6 +169,13 @@ final class CredentialsLedger: Sendable {
 
         var isIdle: Bool { holders == 0 && (detail?.isIdle ?? true) }
 
+        /// The write turn goes to a new holder (the turn is free, or handed on to it).
+        mutating func grantTurn() -> TurnGrant {
+            let token = CredentialsLedger.nextFence()
+            turn = token
+            return TurnGrant(token: token, fence: fence)
+        }
+
         /// Records that the server answered a refresh of `presented` (which sent `sent`) with `result`.
         mutating func recordRefresh(of presented: Credentials, sent: String, result: Credentials) {
             let rotation = Rotation(sentAccessToken: presented.accessToken, sent: sent, result: result)
@@ -247,8 +254,17 @@ final class CredentialsLedger: Sendable {
     struct TurnWaiter {
         /// The fence it was taken under (`nil`: unconditional, a sign-in, a sign-out or a reseal).
         let fence: UInt64?
-        /// Resumed with the token of its turn, or `nil` when the fence changed before its turn came.
-        let continuation: UnsafeContinuation<UInt64?, Never>
+        /// Resumed with its turn, or `nil` when the fence changed before its turn came.
+        let continuation: UnsafeContinuation<TurnGrant?, Never>
+    }
+
+    /// A write turn as it was granted: the token its holder passes back when it leaves, and the identifier's fence
+    /// at that moment. Only a sign-in or a sign-out changes the fence in the turn, so a holder that is neither writes
+    /// under this fence until it leaves (a sign-out seen in the store may still change it, and the landing of the
+    /// write is judged against the fence then: ``writeFinished(_:fence:wrote:failed:schedule:turn:leavesTurn:)``).
+    struct TurnGrant: Equatable {
+        let token: UInt64
+        let fence: UInt64
     }
 
     /// The part of an ``Entry`` beyond its fence and holders. A class, so that an entry stays small in the
@@ -534,7 +550,7 @@ final class CredentialsLedger: Sendable {
         switch tryEnterWriteTurn(identifier, fence: fence, reserved: true) {
         case .granted(let turn):
             await writeRefusal(identifier, refused)
-            leaveWriteTurn(identifier, token: turn)
+            leaveWriteTurn(identifier, token: turn.token)
         case .refused:
             return
         case .busy:
@@ -576,7 +592,7 @@ final class CredentialsLedger: Sendable {
     /// With `reserved`, the caller spends the reservation of a refusal to record on the way in.
     /// Turns are handed on in arrival order; a write waiting whose fence changed meanwhile is refused when its turn
     /// comes. One critical section when the turn is free.
-    func enterWriteTurn(_ identifier: String, fence: UInt64?, reserved: Bool = false) async -> UInt64? {
+    func enterWriteTurn(_ identifier: String, fence: UInt64?, reserved: Bool = false) async -> TurnGrant? {
         switch tryEnterWriteTurn(identifier, fence: fence, reserved: reserved) {
         case .granted(let token): return token
         case .refused: return nil
@@ -585,14 +601,10 @@ final class CredentialsLedger: Sendable {
         let key = ExactIdentifier(identifier)
         return await withVisibleUnsafeContinuation { continuation in
             // Answered here when the turn was let go or the fence changed since the first look; queued otherwise.
-            let answer = modify(key) { entry -> UInt64?? in
+            let answer = modify(key) { entry -> TurnGrant?? in
                 if reserved { entry.reservedWrites = max(0, entry.reservedWrites - 1) }
                 if let fence, entry.fence != fence { return .some(nil) }
-                guard entry.turn != nil else {
-                    let token = Self.nextFence()
-                    entry.turn = token
-                    return .some(token)
-                }
+                guard entry.turn != nil else { return .some(entry.grantTurn()) }
                 entry.turnQueue.append(TurnWaiter(fence: fence, continuation: continuation))
                 return .none
             }
@@ -602,8 +614,8 @@ final class CredentialsLedger: Sendable {
 
     /// What a first look at the write turn found.
     enum TurnAttempt {
-        /// The turn was free and is now held, with this token.
-        case granted(UInt64)
+        /// The turn was free and is now held.
+        case granted(TurnGrant)
         /// The fence changed: the write must not happen.
         case refused
         /// Another write holds the turn (a reservation is still held).
@@ -619,15 +631,26 @@ final class CredentialsLedger: Sendable {
             }
             guard entry.turn == nil else { return .busy }
             if reserved { entry.reservedWrites = max(0, entry.reservedWrites - 1) }
-            let token = Self.nextFence()
-            entry.turn = token
-            return .granted(token)
+            return .granted(entry.grantTurn())
         }
     }
 
-    /// Leaves the write turn `token` holds, handing it to the next write waiting whose fence still holds.
+    /// Leaves the write turn `token` holds, handing it to the next write waiting whose fence still holds. A holder
+    /// that lost the turn to a close's deadline (``abandonWriteTurn(_:token:)``) only stops counting as late.
     func leaveWriteTurn(_ identifier: String, token: UInt64) {
-        modify(ExactIdentifier(identifier)) { entry in handOver(&entry, from: token) }.deliver()
+        modify(ExactIdentifier(identifier)) { entry in
+            if entry.turn != token { entry.lateWrites = max(0, entry.lateWrites - 1) }
+            return handOver(&entry, from: token)
+        }.deliver()
+    }
+
+    /// The unconditional form of ``enterWriteTurn(_:fence:reserved:)``, for a holder that makes several writes (or
+    /// reads it must order with them) and leaves with ``leaveWriteTurn(_:token:)``: always granted, in arrival order.
+    func takeWriteTurn(_ identifier: String) async -> TurnGrant {
+        guard let grant = await enterWriteTurn(identifier, fence: nil) else {
+            preconditionFailure("an unconditional write turn was refused")
+        }
+        return grant
     }
 
     /// Takes the turn from the write holding it as `token`, which overran a close's deadline (the gate's
@@ -647,27 +670,27 @@ final class CredentialsLedger: Sendable {
     func withWriteTurn<Value>(
         _ identifier: String, fence: UInt64?, reserved: Bool = false, _ body: () async throws -> Value
     ) async rethrows -> Value? {
-        guard let token = await enterWriteTurn(identifier, fence: fence, reserved: reserved) else { return nil }
-        defer { leaveWriteTurn(identifier, token: token) }
+        guard let grant = await enterWriteTurn(identifier, fence: fence, reserved: reserved) else { return nil }
+        defer { leaveWriteTurn(identifier, token: grant.token) }
         return try await body()
     }
 
     /// Runs `body`, a write of `identifier`'s record that holds no fence (a reseal of the stored record), in the
     /// identifier's write turn.
     func withWriteTurn<Value>(_ identifier: String, _ body: () async throws -> Value) async rethrows -> Value {
-        let token = await enterWriteTurn(identifier, fence: nil)
-        defer { if let token { leaveWriteTurn(identifier, token: token) } }
+        let grant = await takeWriteTurn(identifier)
+        defer { leaveWriteTurn(identifier, token: grant.token) }
         return try await body()
     }
 
     /// The waiters to resume once the turn was handed on, after the lock is released.
     struct Handover {
-        var granted: (continuation: UnsafeContinuation<UInt64?, Never>, token: UInt64)?
-        var refused: [UnsafeContinuation<UInt64?, Never>] = []
+        var granted: (continuation: UnsafeContinuation<TurnGrant?, Never>, grant: TurnGrant)?
+        var refused: [UnsafeContinuation<TurnGrant?, Never>] = []
 
         func deliver() {
             for continuation in refused { continuation.resumeVisibly(returning: nil) }
-            if let (continuation, token) = granted { continuation.resumeVisibly(returning: token) }
+            if let (continuation, grant) = granted { continuation.resumeVisibly(returning: grant) }
         }
     }
 
@@ -682,13 +705,16 @@ final class CredentialsLedger: Sendable {
                 handover.refused.append(next.continuation)
                 continue
             }
-            let granted = Self.nextFence()
-            entry.turn = granted
-            handover.granted = (next.continuation, granted)
+            handover.granted = (next.continuation, entry.grantTurn())
             return handover
         }
         entry.turn = nil
         return handover
+    }
+
+    /// Whether a write holds `identifier`'s write turn (a probe for tests).
+    func writeTurnIsHeld(_ identifier: String) -> Bool {
+        entries.withLock { $0[ExactIdentifier(identifier)]?.turn != nil }
     }
 
     /// How many writes of `identifier` wait for its write turn (a probe for tests).
@@ -698,7 +724,7 @@ final class CredentialsLedger: Sendable {
 
     // MARK: - Writes
 
-    /// A write that holds the turn `turn` under `fence` finished, and leaves the turn; `written` is what the store
+    /// A write that holds the turn `turn` (and leaves it later) under `fence` finished; `written` is what the store
     /// holds now as far as the write knows (what it wrote, or a newer record that superseded it), `failed` the
     /// session's own credentials it tried to write when the store refused them (credentials handed over whose write
     /// failed change nothing, and are not passed).
@@ -723,39 +749,36 @@ final class CredentialsLedger: Sendable {
             /// A late write landed after a sign-out: the record is removed again, under the sign-out's fence.
             case remove(fence: UInt64)
         }
-        let (then, handover) = modify(ExactIdentifier(identifier)) { entry -> (Then, Handover) in
+        let then = modify(ExactIdentifier(identifier)) { entry -> Then in
             // A write that no longer holds its turn lost it to a close's deadline: it landed late.
             let late = entry.turn != turn
-            if late { entry.lateWrites = max(0, entry.lateWrites - 1) }
-            let handover = handOver(&entry, from: turn)
             guard entry.fence == fence else {
                 // Landed after a sign-out or a sign-in it did not wait for (one that came from the store, or a write
                 // that lost its turn to a close's deadline). After a sign-out it is undone; after a sign-in, the
                 // newest credentials of the identifier (the sign-in's, or what came of them) are written again.
-                guard written != nil else { return (.nothing, handover) }
+                guard written != nil else { return .nothing }
                 if entry.signedOut {
                     entry.reservedWrites += 1
-                    return (.remove(fence: entry.fence), handover)
+                    return .remove(fence: entry.fence)
                 }
-                guard entry.current != nil else { return (.nothing, handover) }
+                guard entry.current != nil else { return .nothing }
                 entry.unwritten = true
                 if let schedule, entry.schedule == nil { entry.schedule = schedule }
-                return (.rewrite, handover)
+                return .rewrite
             }
             if let written {
                 landed(&entry, written, late: late)
                 // Still unwritten after a landing: an older version landed over the newest.
-                guard entry.unwritten else { return (.nothing, handover) }
+                guard entry.unwritten else { return .nothing }
                 if let schedule, entry.schedule == nil { entry.schedule = schedule }
-                return (.rewrite, handover)
+                return .rewrite
             }
-            guard let failed else { return (.nothing, handover) }
+            guard let failed else { return .nothing }
             notLanded(&entry, failed)
             // The writer that failed last is the one that reports the retries.
             if let schedule { entry.schedule = schedule }
-            return (startLoopIfNeeded(&entry) ? .retry : .nothing, handover)
+            return startLoopIfNeeded(&entry) ? .retry : .nothing
         }
-        handover.deliver()
         switch then {
         case .nothing: break
         case .retry: startWriteLoop(identifier)
@@ -804,10 +827,11 @@ final class CredentialsLedger: Sendable {
     /// The user signs in: `write` stores the sign-in's record in the identifier's write turn, and only once the
     /// store took it does the fence change (``signedIn(_:)``). Returns what `write` returned and the new fence; a
     /// sign-in the store refused changes nothing.
-    func signIn<Value>(_ identifier: String, session: StoredSession? = nil, write: () async throws -> Value)
-        async throws -> (Value, UInt64)
-    {
-        try await withFencingWrite(identifier) {
+    func signIn<Value>(
+        _ identifier: String, session: StoredSession? = nil, holdingTurn: Bool = false,
+        write: () async throws -> Value
+    ) async throws -> (Value, UInt64) {
+        try await withFencingWrite(identifier, holdingTurn: holdingTurn) {
             let value = try await write()
             return (value, signedIn(identifier, session: session))
         }
@@ -815,15 +839,21 @@ final class CredentialsLedger: Sendable {
 
     /// Runs `body`, a sign-in or a sign-out, in `identifier`'s write turn, marked as under way while it runs: a
     /// restore that read the record meanwhile may have read either side of it (``readThrough(_:identifier:fence:)``).
-    private func withFencingWrite<Value>(_ identifier: String, _ body: () async throws -> Value) async rethrows
-        -> Value
-    {
-        try await withWriteTurn(identifier) {
-            let key = ExactIdentifier(identifier)
-            modify(key) { $0.fencingWrite = true }
-            defer { modify(key) { $0.fencingWrite = false } }
-            return try await body()
+    ///
+    /// With `holdingTurn`, the caller already holds the turn (a controller opening a session holds it from before
+    /// the session's credentials are readable until its sign-in is written).
+    private func withFencingWrite<Value>(
+        _ identifier: String, holdingTurn: Bool = false, _ body: () async throws -> Value
+    ) async rethrows -> Value {
+        guard holdingTurn else {
+            return try await withWriteTurn(identifier) {
+                try await withFencingWrite(identifier, holdingTurn: true, body)
+            }
         }
+        let key = ExactIdentifier(identifier)
+        modify(key) { $0.fencingWrite = true }
+        defer { modify(key) { $0.fencingWrite = false } }
+        return try await body()
     }
 
     /// The user signs out: `remove` removes the record in the identifier's write turn, so every write that took
@@ -941,7 +971,7 @@ final class CredentialsLedger: Sendable {
     /// changed before the turn came.
     private func writeUnwritten(_ identifier: String, fence: UInt64) async -> (any Error)? {
         let key = ExactIdentifier(identifier)
-        guard let turn = await enterWriteTurn(identifier, fence: fence) else { return nil }
+        guard let turn = await enterWriteTurn(identifier, fence: fence)?.token else { return nil }
         let (job, handover) = modify(key) { entry -> ((StoredSession, [String])?, Handover) in
             guard entry.unwritten, let current = entry.current else { return (nil, handOver(&entry, from: turn)) }
             return ((current, entry.rotations.filter(\.rotated).map(\.sent)), Handover())

@@ -8,13 +8,13 @@ import Foundation
 /// jitter come in as arguments, so every transition can be tested synchronously.
 ///
 /// It keeps the session's own data (identity, credentials, the hot path's ``token`` and ``nextActionAt``, the
-/// windows scaled to the token's lifetime, the loop breaker) and composes two machines:
-/// ``FlightMachine`` (the refresh in progress and its backoff) and ``PersistenceSlot`` (who may write now). Whether
-/// the store has the newest credentials, and retrying a write it refused, belong to the ledger
-/// (``CredentialsLedger``), the one owner of the identifier's credentials.
+/// windows scaled to the token's lifetime, the loop breaker) and composes ``FlightMachine`` (the refresh in progress
+/// and its backoff). Who may write now (the identifier's write turn), whether the store has the newest credentials,
+/// and retrying a write it refused belong to the ledger (``CredentialsLedger``), the one owner of the identifier's
+/// credentials.
 ///
 /// Its inputs are named after what happened (`activated`, `tokenAsked`, `credentialsAsked`, `refreshReturned`,
-/// `commitFinished`, `refreshFailed`, `writeReturned`, `signedOut`, …): one `mutating func` per transition, the only
+/// `commitWritten`, `refreshFailed`, `recordWritten`, `signedOut`, …): one `mutating func` per transition, the only
 /// entry point of that transition, each returning the ``Actions`` the gate performs. The rules they apply are
 /// private to them; the other members are reads.
 ///
@@ -129,8 +129,6 @@ struct RefreshStateMachine {
 
     // MARK: Persistence
 
-    /// Who may write to the store now (see ``PersistenceSlot``).
-    private(set) var slot = PersistenceSlot()
     /// The ledger's sign-out fence of the active session's identifier when it was activated: every write of the
     /// session is taken under it (see ``CredentialsLedger``).
     private(set) var ledgerFence: UInt64 = 0
@@ -625,76 +623,28 @@ extension RefreshStateMachine {
         active && flights.isCurrent(flightID)
     }
 
-    /// How a refresh's commit goes on after ``refreshReturned(flightID:newCredentials:holding:)``.
-    enum CommitStart {
-        /// Nobody here writes the credentials (the flight's session ended): the ledger does.
-        case nowhere
-        /// The persistence slot is busy: wait for it with `ticket` (``slotAwaited(ticket:continuation:)``), then
-        /// report again holding it.
-        case waitForSlot(ticket: UInt64)
-        /// The commit holds the slot of `ticket` and writes to the active session's record (`session`), or nowhere
-        /// (`nil`: the session ended while the commit waited for the slot; release it, the ledger writes).
-        case holding(ticket: UInt64, session: PersistTarget?)
-
-        /// The slot's ticket, once the commit holds it.
-        var ticket: UInt64? {
-            if case .holding(let ticket, _) = self { return ticket }
-            return nil
-        }
-
-        /// Where the active session's credentials go, once the commit holds the slot.
-        var session: PersistTarget? {
-            if case .holding(_, let session) = self { return session }
-            return nil
-        }
+    /// The refresh of `flightID` returned `newCredentials`, and its commit holds the identifier's write turn: where
+    /// the credentials go, the active session's record while the flight is current (from here on the write belongs
+    /// to the session even if it deactivates before the write returns, since the server has already rotated the
+    /// refresh token). `nil` for a flight whose session ended: its rotation is the ledger's to write.
+    ///
+    /// Asked holding the turn, so that the target (its fence, the revision it is conditional on) is the one no
+    /// other write of this process can change until the commit's write returns, and an opening session's sign-in,
+    /// which holds the turn from before its credentials are readable, is written before any commit of it.
+    func refreshReturned(flightID: UInt64, newCredentials: Credentials) -> PersistTarget? {
+        isCurrent(flightID: flightID) ? target(newCredentials) : nil
     }
 
-    /// The refresh of `flightID` returned `newCredentials`. Its commit takes the persistence slot in the same
-    /// critical section when the slot is free (or `ticket` holds it already), and learns where the credentials go:
-    /// the active session's record while the flight is current (from here on the write belongs to the session even
-    /// if it deactivates before the write returns, since the server has already rotated the refresh token). A flight
-    /// whose session ended takes no slot: its rotation is the ledger's to write.
-    mutating func refreshReturned(flightID: UInt64, newCredentials: Credentials, holding ticket: UInt64? = nil)
-        -> (CommitStart, Actions)
-    {
-        guard isCurrent(flightID: flightID) else {
-            if let ticket { return (.holding(ticket: ticket, session: nil), .none) }
-            return (.nowhere, .none)
-        }
-        let holder: UInt64
-        if let ticket {
-            holder = ticket
-        } else {
-            holder = slot.makeTicket()
-            guard slot.tryAcquire(ticket: holder) else { return (.waitForSlot(ticket: holder), .none) }
-        }
-        return (.holding(ticket: holder, session: target(newCredentials)), .none)
-    }
-
-    /// The write of a refresh's credentials to `target`, made holding the slot of `ticket`, returned (failing with
-    /// `persistError` or not): in one critical section the write is accounted for (``writeReturned(_:ticket:now:)``),
-    /// the refresh is committed (``commitFinished(flightID:newCredentials:persistError:now:jitter:)``) and the slot
-    /// goes to the next writer. The slot is handed over after the commit's events and waiters
-    /// (``CredentialsGate/run(_:)`` resumes the slot's next holder last), so `deactivate()`, which waits for the slot,
-    /// returns only after them.
-    mutating func commitWritten(
-        flightID: UInt64, newCredentials: Credentials, target: PersistTarget, ticket: UInt64,
-        persistError: (any Error)?, now: Double, jitter: Double
-    ) -> (Int?, Actions) {
-        _ = writeReturned(target, ticket: ticket, now: now)
-        var (waiters, actions) = commitFinished(
-            flightID: flightID, newCredentials: newCredentials, persistError: persistError, now: now, jitter: jitter)
-        actions.slot = slot.release(ticket: ticket)
-        return (waiters, actions)
-    }
-
-    /// The commit part of ``commitWritten(flightID:newCredentials:target:ticket:persistError:now:jitter:)``: the write
-    /// of a refresh's credentials (taken by ``refreshReturned(flightID:newCredentials:holding:)``) finished,
+    /// The write of a refresh's credentials (to ``refreshReturned(flightID:newCredentials:)``'s target) returned,
     /// failing with `persistError` or not: the credentials are published, `.persistenceFailed` is emitted when the
     /// write failed (the ledger keeps them as unwritten and retries), then `.credentialsRefreshed`, and the waiters
     /// get them. Returns how many waiters there were, or `nil` when the flight became stale during the write (its
     /// waiters were already failed; a write that failed left its credentials to the ledger).
-    private mutating func commitFinished(
+    ///
+    /// The commit leaves the write turn only after this transition's events and waiters
+    /// (``CredentialsGate/commit(_:_:)``), so `deactivate()`, whose final flush waits for the turn, returns only
+    /// after them.
+    mutating func commitWritten(
         flightID: UInt64, newCredentials: Credentials, persistError: (any Error)?, now: Double, jitter: Double
     ) -> (Int?, Actions) {
         guard isCurrent(flightID: flightID) else { return (nil, .none) }
@@ -799,32 +749,6 @@ extension RefreshStateMachine {
 }
 
 extension RefreshStateMachine {
-    // MARK: - The persistence slot
-
-    /// A writer asked for the persistence slot: its ticket, and whether it holds the slot now (else it waits with
-    /// ``slotAwaited(ticket:continuation:)``).
-    mutating func slotAsked() -> ((ticket: UInt64, granted: Bool), Actions) {
-        let ticket = slot.makeTicket()
-        return ((ticket, slot.tryAcquire(ticket: ticket)), .none)
-    }
-
-    /// The writer of `ticket` waits for the slot with `continuation`: it is queued, or resumed at once when the
-    /// slot was freed meanwhile.
-    mutating func slotAwaited(ticket: UInt64, continuation: UnsafeContinuation<Void, Never>) -> Actions {
-        Actions(slot: slot.enqueue(ticket: ticket, continuation: continuation))
-    }
-
-    /// The holder of `ticket` released the slot: the next writer in line gets it.
-    mutating func slotReleased(ticket: UInt64) -> Actions {
-        Actions(slot: slot.release(ticket: ticket))
-    }
-
-    /// The gate's `deactivate()` gave up on a write that overran the store's deadline twice: its holder loses the
-    /// slot, which goes to the next writer; when that write lands, ``writeReturned(_:ticket:now:)`` repairs it.
-    mutating func slotAbandoned() -> Actions {
-        Actions(slot: slot.abandon())
-    }
-
     // MARK: - Writes
 
     /// A write of `target` landed as `revision` in a coordinated store (a conditional write, or the overwrite of
@@ -838,18 +762,9 @@ extension RefreshStateMachine {
         return .none
     }
 
-    /// A write of `target` in the slot of `ticket` returned: the slot learns it (a write whose slot was taken away
-    /// by ``slotAbandoned()`` landed late). What a late write changed is the ledger's to repair: it knows whether the
-    /// identifier signed out or in since, and which credentials are the newest
-    /// (``CredentialsLedger/writeFinished(_:fence:wrote:failed:schedule:turn:)``).
-    mutating func writeReturned(_ target: PersistTarget, ticket: UInt64, now: Double) -> Actions {
-        _ = slot.finishWrite(ticket: ticket)
-        return .none
-    }
-
     // MARK: - The last write of a closing session
 
-    /// After ``deactivated()``, the final flush holds the slot: the one last write of `unwritten`, what the ledger
+    /// After ``deactivated()``, the final flush holds the write turn: the one last write of `unwritten`, what the ledger
     /// still has to write for the session's identifier, if anything. Clears the credentials from memory.
     mutating func finalFlushBegan(unwritten: StoredSession?) -> (PersistTarget?, Actions) {
         guard !active else { return (nil, .none) }
@@ -870,7 +785,7 @@ extension RefreshStateMachine {
 }
 
 extension RefreshStateMachine {
-    /// What to write, captured under the lock once the persistence slot is held.
+    /// What to write, captured under the lock once the identifier's write turn is held.
     struct PersistTarget {
         let identifier: String
         let stored: StoredSession
@@ -933,7 +848,7 @@ extension RefreshStateMachine.Policy {
 
 extension RefreshStateMachine {
     /// What the gate must do after an input, once it has released the lock: resume callers, start background
-    /// work, hand the persistence slot on, emit events. Built under the lock, performed by
+    /// work, emit events. Built under the lock, performed by
     /// ``CredentialsGate/run(_:)`` outside it, in the order of its fields.
     ///
     /// The two calls up to the controller (a terminal failure invalidates the session; a record removed elsewhere
@@ -945,8 +860,6 @@ extension RefreshStateMachine {
             var detail: String?
         }
 
-        /// The persistence slot changed hands: resume its new holder.
-        var slot = PersistenceSlot.Action.none
         /// The refresh-loop breaker refused a refresh of the session of `generation`: report it (before the caller
         /// gets the error), if that session is still active.
         var loopTripped: (generation: UInt64, detail: String)?

@@ -1,5 +1,5 @@
 /// Per-key FIFO turns, as a synchronous state machine: the one queue behind every place that orders operations per
-/// key (the registry's per-user lanes, a controller's lifecycle turnstile, a gate's persistence slot).
+/// key (the registry's per-user lanes, a controller's lifecycle turnstile).
 ///
 /// An operation takes a ticket at the tail of its key's lane with ``enter(_:)``, synchronously, before its first
 /// suspension, so a lane's order is the call order. One ticket of a lane runs at a time, in that order; the others
@@ -57,8 +57,6 @@ struct FIFOLanes<Key: Hashable, Waiter> {
     private var solo: Lane?
     /// The lanes of other keys busy at the same time.
     private var others: [Key: Lane] = [:]
-    /// Tickets whose turn ``abandon(_:)`` took away, until they leave.
-    private var abandoned: Set<Ticket> = []
     private var lastNumber: UInt64 = 0
 
     init() {}
@@ -100,44 +98,14 @@ struct FIFOLanes<Key: Hashable, Waiter> {
 
     /// The running `ticket` is done: the next ticket of its lane runs. Returns its waiter to resume, if it is parked
     /// already (if not, its ``park(_:for:)`` returns at once).
-    ///
-    /// A ticket whose turn was taken away by ``abandon(_:)`` leaves nothing (its lane has moved on) and is forgotten.
     mutating func leave(_ ticket: Ticket) -> Waiter? {
         let passing = modifyLane(ticket.key) { lane -> Passing? in
             guard lane?.head == ticket.number else { return nil }
             return Self.passTurn(of: &lane)
         }
-        guard let passing else {
-            guard !abandoned.isEmpty, abandoned.remove(ticket) != nil else {
-                preconditionFailure("FIFO lanes: leave of a ticket that is not running")
-            }
-            return nil
-        }
+        guard let passing else { preconditionFailure("FIFO lanes: leave of a ticket that is not running") }
         guard case .passed(let waiter) = passing else { return nil }
         return waiter
-    }
-
-    /// Takes the turn away from the ticket running in `key`'s lane (an operation that overran its deadline and
-    /// cannot be stopped), so the tickets after it are not blocked for ever: the next one runs, as after
-    /// ``leave(_:)``; returns its waiter to resume, if it is parked. The abandoned ticket is remembered until it
-    /// leaves, so its holder can learn what happened (``wasAbandoned(_:)``).
-    ///
-    /// Does nothing when no ticket runs in `key`'s lane: when it is empty, or when the turn waits for a ticket that
-    /// has not parked yet (that one has started nothing that could overrun).
-    mutating func abandon(_ key: Key) -> Waiter? {
-        let taken = modifyLane(key) { lane -> (ticket: UInt64, passing: Passing)? in
-            guard let head = lane?.head, head != 0 else { return nil }
-            return (head, Self.passTurn(of: &lane))
-        }
-        guard let taken else { return nil }
-        abandoned.insert(Ticket(key: key, number: taken.ticket))
-        guard case .passed(let waiter) = taken.passing else { return nil }
-        return waiter
-    }
-
-    /// Whether ``abandon(_:)`` took the turn away from `ticket` (and it has not left yet).
-    func wasAbandoned(_ ticket: Ticket) -> Bool {
-        !abandoned.isEmpty && abandoned.contains(ticket)
     }
 
     /// Whether `ticket` runs: its turn came, and it knows (it entered an empty lane, or parked once the turn was its).
@@ -180,7 +148,7 @@ extension FIFOLanes.Lane: Sendable where Key: Sendable, Waiter: Sendable {}
 
 extension FIFOLanes.Ticket: Sendable where Key: Sendable {}
 
-/// The key of a user with a single lane (a controller's lifecycle turnstile, a gate's persistence slot).
+/// The key of a user with a single lane (a controller's lifecycle turnstile).
 enum SingleLane: Hashable, Sendable {
     case only
 }
@@ -188,9 +156,6 @@ enum SingleLane: Hashable, Sendable {
 extension FIFOLanes where Key == SingleLane {
     /// ``enter(_:)`` for the single lane.
     mutating func enter() -> (ticket: Ticket, runsNow: Bool) { enter(.only) }
-
-    /// ``abandon(_:)`` for the single lane.
-    mutating func abandon() -> Waiter? { abandon(.only) }
 
     /// Whether an operation is running or waiting.
     var isBusy: Bool { isBusy(.only) }
