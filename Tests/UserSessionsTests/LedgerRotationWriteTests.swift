@@ -34,6 +34,63 @@ struct LedgerRotationWriteTests {
         }
     }
 
+    /// The commit of a refresh that found the write turn free takes two critical sections of the entry: the one that
+    /// records the rotation also grants the leader the turn, and the one that lands the write hands it on.
+    @Test func aLeaderThatFindsTheTurnFreeGetsItWithTheRotationAndLeavesItWithTheLanding() async throws {
+        let ledger = CredentialsLedger(store: InMemoryTokenStore())
+        let fence = ledger.hold("alice")
+        let (result, turn) = await ledger.refreshTakingTurn(
+            identifier: "alice", userInfo: Self.user, credentials: Self.sent, fence: fence, takingTurn: true
+        ) { .success(Self.rotated) }
+        #expect((try? result.get()) == Self.rotated)
+        let granted = try #require(turn, "the free turn comes back with the rotation")
+        #expect(granted.fence == fence)
+        #expect(ledger.writeTurnIsHeld("alice"))
+        // A writer arriving now waits behind the commit.
+        let next = Task { await ledger.takeWriteTurn("alice") }
+        try await withHangGuard("the next writer queues") {
+            while ledger.writersWaiting("alice") < 1 { await Task.yield() }
+        }
+        ledger.writeFinished(
+            "alice", fence: fence, wrote: StoredSession(userInfo: Self.user, credentials: Self.rotated),
+            turn: granted.token, leavesTurn: true)
+        let handedOn = await next.value
+        #expect(handedOn.token != granted.token)
+        ledger.leaveWriteTurn("alice", token: handedOn.token)
+        #expect(!ledger.hasPendingWork("alice"), "landed, and the turn is free")
+        ledger.release("alice")
+        #expect(ledger.entryCount == 0)
+    }
+
+    /// No turn comes back from a refresh that failed, that was joined or answered without a call, or that found the
+    /// turn held: the caller then waits for the turn like any writer.
+    @Test func noTurnComesBackWhenTheTurnIsBusyOrTheRefreshFailed() async throws {
+        let ledger = CredentialsLedger(store: InMemoryTokenStore())
+        let fence = ledger.hold("alice")
+        let failed = await ledger.refreshTakingTurn(
+            identifier: "alice", userInfo: Self.user, credentials: Self.sent, fence: fence, takingTurn: true
+        ) { .failure(UserSessionError(.refreshFailed, "down", failureClass: .transient)) }
+        #expect(failed.turn == nil)
+        #expect(!ledger.writeTurnIsHeld("alice"))
+        let holder = await ledger.takeWriteTurn("alice")
+        let busy = await ledger.refreshTakingTurn(
+            identifier: "alice", userInfo: Self.user, credentials: Self.sent, fence: fence, takingTurn: true
+        ) { .success(Self.rotated) }
+        #expect((try? busy.result.get()) == Self.rotated)
+        #expect(busy.turn == nil)
+        // Answered from what the ledger knows (the token is spent): no call, no turn.
+        let answered = await ledger.refreshTakingTurn(
+            identifier: "alice", userInfo: Self.user, credentials: Self.sent, fence: fence, takingTurn: true
+        ) {
+            Issue.record("a spent token is never presented")
+            return .success(Self.rotated)
+        }
+        #expect((try? answered.result.get()) == Self.rotated)
+        #expect(answered.turn == nil)
+        ledger.leaveWriteTurn("alice", token: holder.token)
+        #expect(!ledger.writeTurnIsHeld("alice"))
+    }
+
     @Test func aRecordedRotationIsPendingUntilAWriteInTheTurnLandsIt() async throws {
         let ledger = CredentialsLedger(store: InMemoryTokenStore())
         let fence = ledger.hold("alice")

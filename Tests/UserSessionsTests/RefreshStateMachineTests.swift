@@ -57,7 +57,7 @@ struct RefreshStateMachineTests {
 
     /// The refresh of `job` returned `new` and its write finished (`persisted` or not), as the gate feeds it:
     /// ``RefreshStateMachine/refreshReturned(flightID:newCredentials:)`` (holding the write turn), then
-    /// ``RefreshStateMachine/commitWritten(flightID:newCredentials:persistError:now:jitter:)``.
+    /// ``RefreshStateMachine/commitWritten(flightID:newCredentials:revision:persistError:now:jitter:)``.
     @discardableResult
     static func commit(
         _ machine: inout RefreshStateMachine, _ job: RefreshStateMachine.RefreshJob, _ new: Credentials,

@@ -566,8 +566,8 @@ extension CredentialsGate {
         // process wrote (superseding this flight) while the record was read here; the refresh token this flight
         // holds is then spent, and presenting it again would be a reuse that revokes the whole token family.
         guard stillCurrent(job) else { return }
-        let outcome = await callRefresher(job.credentials, for: job)
-        await finish(job, outcome: outcome, startedAt: startedAt)
+        let returned = await callRefresher(job.credentials, for: job)
+        await finish(job, outcome: returned.result, turn: returned.turn, startedAt: startedAt)
     }
 
     /// Whether `job` is still the session's flight; a superseded or ended one is forgotten (it has sent nothing).
@@ -598,8 +598,8 @@ extension CredentialsGate {
             await runLeasedFlight(job, store: coordinatedStore, startedAt: startedAt)
             return
         }
-        var outcome = await callRefresher(job.credentials, for: job)
-        if case .failure(let error) = outcome, error.failureClass == .terminal,
+        var returned = await callRefresher(job.credentials, for: job)
+        if case .failure(let error) = returned.result, error.failureClass == .terminal,
             let stored = await storedReplacement(for: job)
         {
             // The fallback for stores without coordination: another process already rotated the refresh token we
@@ -610,25 +610,29 @@ extension CredentialsGate {
                     adoptHoldingTurn(RevisedSession(session: stored.session, revision: 0), generation: job.generation)
                 }
                 if case .none = adoption {
-                    await finish(job, outcome: outcome, startedAt: startedAt)
+                    await finish(job, outcome: returned.result, turn: returned.turn, startedAt: startedAt)
                 } else {
                     await finishAdoption(adoption, generation: job.generation)
                 }
                 return
             }
-            outcome = await callRefresher(stored.credentials, for: job)
+            returned = await callRefresher(stored.credentials, for: job)
         }
-        await finish(job, outcome: outcome, startedAt: startedAt)
+        await finish(job, outcome: returned.result, turn: returned.turn, startedAt: startedAt)
     }
 
     /// Refreshes `credentials` for `job`'s identifier through the ledger: once per refresh token in the process (a
     /// refresh of another controller presenting the same token is joined, a token already rotated gets the
     /// rotation, a refused one fails at once, and credentials older than a refresh's result get that result).
+    ///
+    /// A refresh this gate ran that succeeded comes back holding the identifier's write turn when it was free
+    /// (taken in the ledger's critical section that recorded the rotation), for its commit.
     func callRefresher(_ credentials: Credentials, for job: RefreshStateMachine.RefreshJob) async
-        -> Result<Credentials, UserSessionError>
+        -> (result: Result<Credentials, UserSessionError>, turn: CredentialsLedger.TurnGrant?)
     {
-        await ledger.refresh(
-            identifier: job.identifier, userInfo: job.userInfo, credentials: credentials, fence: job.ledgerFence
+        await ledger.refreshTakingTurn(
+            identifier: job.identifier, userInfo: job.userInfo, credentials: credentials, fence: job.ledgerFence,
+            takingTurn: true
         ) {
             await callRefresher(credentials)
         }
@@ -647,16 +651,18 @@ extension CredentialsGate {
         }
     }
 
-    /// Commits or fails the flight with what the refresher returned, and reports it.
+    /// Commits or fails the flight with what the refresher returned (the commit in `turn`, when the refresh came
+    /// back holding the write turn), and reports it.
     func finish(
         _ job: RefreshStateMachine.RefreshJob, outcome: Result<Credentials, UserSessionError>,
-        startedAt: ContinuousClock.Instant
+        turn: CredentialsLedger.TurnGrant? = nil, startedAt: ContinuousClock.Instant
     ) async {
         let waiters: Int?
         switch outcome {
         case .success(let credentials):
-            waiters = await commit(job, credentials)
+            waiters = await commit(job, credentials, turn: turn)
         case .failure(let error):
+            if let turn { ledger.leaveWriteTurn(job.identifier, token: turn.token) }
             waiters = await fail(job, error)
         }
         reportFlight(job, outcome: outcome, waiters: waiters, duration: ContinuousClock.now - startedAt)
@@ -733,51 +739,49 @@ extension CredentialsGate {
     /// identifier signed out or in since), silently. Returns how many waiters got the credentials, or `nil` when the
     /// flight was stale.
     ///
-    /// The commit holds the identifier's write turn from before it chooses its target until its events and waiters
-    /// are done, so `deactivate()`, whose final flush waits for the turn, returns only after them. It takes two
-    /// critical sections of the gate: one for the target (``RefreshStateMachine/refreshReturned(flightID:newCredentials:)``)
-    /// and one when the write returned (the credentials published,
-    /// ``RefreshStateMachine/commitWritten(flightID:newCredentials:persistError:now:jitter:)``).
-    private func commit(_ job: RefreshStateMachine.RefreshJob, _ credentials: Credentials) async -> Int? {
-        enum End {
-            /// Nobody here writes the rotation.
-            case stale
-            case committed(waiters: Int?)
-            /// A coordinated store held a newer record (or none), adopted instead.
-            case superseded(Adoption)
-        }
-        let end = await withWriteTurn(job.identifier) { turn -> End in
-            guard let target = inspect({ $0.refreshReturned(flightID: job.flightID, newCredentials: credentials) })
-            else { return .stale }
-            let written = await performWrite(target, in: turn)
-            if case .superseded(let record) = written {
-                return .superseded(adoptHoldingTurn(record, generation: job.generation))
-            }
-            let now = clock.nowSeconds()
-            let jitter = Double.random(in: 0...1)
-            return .committed(
-                waiters: modifyStateAndRunActions { machine in
-                    machine.commitWritten(
-                        flightID: job.flightID, newCredentials: credentials, persistError: written.error, now: now,
-                        jitter: jitter)
-                })
-        }
-        switch end {
-        case .committed(let waiters):
-            return waiters
-        case .stale:
-            // The ledger writes it, now, unless the store has it.
+    /// The commit writes in the identifier's write turn: `granted` when the refresh came back holding it, else it
+    /// waits for it. When the turn was free it takes two critical sections of the ledger's entry (the one that
+    /// recorded the rotation and granted the turn, and the one that lands the write and hands the turn on) and two of
+    /// the gate (the target, ``RefreshStateMachine/refreshReturned(flightID:newCredentials:)``, and the publication,
+    /// ``RefreshStateMachine/commitWritten(flightID:newCredentials:revision:persistError:now:jitter:)``), for a plain
+    /// and a coordinated store alike. The publication is ordered against `deactivate()` (its events are recorded
+    /// under the event lock `deactivate()` takes), so no event of a commit follows the session's end even though the
+    /// turn, which the final flush waits for, is handed on before it.
+    private func commit(
+        _ job: RefreshStateMachine.RefreshJob, _ credentials: Credentials, turn granted: CredentialsLedger.TurnGrant?
+    ) async -> Int? {
+        let turn: CredentialsLedger.TurnGrant
+        if let granted { turn = granted } else { turn = await ledger.takeWriteTurn(job.identifier) }
+        backgroundWork.withLock { $0.heldTurns[turn.token] = job.identifier }
+        defer { backgroundWork.withLock { _ = $0.heldTurns.removeValue(forKey: turn.token) } }
+        guard let target = inspect({ $0.refreshReturned(flightID: job.flightID, newCredentials: credentials) }) else {
+            // Stale: nobody here writes the rotation; the ledger does, now, unless the store has it.
+            ledger.leaveWriteTurn(job.identifier, token: turn.token)
             await ledger.ensureWritten(job.identifier, schedule: ledgerSchedule(for: job.generation))
             return nil
-        case .superseded(.none):
-            // Only a store whose revisions went backwards gets here: the flight's waiters must not hang.
-            return await fail(
-                job,
-                UserSessionError(
-                    .revisionConflict, "the token store's record changed during the refresh", failureClass: .transient))
-        case .superseded(let adoption):
+        }
+        let written = await performWrite(target, in: turn, leavesTurn: true)
+        if case .superseded(let record) = written {
+            // A coordinated store held a newer record (or none): it stands, and is adopted instead, in the turn.
+            let adoption = adoptHoldingTurn(record, generation: job.generation)
+            ledger.leaveWriteTurn(job.identifier, token: turn.token)
+            if case .none = adoption {
+                // Only a store whose revisions went backwards gets here: the flight's waiters must not hang.
+                return await fail(
+                    job,
+                    UserSessionError(
+                        .revisionConflict, "the token store's record changed during the refresh",
+                        failureClass: .transient))
+            }
             await finishAdoption(adoption, generation: job.generation)
             return nil
+        }
+        let now = clock.nowSeconds()
+        let jitter = Double.random(in: 0...1)
+        return modifyStateAndRunActions(ordered: true) { machine in
+            machine.commitWritten(
+                flightID: job.flightID, newCredentials: credentials, revision: written.revision,
+                persistError: written.error, now: now, jitter: jitter)
         }
     }
 }
@@ -849,17 +853,26 @@ extension CredentialsGate {
     func writeOutcome(
         _ target: RefreshStateMachine.PersistTarget, in turn: CredentialsLedger.TurnGrant, kind: WriteKind = .own
     ) async -> WriteOutcome {
-        await performWrite(target, in: turn, kind: kind)
+        let outcome = await performWrite(target, in: turn, kind: kind)
+        if let revision = outcome.revision { modifyStateAndRunActions { $0.recordWritten(target, revision: revision) } }
+        return outcome
     }
 
     /// The store call of a write made holding its identifier's write turn: the ledger refuses a write taken before a
     /// sign-out or a sign-in of its identifier (the turn's fence is not the target's), orders it with every other
     /// write of the identifier in this process, and learns what landed (and repairs a late landing: see
-    /// ``CredentialsLedger/writeFinished(_:fence:wrote:failed:schedule:turn:)``).
+    /// ``CredentialsLedger/writeFinished(_:fence:wrote:failed:schedule:turn:leavesTurn:)``).
+    ///
+    /// With `leavesTurn` (a commit) the write leaves the turn in the ledger's critical section that learns how it
+    /// landed; a write superseded by a newer record keeps it, for its caller to adopt that record in it. The revision
+    /// a conditional write produced is returned in the outcome for the caller to apply (the session holds it from
+    /// then on): a commit applies it in its last critical section.
     private func performWrite(
-        _ target: RefreshStateMachine.PersistTarget, in turn: CredentialsLedger.TurnGrant, kind: WriteKind = .own
+        _ target: RefreshStateMachine.PersistTarget, in turn: CredentialsLedger.TurnGrant, kind: WriteKind = .own,
+        leavesTurn: Bool = false
     ) async -> WriteOutcome {
         guard turn.fence == target.ledgerFence else {
+            if leavesTurn { ledger.leaveWriteTurn(target.identifier, token: turn.token) }
             return .failed(UserSessionError(.sessionNotOpen, "the user signed out; the write was dropped"))
         }
         var outcome: WriteOutcome
@@ -868,7 +881,7 @@ extension CredentialsGate {
                 outcome = try await conditionalWrite(target, store: coordinated, overwrite: kind == .handedOver)
             } else {
                 try await store.save(target.stored, identifier: target.identifier)
-                outcome = .written
+                outcome = .written(revision: nil)
             }
         } catch {
             outcome = .failed(error)
@@ -886,9 +899,11 @@ extension CredentialsGate {
         // write failed change nothing.
         var failed: StoredSession?
         if case .failed = outcome, kind == .own { failed = target.stored }
+        var superseded = false
+        if case .superseded = outcome { superseded = true }
         ledger.writeFinished(
             target.identifier, fence: target.ledgerFence, wrote: wrote, failed: failed,
-            schedule: ledgerSchedule(for: target.generation), turn: turn.token)
+            schedule: ledgerSchedule(for: target.generation), turn: turn.token, leavesTurn: leavesTurn && !superseded)
         return outcome
     }
 
@@ -967,7 +982,8 @@ extension CredentialsGate {
     }
 
     enum WriteOutcome {
-        case written
+        /// Written; `revision` is the coordinated store's revision of the record now, when the write was conditional.
+        case written(revision: UInt64?)
         case failed(any Error)
         /// A coordinated store holds a newer record than the one the write was based on (or none: it was removed
         /// elsewhere). Nothing was written; that record stands.
@@ -976,6 +992,12 @@ extension CredentialsGate {
         /// The error of a failed write; `nil` otherwise.
         var error: (any Error)? {
             if case .failed(let error) = self { return error }
+            return nil
+        }
+
+        /// The revision a conditional write produced.
+        var revision: UInt64? {
+            if case .written(let revision) = self { return revision }
             return nil
         }
     }
@@ -995,25 +1017,20 @@ extension CredentialsGate {
         _ target: RefreshStateMachine.PersistTarget, store: any CoordinatedTokenStore, overwrite: Bool
     ) async throws -> WriteOutcome {
         if overwrite {
-            let revision = try await Self.overwrite(target.stored, identifier: target.identifier, store: store)
-            noteWritten(target, revision: revision)
-            return .written
+            return .written(
+                revision: try await Self.overwrite(target.stored, identifier: target.identifier, store: store))
         }
         var expected = target.baseRevision
         for _ in 0..<Self.conditionalWriteAttempts {
             do {
-                let revision = try await store.save(
-                    target.stored, identifier: target.identifier, expectedRevision: expected)
-                noteWritten(target, revision: revision)
-                return .written
+                return .written(
+                    revision: try await store.save(
+                        target.stored, identifier: target.identifier, expectedRevision: expected))
             } catch let error as UserSessionError where error.code == .revisionConflict {
                 guard let record = try await store.loadRevised(identifier: target.identifier) else {
                     return .superseded(nil)
                 }
-                if record.session == target.stored {
-                    noteWritten(target, revision: record.revision)
-                    return .written
-                }
+                if record.session == target.stored { return .written(revision: record.revision) }
                 // A record holding a refresh token the ledger knows a refresh spent is older than the target (the
                 // ledger's own retry wrote it since the session read its revision): written over, like one still
                 // holding the token the session's write was based on.
@@ -1030,10 +1047,6 @@ extension CredentialsGate {
         }
         throw UserSessionError(
             .storeFailure, "the stored record kept changing during \(Self.conditionalWriteAttempts) conditional writes")
-    }
-
-    private func noteWritten(_ target: RefreshStateMachine.PersistTarget, revision: UInt64) {
-        modifyStateAndRunActions { $0.recordWritten(target, revision: revision) }
     }
 
     /// Replaces whatever is stored under `identifier` with `stored`, conditionally on the revision read just

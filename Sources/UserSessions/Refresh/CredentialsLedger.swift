@@ -438,7 +438,21 @@ final class CredentialsLedger: Sendable {
         identifier: String, userInfo: UserInfo, credentials: Credentials, fence: UInt64,
         call: () async -> Result<Credentials, UserSessionError>
     ) async -> Result<Credentials, UserSessionError> {
-        guard let sent = credentials.refreshToken else { return await call() }
+        await refreshTakingTurn(
+            identifier: identifier, userInfo: userInfo, credentials: credentials, fence: fence, takingTurn: false,
+            call: call
+        ).result
+    }
+
+    /// ``refresh(identifier:userInfo:credentials:fence:call:)`` for a caller that commits what it leads: with
+    /// `takingTurn`, the refresh it ran that succeeded also takes the identifier's write turn when it is free, in
+    /// the critical section that records the rotation, and returns it (the caller writes the rotation in it and
+    /// leaves it). Joined, answered and failed refreshes take no turn.
+    func refreshTakingTurn(
+        identifier: String, userInfo: UserInfo, credentials: Credentials, fence: UInt64, takingTurn: Bool,
+        call: () async -> Result<Credentials, UserSessionError>
+    ) async -> (result: Result<Credentials, UserSessionError>, turn: TurnGrant?) {
+        guard let sent = credentials.refreshToken else { return (await call(), nil) }
         let key = ExactIdentifier(identifier)
         enum Step {
             case answered(Result<Credentials, UserSessionError>)
@@ -466,7 +480,7 @@ final class CredentialsLedger: Sendable {
         }
         switch step {
         case .answered(let result):
-            return result
+            return (result, nil)
         case .join:
             let result = await withVisibleUnsafeContinuation { continuation in
                 let joined = modify(key) { entry -> Bool in
@@ -480,15 +494,18 @@ final class CredentialsLedger: Sendable {
                     }
                 }
             }
-            return result
+            return (result, nil)
         case .run(let flight):
             let result = await call()
-            let (waiters, recordRefusal) = modify(key) { entry in
-                flightReturned(&entry, flight: flight, userInfo: userInfo, result: result)
+            let (waiters, recordRefusal, turn) = modify(key) { entry in
+                let (waiters, recordRefusal) = flightReturned(
+                    &entry, flight: flight, userInfo: userInfo, result: result)
+                let turn = takingTurn && entry.turn == nil && (try? result.get()) != nil ? entry.grantTurn() : nil
+                return (waiters, recordRefusal, turn)
             }
             for waiter in waiters { waiter.resumeVisibly(returning: result) }
             if recordRefusal { await recordRefusalInStore(identifier: identifier, refused: sent, fence: flight.fence) }
-            return result
+            return (result, turn)
         }
     }
 
@@ -724,7 +741,8 @@ final class CredentialsLedger: Sendable {
 
     // MARK: - Writes
 
-    /// A write that holds the turn `turn` (and leaves it later) under `fence` finished; `written` is what the store
+    /// A write that holds the turn `turn` under `fence` finished (and, with `leavesTurn`, leaves it in the same critical
+    /// section; otherwise its holder leaves it later with ``leaveWriteTurn(_:token:)``); `written` is what the store
     /// holds now as far as the write knows (what it wrote, or a newer record that superseded it), `failed` the
     /// session's own credentials it tried to write when the store refused them (credentials handed over whose write
     /// failed change nothing, and are not passed).
@@ -738,7 +756,7 @@ final class CredentialsLedger: Sendable {
     /// (``removeAgain(_:fence:)``).
     func writeFinished(
         _ identifier: String, fence: UInt64, wrote written: StoredSession?, failed: StoredSession? = nil,
-        schedule: Schedule? = nil, turn: UInt64
+        schedule: Schedule? = nil, turn: UInt64, leavesTurn: Bool = false
     ) {
         enum Then {
             case nothing
@@ -749,9 +767,8 @@ final class CredentialsLedger: Sendable {
             /// A late write landed after a sign-out: the record is removed again, under the sign-out's fence.
             case remove(fence: UInt64)
         }
-        let then = modify(ExactIdentifier(identifier)) { entry -> Then in
-            // A write that no longer holds its turn lost it to a close's deadline: it landed late.
-            let late = entry.turn != turn
+        /// What the landing calls for once the entry learned it.
+        func landing(_ entry: inout Entry, late: Bool) -> Then {
             guard entry.fence == fence else {
                 // Landed after a sign-out or a sign-in it did not wait for (one that came from the store, or a write
                 // that lost its turn to a close's deadline). After a sign-out it is undone; after a sign-in, the
@@ -779,6 +796,17 @@ final class CredentialsLedger: Sendable {
             if let schedule { entry.schedule = schedule }
             return startLoopIfNeeded(&entry) ? .retry : .nothing
         }
+        let (then, handover) = modify(ExactIdentifier(identifier)) { entry -> (Then, Handover) in
+            // A write that no longer holds its turn lost it to a close's deadline: it landed late.
+            let late = entry.turn != turn
+            var handover = Handover()
+            if leavesTurn {
+                if late { entry.lateWrites = max(0, entry.lateWrites - 1) }
+                handover = handOver(&entry, from: turn)
+            }
+            return (landing(&entry, late: late), handover)
+        }
+        handover.deliver()
         switch then {
         case .nothing: break
         case .retry: startWriteLoop(identifier)

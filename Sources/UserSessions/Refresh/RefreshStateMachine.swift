@@ -641,13 +641,18 @@ extension RefreshStateMachine {
     /// get them. Returns how many waiters there were, or `nil` when the flight became stale during the write (its
     /// waiters were already failed; a write that failed left its credentials to the ledger).
     ///
-    /// The commit leaves the write turn only after this transition's events and waiters
-    /// (``CredentialsGate/commit(_:_:)``), so `deactivate()`, whose final flush waits for the turn, returns only
-    /// after them.
+    /// `revision` is the coordinated store's revision the write landed as (a conditional write): the session's
+    /// next write is conditional on it. The gate records this transition's events under the lock `deactivated()`
+    /// is ordered by, so none of them follows the session's end (``CredentialsGate/commit(_:_:turn:)``).
     mutating func commitWritten(
-        flightID: UInt64, newCredentials: Credentials, persistError: (any Error)?, now: Double, jitter: Double
+        flightID: UInt64, newCredentials: Credentials, revision: UInt64? = nil, persistError: (any Error)?,
+        now: Double, jitter: Double
     ) -> (Int?, Actions) {
         guard isCurrent(flightID: flightID) else { return (nil, .none) }
+        if let revision {
+            // A conditional write landed as `revision`: the record the session's next write is conditional on.
+            base = StoredBase(revision: max(base.revision ?? 0, revision), refreshToken: newCredentials.refreshToken)
+        }
         let (flight, waiters) = flights.succeeded()
         setCredentials(newCredentials, issuedAt: flight.startedAt)
         breaker.recordSuccess(at: now)
