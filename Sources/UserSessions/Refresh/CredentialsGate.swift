@@ -752,15 +752,16 @@ extension CredentialsGate {
     ) async -> Int? {
         let turn: CredentialsLedger.TurnGrant
         if let granted { turn = granted } else { turn = await ledger.takeWriteTurn(job.identifier) }
-        backgroundWork.withLock { $0.heldTurns[turn.token] = job.identifier }
-        defer { backgroundWork.withLock { _ = $0.heldTurns.removeValue(forKey: turn.token) } }
+        noteHeld(turn, of: job.identifier)
         guard let target = inspect({ $0.refreshReturned(flightID: job.flightID, newCredentials: credentials) }) else {
             // Stale: nobody here writes the rotation; the ledger does, now, unless the store has it.
+            noteLeft(turn)
             ledger.leaveWriteTurn(job.identifier, token: turn.token)
             await ledger.ensureWritten(job.identifier, schedule: ledgerSchedule(for: job.generation))
             return nil
         }
         let written = await performWrite(target, in: turn, leavesTurn: true)
+        noteLeft(turn)
         if case .superseded(let record) = written {
             // A coordinated store held a newer record (or none): it stands, and is adopted instead, in the turn.
             let adoption = adoptHoldingTurn(record, generation: job.generation)
@@ -831,12 +832,23 @@ extension CredentialsGate {
         _ identifier: String, _ body: (CredentialsLedger.TurnGrant) async throws -> Value
     ) async rethrows -> Value {
         let turn = await ledger.takeWriteTurn(identifier)
-        backgroundWork.withLock { $0.heldTurns[turn.token] = identifier }
+        noteHeld(turn, of: identifier)
         defer {
-            backgroundWork.withLock { _ = $0.heldTurns.removeValue(forKey: turn.token) }
+            noteLeft(turn)
             ledger.leaveWriteTurn(identifier, token: turn.token)
         }
         return try await body(turn)
+    }
+
+    /// Records that a write of this gate holds `turn` of `identifier`, for `deactivate()` to take it away when it
+    /// overruns both deadlines.
+    private func noteHeld(_ turn: CredentialsLedger.TurnGrant, of identifier: String) {
+        backgroundWork.withLock { $0.heldTurns[turn.token] = identifier }
+    }
+
+    /// The write holding `turn` leaves it (or has left it), and can no longer be taken away.
+    private func noteLeft(_ turn: CredentialsLedger.TurnGrant) {
+        backgroundWork.withLock { _ = $0.heldTurns.removeValue(forKey: turn.token) }
     }
 
     /// Writes `target` to the store holding its identifier's write `turn`; returns the error when the write failed.
