@@ -358,4 +358,53 @@ struct LedgerOneOwnerSeamTests {
         #expect(try await second.accessToken() == "alice/at-1")
         #expect(server.calls == 1)
     }
+
+    // MARK: A rotation is written once, by the controller that ran its refresh
+
+    /// Two controllers of one store reach the lead time together: the second joins the first's refresh, and its
+    /// commit, which waits for the write turn behind the first's, finds the rotation in the store and writes nothing.
+    @Test func aControllerThatJoinedAnotherControllersRefreshDoesNotWriteTheRotationAgain() async throws {
+        let bench = Bench()
+        let (first, second) = (bench.controller(), bench.controller())
+        _ = try await first.open(bench.server.signIn("alice", expiresIn: 3600))
+        _ = try await second.restore(identifier: "alice")
+        bench.time.advance(by: 3595)
+        bench.server.holdRefreshes()
+        let leader = Task { try await first.accessToken() }
+        await bench.server.started.wait(for: 1)
+        let joiner = Task { try await second.accessToken() }
+        let ledger = bench.ledger
+        try await withHangGuard("the second controller joins the refresh") {
+            while ledger.joinedWaiters("alice") < 1 { await Task.yield() }
+        }
+        let savesBefore = bench.store.saves.count
+        bench.server.releaseRefreshes()
+        #expect(try await leader.value == "alice/at-1")
+        #expect(try await joiner.value == "alice/at-1")
+        #expect(bench.store.saves.count == savesBefore + 1, "one write of the rotation")
+        #expect(try await bench.store.base.load(identifier: "alice")?.credentials?.refreshToken == "alice/rt-1")
+        #expect(bench.server.calls == 1)
+        #expect(bench.server.reuses == 0)
+    }
+
+    /// The second controller asks after the first's refresh was committed: the ledger answers it with the rotation
+    /// (its refresh token is spent), and its commit writes nothing. When the first's write failed, the second's
+    /// commit writes the rotation instead.
+    @Test(arguments: [false, true])
+    func aControllerAnsweredWithARotationWritesItOnlyWhenTheStoreLacksIt(_ firstWriteFails: Bool) async throws {
+        let bench = Bench()
+        let (first, second) = (bench.controller(), bench.controller())
+        _ = try await first.open(bench.server.signIn("alice", expiresIn: 3600))
+        _ = try await second.restore(identifier: "alice")
+        bench.time.advance(by: 3595)
+        bench.store.failWrites(firstWriteFails)
+        #expect(try await first.accessToken() == "alice/at-1")
+        bench.store.failWrites(false)
+        let savesBefore = bench.store.saves.count
+        #expect(try await second.accessToken() == "alice/at-1")
+        #expect(bench.store.saves.count == savesBefore + (firstWriteFails ? 1 : 0))
+        #expect(try await bench.store.base.load(identifier: "alice")?.credentials?.refreshToken == "alice/rt-1")
+        #expect(bench.server.calls == 1)
+        #expect(bench.server.reuses == 0)
+    }
 }

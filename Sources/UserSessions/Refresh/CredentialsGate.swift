@@ -747,6 +747,11 @@ extension CredentialsGate {
     /// and a coordinated store alike. The publication is ordered against `deactivate()` (its events are recorded
     /// under the event lock `deactivate()` takes), so no event of a commit follows the session's end even though the
     /// turn, which the final flush waits for, is handed on before it.
+    ///
+    /// A commit that waited for the turn writes nothing when the store already holds its very record: the refresh
+    /// was another controller's (joined, or answered with its rotation), and that controller's write landed it
+    /// (``CredentialsLedger/leaveIfLanded(_:_:turn:)``, which leaves the turn in the section that checks it). The
+    /// commit still publishes only after the write that landed the record, so the order above holds for it too.
     private func commit(
         _ job: RefreshStateMachine.RefreshJob, _ credentials: Credentials, turn granted: CredentialsLedger.TurnGrant?
     ) async -> Int? {
@@ -760,7 +765,15 @@ extension CredentialsGate {
             await ledger.ensureWritten(job.identifier, schedule: ledgerSchedule(for: job.generation))
             return nil
         }
-        let written = await performWrite(target, in: turn, leavesTurn: true)
+        let written: WriteOutcome
+        if granted == nil, target.baseRevision == nil, turn.fence == target.ledgerFence,
+            ledger.leaveIfLanded(target.identifier, target.stored, turn: turn)
+        {
+            // A refresh this gate joined (or was answered): its leader's write already landed this very record.
+            written = .written(revision: nil)
+        } else {
+            written = await performWrite(target, in: turn, leavesTurn: true)
+        }
         noteLeft(turn)
         if case .superseded(let record) = written {
             // A coordinated store held a newer record (or none): it stands, and is adopted instead, in the turn.

@@ -815,6 +815,24 @@ final class CredentialsLedger: Sendable {
         }
     }
 
+    /// A commit holding `turn` that did not lead the refresh it commits (it joined the refresh of another controller
+    /// of this process, or was answered with its rotation) asks whether the store already holds exactly `session`:
+    /// the newest credentials the entry knows, landed by a write under the turn's fence, and nothing unwritten since.
+    /// If so, it leaves the turn in the same critical section and returns `true`: the commit publishes without
+    /// writing the same record again. Otherwise it returns `false` and the caller still holds the turn, to write.
+    ///
+    /// Only for an unconditional write: a session over a ``CoordinatedTokenStore`` would also need the revision the
+    /// write made, which the entry does not keep.
+    func leaveIfLanded(_ identifier: String, _ session: StoredSession, turn: TurnGrant) -> Bool {
+        let handover = modify(ExactIdentifier(identifier)) { entry -> Handover? in
+            guard entry.turn == turn.token, entry.fence == turn.fence, !entry.unwritten, entry.current == session
+            else { return nil }
+            return handOver(&entry, from: turn.token)
+        }
+        handover?.deliver()
+        return handover != nil
+    }
+
     /// Removes `identifier`'s record once more: a write from before its sign-out landed after it. In the write turn,
     /// under the fence the sign-out made (a sign-in since is never removed), spending the reservation that kept the
     /// entry alive until now.
