@@ -51,6 +51,36 @@ struct EventTests {
         #expect(received.allSatisfy { $0 == reference })
     }
 
+    /// A consumer suspended in `next()` is only handed the event under the hub's lock: it is resumed by `publish`,
+    /// which the emitter calls once it holds no lock. A subscriber that was not waiting finds the event buffered.
+    @Test func aWaitingConsumerIsResumedOnlyWhenTheEventIsPublishedAfterTheLocks() async throws {
+        let hub = EventHub(defaultBufferSize: 8)
+        func consumer() -> Task<UserSessionEvent?, Never> {
+            let stream = hub.subscribe()
+            return Task {
+                var iterator = stream.makeAsyncIterator()
+                _ = await iterator.next()  // `.current`
+                return await iterator.next()
+            }
+        }
+        let (first, second) = (consumer(), consumer())
+        let idle = hub.subscribe()
+        try await withHangGuard("both consumers wait") {
+            while hub.waitingConsumers < 2 { await Task.yield() }
+        }
+        let observed = try #require(hub.record(.refreshStarted))
+        #expect(observed.waiterCount == 2, "both were handed the event, not resumed")
+        #expect(hub.waitingConsumers == 0)
+        hub.publish(observed)
+        #expect(await first.value?.kind == .refreshStarted)
+        #expect(await second.value?.kind == .refreshStarted)
+        var iterator = idle.makeAsyncIterator()
+        #expect(await iterator.next()?.kind == .current)
+        #expect(await iterator.next()?.kind == .refreshStarted)
+        // No subscriber waiting: nothing to resume.
+        #expect(hub.record(.credentialsRefreshed)?.waiterCount == 0)
+    }
+
     @Test func aSubscriberThatNeverReadsStaysWithinItsBufferAndEndsOnTheLatestEvent() async throws {
         let hub = EventHub(defaultBufferSize: 256)
         let stalled = hub.subscribe(bufferSize: 16)

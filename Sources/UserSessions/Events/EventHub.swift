@@ -3,8 +3,10 @@
 ///
 /// Ordering: an event gets its sequence number and is delivered to every subscriber while the lock is held, so all
 /// subscribers see one global order, and a new subscription's ``UserSessionEvent/Kind/current`` element is taken in
-/// the same critical section, ordered against emits in the same way. Delivering only stores the element (or
-/// resumes a suspended consumer, which is scheduled, not run), so no consumer code runs under the lock.
+/// the same critical section, ordered against emits in the same way. Delivering only stores the element, or hands
+/// it to the consumer suspended in `next()`: that consumer is resumed after every lock is released
+/// (``publish(_:)``), and since the element was bound to it under the lock, resuming it later changes no order.
+/// Nothing is resumed, and no consumer or observer code runs, under the lock.
 ///
 /// Buffering: each subscription holds its `.current` element apart from at most `n` newest events. A subscriber
 /// that stops reading keeps only its `n` newest events, never blocks the emitter or other subscribers, its first
@@ -56,15 +58,14 @@ final class EventHub: Sendable {
         let capacity = max(1, bufferSize ?? defaultBufferSize)
         let (subscription, id) = state.withLock { state -> (EventSubscription, Int?) in
             let subscription = EventSubscription(current: state.currentEvent, capacity: capacity)
-            guard !state.finished else {
-                subscription.finish()
-                return (subscription, nil)
-            }
+            guard !state.finished else { return (subscription, nil) }
             let id = state.nextID
             state.nextID += 1
             state.subscriptions[id] = subscription
             return (subscription, id)
         }
+        // After a finish, the subscription yields its `.current` element and ends.
+        if id == nil { subscription.finish() }
         let lease = Lease(hub: self, id: id, subscription: subscription)
         // The closures hold the lease: once the stream and its iterators are gone, so is the lease, and its
         // `deinit` removes the subscription.
@@ -73,14 +74,34 @@ final class EventHub: Sendable {
 
     /// Emits `kind`; `session`, when given, becomes the current session. Does nothing after ``finish()``.
     func emit(_ kind: UserSessionEvent.Kind, session: UserSession? = nil, detail: String? = nil) {
-        notifyObservers(record(kind, session: session, detail: detail))
+        publish(record(kind, session: session, detail: detail))
     }
 
-    /// An event delivered to the subscribers, still to be shown to the observers.
-    typealias Observed = (event: UserSessionEvent, context: UserSessionEventContext)
+    /// An event recorded under the locks, and what it still owes once every lock is released: the consumers that
+    /// were suspended in `next()` and got it, to resume, and the observers, to show it to (``publish(_:)``).
+    struct Observed {
+        let event: UserSessionEvent
+        let context: UserSessionEventContext
+        /// The first consumer that got the event, inline: most events have at most one waiting.
+        fileprivate var firstWaiter: EventSubscription.Waiter?
+        /// The others, in an array made only for a second one.
+        fileprivate var moreWaiters: [EventSubscription.Waiter] = []
 
-    /// Delivers `kind` to the subscribers and returns what the observers must be shown; the caller calls
-    /// ``notifyObservers(_:)`` after releasing every lock it holds (observers are user code).
+        /// How many waiting consumers got the event, to be resumed by ``publish(_:)``.
+        var waiterCount: Int { (firstWaiter == nil ? 0 : 1) + moreWaiters.count }
+
+        fileprivate mutating func add(_ waiter: EventSubscription.Waiter, among subscribers: Int) {
+            guard firstWaiter != nil else {
+                firstWaiter = waiter
+                return
+            }
+            if moreWaiters.isEmpty { moreWaiters.reserveCapacity(subscribers - 1) }
+            moreWaiters.append(waiter)
+        }
+    }
+
+    /// Delivers `kind` to the subscribers and returns what it still owes; the caller calls ``publish(_:)`` after
+    /// releasing every lock it holds.
     func record(_ kind: UserSessionEvent.Kind, session: UserSession? = nil, detail: String? = nil) -> Observed? {
         state.withLock { state -> Observed? in
             guard !state.finished else { return nil }
@@ -88,16 +109,30 @@ final class EventHub: Sendable {
             if let session { state.session = session }
             state.sequence += 1
             let event = UserSessionEvent(kind: kind, session: state.session, sequence: state.sequence, detail: detail)
-            // Delivering never runs consumer code (see the type's documentation), so this stays under the lock to
-            // give every subscriber the same order.
-            for subscription in state.subscriptions.values { subscription.deliver(event) }
-            return (event, context)
+            // Under the lock, so every subscriber gets the same order; a consumer waiting for it is only taken here.
+            var observed = Observed(event: event, context: context)
+            let count = state.subscriptions.count
+            for subscription in state.subscriptions.values {
+                if let waiter = subscription.deliver(event) { observed.add(waiter, among: count) }
+            }
+            return observed
         }
     }
 
-    /// Shows `observed` to the observers. Observers are user code: call this with no lock held.
-    func notifyObservers(_ observed: Observed?) {
-        guard let observed, !observers.isEmpty else { return }
+    /// How many consumers are suspended in `next()` now (a probe for tests).
+    var waitingConsumers: Int {
+        state.withLock { state in state.subscriptions.values.reduce(0) { $0 + ($1.isWaiting ? 1 : 0) } }
+    }
+
+    /// Resumes the consumers that got `observed`'s event, then shows it to the observers (user code). Call this
+    /// with no lock held.
+    func publish(_ observed: Observed?) {
+        guard let observed else { return }
+        if let waiter = observed.firstWaiter {
+            waiter.resumeVisibly(returning: observed.event)
+            for waiter in observed.moreWaiters { waiter.resumeVisibly(returning: observed.event) }
+        }
+        guard !observers.isEmpty else { return }
         observers.notify { $0.observe(observed.event, context: observed.context) }
     }
 
@@ -169,9 +204,16 @@ final class EventSubscription: Sendable {
         self.capacity = capacity
     }
 
-    /// Hands `event` to a waiting consumer, or buffers it (dropping the oldest buffered event when full).
-    func deliver(_ event: UserSessionEvent) {
-        let waiter = state.withLock { state -> UnsafeContinuation<UserSessionEvent?, Never>? in
+    /// The consumer suspended in ``next()``.
+    typealias Waiter = UnsafeContinuation<UserSessionEvent?, Never>
+
+    /// Whether a consumer is suspended in ``next()`` (a probe).
+    var isWaiting: Bool { state.withLock { $0.waiter != nil } }
+
+    /// Hands `event` to the waiting consumer, returned for the caller to resume with it once it holds no lock
+    /// (``EventHub/publish(_:)``), or buffers it (dropping the oldest buffered event when full).
+    func deliver(_ event: UserSessionEvent) -> Waiter? {
+        state.withLock { state -> Waiter? in
             guard !state.finished else { return nil }
             if let waiter = state.waiter {
                 state.waiter = nil
@@ -180,7 +222,6 @@ final class EventSubscription: Sendable {
             state.events.append(event, capacity: capacity)
             return nil
         }
-        waiter?.resumeVisibly(returning: event)
     }
 
     /// The next element, or `nil` once finished and drained.

@@ -222,7 +222,7 @@ final class CredentialsGate: Sendable {
                 return events.record(
                     .persistenceFailed, session: nil, detail: RefreshStateMachine.describePersistFailure(error))
             }
-            events.notifyObservers(observed)
+            events.publish(observed)
         }
     }
 
@@ -246,11 +246,12 @@ final class CredentialsGate: Sendable {
         }
         var (value, actions, observed) = eventOrder.withLock { _ in
             let (value, actions) = state.withLock { machine in input(&machine) }
-            // Recorded for subscribers under the lock (their order); observers, user code, are called after it.
+            // Recorded for subscribers under the lock (their order); waiting consumers are resumed, and observers
+            // (user code) called, after it.
             let observed = actions.events.compactMap { events.record($0.kind, session: nil, detail: $0.detail) }
             return (value, actions, observed)
         }
-        for observation in observed { events.notifyObservers(observation) }
+        for observation in observed { events.publish(observation) }
         actions.events = []
         run(actions)
         return value

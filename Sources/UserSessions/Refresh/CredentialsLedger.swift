@@ -128,6 +128,11 @@ final class CredentialsLedger: Sendable {
             get { detail?.schedule }
             set { made().schedule = newValue }
         }
+        /// Keeps `schedule` for the write loop unless the entry has one already (the first writer's stays; the
+        /// writer whose write failed last replaces it by assigning ``schedule`` itself).
+        mutating func keepSchedule(_ schedule: Schedule?) {
+            if let schedule, self.schedule == nil { self.schedule = schedule }
+        }
         /// Whether the last fence came from a sign-out (not a sign-in): only then is a late write removed again.
         var signedOut: Bool {
             get { detail?.signedOut ?? false }
@@ -350,7 +355,7 @@ final class CredentialsLedger: Sendable {
     func release(_ identifier: String, schedule: Schedule? = nil) {
         let start = modify(ExactIdentifier(identifier)) { entry -> Bool in
             entry.holders = max(0, entry.holders - 1)
-            if let schedule, entry.unwritten, entry.schedule == nil { entry.schedule = schedule }
+            if entry.unwritten { entry.keepSchedule(schedule) }
             return startLoopIfNeeded(&entry)
         }
         if start { startWriteLoop(identifier) }
@@ -780,14 +785,14 @@ final class CredentialsLedger: Sendable {
                 }
                 guard entry.current != nil else { return .nothing }
                 entry.unwritten = true
-                if let schedule, entry.schedule == nil { entry.schedule = schedule }
+                entry.keepSchedule(schedule)
                 return .rewrite
             }
             if let written {
                 landed(&entry, written, late: late)
                 // Still unwritten after a landing: an older version landed over the newest.
                 guard entry.unwritten else { return .nothing }
-                if let schedule, entry.schedule == nil { entry.schedule = schedule }
+                entry.keepSchedule(schedule)
                 return .rewrite
             }
             guard let failed else { return .nothing }
@@ -956,7 +961,7 @@ final class CredentialsLedger: Sendable {
     func ensureWritten(_ identifier: String, schedule: Schedule) async {
         let write = modify(ExactIdentifier(identifier)) { entry -> Bool in
             guard entry.unwritten else { return false }
-            if entry.schedule == nil { entry.schedule = schedule }
+            entry.keepSchedule(schedule)
             return true
         }
         if write { await rewriteNow(identifier) }
