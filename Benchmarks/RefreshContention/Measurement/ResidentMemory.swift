@@ -33,7 +33,37 @@ enum ResidentMemory {
         #endif
     }
 
+    /// The bytes glibc's allocator has handed out and not taken back, over every arena, or `nil` where that cannot
+    /// be read.
+    ///
+    /// Unlike the resident set, it grows by what new objects take even when they reuse memory an earlier run freed
+    /// (which stays resident, in the arenas of the threads that freed it): the measure for what objects kept alive
+    /// cost. Read from `malloc_info`'s totals: the memory the arenas hold from the system, less their free chunks,
+    /// plus the chunks mapped on their own.
+    static func heapInUse() -> Int? {
+        #if os(Linux)
+        guard let mallocInfo else { return nil }
+        var buffer: UnsafeMutablePointer<CChar>?
+        var size = 0
+        guard let stream = open_memstream(&buffer, &size) else { return nil }
+        let status = mallocInfo(0, stream)
+        fclose(stream)
+        guard let buffer else { return nil }
+        defer { free(buffer) }
+        guard status == 0 else { return nil }
+        return MallocInfo.heapInUse(String(cString: buffer))
+        #else
+        return nil
+        #endif
+    }
+
     #if os(Linux)
+    private typealias MallocInfoFunction = @convention(c) (Int32, UnsafeMutablePointer<FILE>?) -> Int32
+    private static let mallocInfo: MallocInfoFunction? = {
+        guard let handle = dlopen(nil, RTLD_NOW), let symbol = dlsym(handle, "malloc_info") else { return nil }
+        return unsafeBitCast(symbol, to: MallocInfoFunction.self)
+    }()
+
     private typealias MallocTrim = @convention(c) (Int) -> Int32
     // malloc.h is not part of the Glibc module, so look the function up at run time.
     private static let mallocTrim: MallocTrim? = {
@@ -41,4 +71,28 @@ enum ResidentMemory {
         return unsafeBitCast(symbol, to: MallocTrim.self)
     }()
     #endif
+}
+
+/// Reads the totals of glibc's `malloc_info` document: after the last `</heap>`, one `<total>` per kind of free
+/// chunk (`fast`, `rest`) and of mapped chunk (`mmap`), then `<system type="current">`.
+enum MallocInfo {
+    static func heapInUse(_ document: String) -> Int? {
+        guard let end = document.range(of: "</heap>", options: .backwards) else { return nil }
+        let totals = document[end.upperBound...]
+        guard let system = size(in: totals, of: "<system type=\"current\""),
+            let fast = size(in: totals, of: "<total type=\"fast\""),
+            let rest = size(in: totals, of: "<total type=\"rest\""),
+            let mapped = size(in: totals, of: "<total type=\"mmap\"")
+        else { return nil }
+        return system - fast - rest + mapped
+    }
+
+    /// The `size` attribute of the first element of `text` that starts with `start`.
+    private static func size(in text: Substring, of start: String) -> Int? {
+        guard let element = text.range(of: start) else { return nil }
+        let rest = text[element.upperBound...]
+        guard let attribute = rest.range(of: "size=\""), let close = rest[attribute.upperBound...].firstIndex(of: "\"")
+        else { return nil }
+        return Int(rest[attribute.upperBound..<close])
+    }
 }

@@ -80,9 +80,9 @@ extension BenchmarkReport {
             charts.append(
                 Chart(
                     name: "idle-sessions", title: "E. Memory per idle opened session",
-                    subtitle: "\(Format.integer(row.sessions)) users held at once; resident memory growth ÷ users; "
+                    subtitle: "\(Format.integer(row.sessions)) users held at once; heap bytes in use ÷ users; "
                         + mode,
-                    xLabel: "what is held per user", yLabel: "resident bytes per user", yScale: .linear,
+                    xLabel: "what is held per user", yLabel: "heap bytes per user", yScale: .linear,
                     body: .bars(bars), highlighted: Self.idleSessionName))
         }
         if let chart = restoreStormChart(plan: plan, mode: mode) { charts.append(chart) }

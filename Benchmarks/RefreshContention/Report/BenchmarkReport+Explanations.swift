@@ -70,11 +70,13 @@ enum Explanations {
 
     static let idleSessions = [
         "sessions: users opened through one UserSessionRegistry and held at once (tokens valid for an hour)",
-        "RSS B/session: resident growth / sessions: controller, event hub, credentials gate, registry entry",
-        "floor B/entry: the same users' tokens and expiry as a plain struct in a [String: struct] dictionary",
-        "x floor: RSS B/session / floor B/entry",
-        "swings: resident memory grows in 4 KiB pages and reuses pages freed by earlier runs, so single runs "
-            + "differ by a few hundred bytes per session",
+        "heap B/session: growth of the allocator's bytes in use (glibc malloc_info) / sessions: controller, event "
+            + "hub, credentials gate, the ledger's and the registry's entries; what the target reads",
+        "floor B/entry: the same users' tokens and expiry as a plain struct in a [String: struct] dictionary, "
+            + "measured the same way",
+        "x floor: heap B/session / floor B/entry",
+        "RSS B/session: resident growth / sessions, for comparison: it undercounts, since the sessions reuse memory "
+            + "earlier runs freed, which stays resident; it grows in 4 KiB pages and swings by hundreds of bytes",
     ]
 
     static let restoreStorm = [

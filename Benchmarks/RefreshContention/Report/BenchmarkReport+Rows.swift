@@ -88,10 +88,12 @@ extension BenchmarkReport {
         failures += outcome.failures
         guard let bytes = Summary(outcome.bytesPerSession) else { return }
         let floor = Summary(outcome.bytesPerBareEntry)
+        let resident = Summary(outcome.residentBytesPerSession)
         idleSessions.append(
             IdleSessionsRow(
                 sessions: outcome.sessions, bytesPerSession: rounded(bytes.median, 0),
                 bytesPerSessionMin: rounded(bytes.min, 0), bytesPerSessionMax: rounded(bytes.max, 0),
+                residentBytesPerSession: resident.map { rounded($0.median, 0) },
                 bareCredentialsBytesPerEntry: floor.map { rounded($0.median, 0) },
                 bareCredentialsBytesPerEntryMin: floor.map { rounded($0.min, 0) },
                 bareCredentialsBytesPerEntryMax: floor.map { rounded($0.max, 0) }))

@@ -93,7 +93,7 @@ extension BenchmarkReport {
         if !idleSessions.isEmpty {
             var table = TextTable(
                 title: "E. Idle opened sessions: UserSessionController through UserSessionRegistry",
-                headers: ["sessions", "RSS B/session", "floor B/entry", "x floor"], labelColumns: 0)
+                headers: ["sessions", "heap B/session", "floor B/entry", "x floor", "RSS B/session"], labelColumns: 0)
             for row in idleSessions {
                 let floor = row.bareCredentialsBytesPerEntry.map { floor in
                     Summary(
@@ -107,6 +107,7 @@ extension BenchmarkReport {
                         places: 0),
                     floor.map { Format.summary($0, places: 0) } ?? "-",
                     floor.map { Format.number(row.bytesPerSession / max($0.median, 1), places: 1) } ?? "-",
+                    row.residentBytesPerSession.map { Format.number($0, places: 0) } ?? "-",
                 ])
             }
             sections.append(table.render() + "\n" + Explanations.render(Explanations.idleSessions))

@@ -93,7 +93,7 @@ extension BenchmarkReport {
             targets.append(
                 TargetCheck(
                     target: "idle opened session <= 400 B", holds: row.bytesPerSession <= 400,
-                    detail: "\(Format.number(row.bytesPerSession, places: 0)) B per session "
+                    detail: "\(Format.number(row.bytesPerSession, places: 0)) B of heap per session "
                         + "(\(Format.integer(row.sessions)) sessions)"))
         } else {
             targets.append(TargetCheck(target: "idle opened session <= 400 B", holds: nil, detail: "not measured"))

@@ -115,11 +115,14 @@ struct StormRow: Encodable {
 struct IdleSessionsRow: Encodable {
     /// Sessions opened and held at once.
     var sessions: Int
-    /// Resident memory growth per session, median over repetitions (min and max beside it).
+    /// Heap bytes in use per session (the allocator's), median over repetitions (min and max beside it).
     var bytesPerSession: Double
     var bytesPerSessionMin: Double
     var bytesPerSessionMax: Double
-    /// The floor: growth per entry of a dictionary of bare credential structs for the same users.
+    /// Resident memory growth per session, median over repetitions: less than ``bytesPerSession`` when the
+    /// sessions reuse memory freed earlier.
+    var residentBytesPerSession: Double?
+    /// The floor: heap bytes in use per entry of a dictionary of bare credential structs for the same users.
     var bareCredentialsBytesPerEntry: Double?
     var bareCredentialsBytesPerEntryMin: Double?
     var bareCredentialsBytesPerEntryMax: Double?

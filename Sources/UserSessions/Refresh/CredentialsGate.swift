@@ -862,7 +862,11 @@ extension CredentialsGate {
 
     /// The write holding `turn` leaves it (or has left it), and can no longer be taken away.
     private func noteLeft(_ turn: CredentialsLedger.TurnGrant) {
-        backgroundWork.withLock { _ = $0.heldTurns.removeValue(forKey: turn.token) }
+        backgroundWork.withLock { work in
+            _ = work.heldTurns.removeValue(forKey: turn.token)
+            // An empty map keeps no storage: a session idle after its opening write holds none.
+            if work.heldTurns.isEmpty { work.heldTurns = [:] }
+        }
     }
 
     /// Writes `target` to the store holding its identifier's write `turn`; returns the error when the write failed.
