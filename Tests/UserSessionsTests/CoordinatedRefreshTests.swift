@@ -8,7 +8,7 @@ import Testing
 /// elsewhere. No sleeps: gates, arrival counters and the events the gate emits order everything.
 @Suite struct CoordinatedRefreshTests {
     /// A gate over a ``ScriptedCoordinatedStore`` whose record of `user` holds `at-0`/`rt-0`.
-    final class Rig: Sendable {
+    final class Rig: CredentialsGateOwner {
         let time = ManualTime()
         let store = ScriptedCoordinatedStore()
         let refresher: ScriptedRefresher
@@ -27,11 +27,16 @@ import Testing
             events = hub.subscribe(bufferSize: 10_000)
             revision = store.writeElsewhere(
                 Self.session(Self.credentials("0", expiresAt: time.now + expiresIn)), identifier: "user")
-            gate.setStoreRemovedHandler { [removals] _ in removals.arrive() }
+            gate.setOwner(self)
             gate.activate(
                 identifier: "user", userInfo: UserInfo(id: "user"),
                 credentials: Self.credentials("0", expiresAt: time.now + expiresIn), generation: 1, revision: revision)
         }
+
+        func credentialsRevoked(generation: UInt64) async {}
+
+        /// The gate's call up when the record was removed elsewhere: counted.
+        func recordRemovedElsewhere(generation: UInt64) async { removals.arrive() }
 
         static func credentials(_ tag: String, expiresAt: Date) -> Credentials {
             Credentials(accessToken: "at-\(tag)", refreshToken: "rt-\(tag)", expiresAt: expiresAt)

@@ -11,7 +11,7 @@ import Foundation
 ///   (``close()``, ``closeAndClear()``, ``shutdown()``) that arrives while an open or restore is still in progress
 ///   makes that open roll back and throw ``UserSessionError/Code/openRolledBack``; the close then runs in its turn.
 ///   Wrong call orders are typed ``UserSessionError``s, never traps.
-public actor UserSessionController {
+public actor UserSessionController: CredentialsGateOwner {
     /// The store that keeps credentials between runs.
     public nonisolated var store: any TokenStore { settings.store }
     /// The settings.
@@ -32,6 +32,16 @@ public actor UserSessionController {
     var cancelOpeningWork: (@Sendable () -> Void)?
     /// Why ``configuration`` cannot work, if it cannot; opens and restores throw it.
     nonisolated var configurationError: UserSessionError? { settings.configurationError }
+    /// The registry holding this controller, if one does: told when a terminal refresh failure invalidated the
+    /// session, so that it lets the controller go (set once by the registry, before it hands the controller out).
+    nonisolated let membership = Locked(RegistryMembership())
+
+    /// Where a registry keeps this controller.
+    struct RegistryMembership {
+        weak var registry: UserSessionRegistry?
+        var key = ExactIdentifier("")
+        var entryID: UInt64 = 0
+    }
 
     /// The opened session's generation and started services. The session itself is the hub's current one
     /// (``session``): `.opened` made it so, and nothing changes it until the session ends.
@@ -70,12 +80,7 @@ public actor UserSessionController {
         let hub = EventHub(defaultBufferSize: configuration.eventBufferSize, observers: configuration.observers)
         self.hub = hub
         self.gate = CredentialsGate(settings: settings, events: hub)
-        gate.setTerminalFailureHandler { [weak self] generation in
-            await self?.invalidate(generation: generation, reason: .credentialsRevoked)
-        }
-        gate.setStoreRemovedHandler { [weak self] generation in
-            await self?.closeClearedElsewhere(generation: generation)
-        }
+        gate.setOwner(self)
     }
 
     /// The current session. Reading it never suspends.
@@ -220,8 +225,21 @@ public actor UserSessionController {
 
     // MARK: - Invalidation
 
+    /// The gate's call up when the credentials were revoked: the session of `generation` becomes invalid, then the
+    /// registry holding the controller, if any, lets it go.
+    func credentialsRevoked(generation: UInt64) async {
+        await invalidate(generation: generation, reason: .credentialsRevoked)
+        let membership = membership.withLock { $0 }
+        await membership.registry?.removeIfInvalid(membership.key, entryID: membership.entryID)
+    }
+
+    /// The gate's call up when a coordinated store's record was removed elsewhere.
+    func recordRemovedElsewhere(generation: UInt64) async {
+        await closeClearedElsewhere(generation: generation)
+    }
+
     /// Ends the session of `generation` as ``UserSession/State/invalid`` with `.invalidated(reason)`; the gate
-    /// calls this (through its terminal-failure handler) when the credentials were revoked.
+    /// calls this (through ``credentialsRevoked(generation:)``) when the credentials were revoked.
     ///
     /// Ignored when `generation` is not the opened session's. Stored credentials are kept (the gate decides what is
     /// persisted). An invalidation of a session that is still opening makes that open fail instead, without

@@ -16,6 +16,18 @@ import Synchronization
 /// The controller calls ``activate(identifier:userInfo:credentials:generation:revision:heldFence:signingIn:)`` when a
 /// session opens (before its services start) and ``deactivate()`` first thing when it closes, is replaced or becomes
 /// invalid.
+/// What a gate calls up to the controller that owns it: the two events of a session's credentials that end the
+/// session. The gate holds its owner weakly (a refresh may outlive the controller), and calls it after every lock is
+/// released.
+protocol CredentialsGateOwner: AnyObject, Sendable {
+    /// A terminal refresh failure (the server refused the credentials for good) invalidates the session of
+    /// `generation`.
+    func credentialsRevoked(generation: UInt64) async
+    /// A coordinated store said the active session's record was removed elsewhere: the session of `generation`
+    /// closes (`.closed(.clearedElsewhere)`).
+    func recordRemovedElsewhere(generation: UInt64) async
+}
+
 @usableFromInline
 final class CredentialsGate: Sendable {
     /// The machine. Private: it changes only through ``modifyStateAndRunActions(ordered:_:)`` and is read only
@@ -25,8 +37,8 @@ final class CredentialsGate: Sendable {
     private let waiterIDs = Atomic<UInt64>(0)
     /// When a token was last asked for, as the bit pattern of seconds since the reference date; see `noteDemand`.
     let lastDemandBits = Atomic<UInt64>(0)
-    /// The controller's two hooks (see ``Handlers``).
-    private let handlers = Locked(Handlers())
+    /// The controller, once it exists (see ``CredentialsGateOwner``).
+    private let owner = Locked(OwnerReference())
     /// The background tasks, the final flushes and the probe tests may install (see ``BackgroundWork``).
     let backgroundWork = Locked(BackgroundWork())
     /// Orders the events of refreshes (started, failed, loop tripped) and of late writes against `deactivate()`:
@@ -54,13 +66,9 @@ final class CredentialsGate: Sendable {
     /// settings would retain and release that object, one cache line every task of the process shares.
     let clock: SessionClock
 
-    /// The calls up to the controller, set once it exists.
-    struct Handlers {
-        /// A terminal refresh failure invalidates the session of the generation given.
-        var terminalFailure: (@Sendable (UInt64) async -> Void)?
-        /// The active session's record was removed elsewhere; the controller then closes that session
-        /// (`.closed(.clearedElsewhere)`).
-        var storeRemoved: (@Sendable (UInt64) async -> Void)?
+    /// The owner, held weakly.
+    struct OwnerReference {
+        weak var value: (any CredentialsGateOwner)?
     }
 
     /// Everything the gate takes from the controller's configuration, as plain values.
@@ -94,18 +102,13 @@ final class CredentialsGate: Sendable {
             events: events)
     }
 
-    func setTerminalFailureHandler(_ handler: @escaping @Sendable (UInt64) async -> Void) {
-        handlers.withLock { $0.terminalFailure = handler }
+    /// Sets what the gate calls up to (the controller that made it).
+    func setOwner(_ owner: any CredentialsGateOwner) {
+        self.owner.withLock { $0.value = owner }
     }
 
-    func currentTerminalFailureHandler() -> (@Sendable (UInt64) async -> Void)? {
-        handlers.withLock { $0.terminalFailure }
-    }
-
-    /// Sets what the gate calls when a coordinated store says the active session's record was removed elsewhere.
-    func setStoreRemovedHandler(_ handler: @escaping @Sendable (UInt64) async -> Void) {
-        handlers.withLock { $0.storeRemoved = handler }
-    }
+    /// The owner, if it still exists.
+    private var currentOwner: (any CredentialsGateOwner)? { owner.withLock { $0.value } }
 
     /// Starts serving `credentials` for a newly opened session of `generation`. A refresh still running for an
     /// earlier generation is not served to it: it runs in the ledger, which writes its rotation, and a refresh of the
@@ -729,8 +732,8 @@ extension CredentialsGate {
             $0.refreshFailed(flightID: job.flightID, error: error, now: now, jitter: jitter)
         }
         guard let report else { return nil }
-        if let generation = report.invalidates, let handler = currentTerminalFailureHandler() {
-            await handler(generation)
+        if let generation = report.invalidates, let owner = currentOwner {
+            await owner.credentialsRevoked(generation: generation)
         }
         return report.waiters
     }
@@ -1134,8 +1137,8 @@ extension CredentialsGate {
 
     /// After the write turn is left: a session whose record was removed elsewhere is closed by its controller.
     func finishAdoption(_ adoption: Adoption, generation: UInt64) async {
-        guard case .removed = adoption, let handler = handlers.withLock({ $0.storeRemoved }) else { return }
-        await handler(generation)
+        guard case .removed = adoption, let owner = currentOwner else { return }
+        await owner.recordRemovedElsewhere(generation: generation)
     }
 
     /// Reads the record of the active session of `generation` and adopts it when it is newer than what the

@@ -621,16 +621,14 @@ extension UserSessionRegistry {
         return true
     }
 
-    /// Makes `controller` leave the registry when a terminal refresh failure invalidates its session.
+    /// Makes `controller` leave the registry when a terminal refresh failure invalidates its session: the controller
+    /// calls ``removeIfInvalid(_:entryID:)`` once it invalidated the session.
     func leaveWhenInvalidated(_ controller: UserSessionController, key: ExactIdentifier, entryID: UInt64) {
-        let invalidate = controller.gate.currentTerminalFailureHandler()
-        controller.gate.setTerminalFailureHandler { [weak self] generation in
-            await invalidate?(generation)
-            await self?.removeIfInvalid(key, entryID: entryID)
-        }
+        controller.membership.withLock { $0 = .init(registry: self, key: key, entryID: entryID) }
     }
 
-    private func removeIfInvalid(_ key: ExactIdentifier, entryID: UInt64) async {
+    /// Drops the controller held as `entryID` for `key` if its session is invalid, in the identifier's turn.
+    func removeIfInvalid(_ key: ExactIdentifier, entryID: UInt64) async {
         await withTurn(.user(key)) {
             guard let entry = state.withLock({ $0.entries[key] }), entry.id == entryID,
                 entry.controller.session.state == .invalid, await entry.controller.shutdownIfIdle()

@@ -3,7 +3,7 @@ import Foundation
 @testable import UserSessions
 
 /// A ``CredentialsGate`` wired to a scripted refresher, a scripted store, an event hub and a manual clock.
-final class RefreshHarness: Sendable {
+final class RefreshHarness: CredentialsGateOwner {
     let time: ManualTime
     let refresher: ScriptedRefresher?
     let store = ScriptedTokenStore()
@@ -26,10 +26,7 @@ final class RefreshHarness: Sendable {
         gate = CredentialsGate(refresher: refresher, store: store, events: hub, policy: configuration.refreshPolicy)
         events = hub.subscribe(bufferSize: 10_000)
         _ = gate.backgroundTasks
-        gate.setTerminalFailureHandler { [self] generation in
-            self.terminalGenerations.withLock { $0.append(generation) }
-            self.terminalCalls.arrive()
-        }
+        gate.setOwner(self)
     }
 
     /// Credentials `at-0` / `rt-0` expiring `expiresIn` seconds from now.
@@ -67,4 +64,14 @@ final class RefreshHarness: Sendable {
         for await event in events where event.kind != .current { result.append(event) }
         return result
     }
+}
+
+extension RefreshHarness {
+    /// The gate's call up for a terminal failure: recorded.
+    func credentialsRevoked(generation: UInt64) async {
+        terminalGenerations.withLock { $0.append(generation) }
+        terminalCalls.arrive()
+    }
+
+    func recordRemovedElsewhere(generation: UInt64) async {}
 }
