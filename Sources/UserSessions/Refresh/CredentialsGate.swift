@@ -1,6 +1,18 @@
 import Foundation
 import Synchronization
 
+/// What a gate calls up to the controller that owns it: the two events of a session's credentials that end the
+/// session. The gate holds its owner weakly (a refresh may outlive the controller), and calls it after every lock is
+/// released.
+protocol CredentialsGateOwner: AnyObject, Sendable {
+    /// A terminal refresh failure (the server refused the credentials for good) invalidates the session of
+    /// `generation`.
+    func credentialsRevoked(generation: UInt64) async
+    /// A coordinated store said the active session's record was removed elsewhere: the session of `generation`
+    /// closes (`.closed(.clearedElsewhere)`).
+    func recordRemovedElsewhere(generation: UInt64) async
+}
+
 /// The single-flight gate in front of a session's credentials.
 ///
 /// Every path that needs a token or a refresh — `accessToken()`, proactive refresh, a replay after an
@@ -16,18 +28,6 @@ import Synchronization
 /// The controller calls ``activate(identifier:userInfo:credentials:generation:revision:heldFence:signingIn:)`` when a
 /// session opens (before its services start) and ``deactivate()`` first thing when it closes, is replaced or becomes
 /// invalid.
-/// What a gate calls up to the controller that owns it: the two events of a session's credentials that end the
-/// session. The gate holds its owner weakly (a refresh may outlive the controller), and calls it after every lock is
-/// released.
-protocol CredentialsGateOwner: AnyObject, Sendable {
-    /// A terminal refresh failure (the server refused the credentials for good) invalidates the session of
-    /// `generation`.
-    func credentialsRevoked(generation: UInt64) async
-    /// A coordinated store said the active session's record was removed elsewhere: the session of `generation`
-    /// closes (`.closed(.clearedElsewhere)`).
-    func recordRemovedElsewhere(generation: UInt64) async
-}
-
 @usableFromInline
 final class CredentialsGate: Sendable {
     /// The machine. Private: it changes only through ``modifyStateAndRunActions(ordered:_:)`` and is read only
