@@ -34,6 +34,26 @@ struct LedgerRotationWriteTests {
         }
     }
 
+    /// A closing session's last flush has nothing to wait for or write exactly while no write holds the identifier's
+    /// turn and nothing of it is unwritten; another identifier's state does not count.
+    @Test func anIdentifierIsSettledOnlyWithNoWriteInItsTurnAndNothingUnwritten() async throws {
+        let ledger = CredentialsLedger(store: InMemoryTokenStore())
+        #expect(ledger.isSettled("alice"), "an identifier the ledger holds nothing for")
+        let fence = ledger.hold("alice")
+        #expect(ledger.isSettled("alice"), "held, with nothing written or pending")
+
+        let grant = await ledger.takeWriteTurn("alice")
+        #expect(!ledger.isSettled("alice"), "a write holds the turn")
+        #expect(ledger.isSettled("bob"))
+        ledger.leaveWriteTurn("alice", token: grant.token)
+        #expect(ledger.isSettled("alice"), "the write left the turn")
+
+        await refresh(ledger, fence: fence)
+        #expect(!ledger.isSettled("alice"), "a rotation the store has not taken")
+        #expect(ledger.unwrittenSession("alice")?.credentials == Self.rotated)
+        ledger.release("alice")
+    }
+
     /// The commit of a refresh that found the write turn free takes two critical sections of the entry: the one that
     /// records the rotation also grants the leader the turn, and the one that lands the write hands it on.
     @Test func aLeaderThatFindsTheTurnFreeGetsItWithTheRotationAndLeavesItWithTheLanding() async throws {

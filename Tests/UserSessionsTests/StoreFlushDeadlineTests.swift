@@ -11,6 +11,30 @@ struct StoreFlushDeadlineTests {
             accessToken: "at-\(index)", refreshToken: "rt-\(index)", expiresAt: time.now.addingTimeInterval(3600))
     }
 
+    /// The common close, with no write in progress or waiting and nothing unwritten, has nothing to wait for: it
+    /// arms no deadline (no timer task per closed session) and still ends the session's credentials.
+    @Test func aCloseWithNothingToWaitForOrWriteArmsNoDeadline() async throws {
+        let time = ManualTime()
+        let store = InMemoryTokenStore()
+        let hub = EventHub(defaultBufferSize: 100)
+        var configuration = UserSessionController.Configuration(storeTimeout: .seconds(60), clock: time.clock)
+        configuration.deadlineClock = time.deadlineClock
+        let gate = CredentialsGate(refresher: nil, store: store, events: hub, policy: configuration.refreshPolicy)
+        gate.activate(
+            identifier: "user", userInfo: UserInfo(id: "user"), credentials: Self.credentials(0, time: time),
+            generation: 1)
+        try await gate.update(Self.credentials(1, time: time))
+        #expect(try await store.load(identifier: "user")?.credentials == Self.credentials(1, time: time))
+        let sleepsBefore = time.sleeps.count
+
+        await gate.deactivate()
+
+        #expect(time.sleeps.count == sleepsBefore, "no deadline was armed for a flush with nothing to do")
+        #expect(time.sleeperCount == 0)
+        #expect(gate.currentCredentials() == nil)
+        #expect(try await store.load(identifier: "user")?.credentials == Self.credentials(1, time: time))
+    }
+
     @Test func aCloseLeavesAHangingWriteBehindOnlyWhenTheDeadlineClockPassesTwice() async throws {
         let time = ManualTime()
         let store = FaultPlanStore([FaultPlan(site: .save, fault: .hang)])

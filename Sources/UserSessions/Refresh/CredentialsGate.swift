@@ -159,12 +159,18 @@ final class CredentialsGate: Sendable {
         modifyStateAndRunActions(ordered: true) { $0.deactivated() }
         stopWatchingStore()
         defer { releaseLedgerHold() }
+        let identifier = inspect { $0.identifier }
+        // The common close: no write is in progress or waiting and nothing is unwritten, so the final flush has
+        // nothing to wait for or write. It ends here, without a task or a deadline timer.
+        if identifier.isEmpty || ledger.isSettled(identifier) {
+            modifyStateAndRunActions { $0.finalFlushBegan(unwritten: nil) }
+            return
+        }
         let (timeout, deadlineClock) = (policy.storeTimeout, policy.deadlineClock)
         let number = backgroundWork.withLock { work in
             work.flushesStarted += 1
             return work.flushesStarted
         }
-        let identifier = inspect { $0.identifier }
         let flush = Task { await self.finalFlush(number, identifier: identifier) }
         if await Deadline.wait(for: flush, timeout: timeout, clock: deadlineClock) { return }
         cancelBackgroundWork()
@@ -208,10 +214,6 @@ final class CredentialsGate: Sendable {
     /// Waits for the write in progress (the identifier's write turn), then writes once more what the ledger has not
     /// written for the session's identifier, if anything (the ledger goes on retrying it after this session closed).
     private func finalFlush(_ number: UInt64, identifier: String) async {
-        guard !identifier.isEmpty else {
-            modifyStateAndRunActions { $0.finalFlushBegan(unwritten: nil) }
-            return
-        }
         await withWriteTurn(identifier) { turn in
             let unwritten = ledger.unwrittenSession(identifier)
             // Cancelled once `deactivate()` stopped waiting: the session is closed without this write, and writing

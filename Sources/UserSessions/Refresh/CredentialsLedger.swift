@@ -370,6 +370,15 @@ final class CredentialsLedger: Sendable {
         }
     }
 
+    /// Whether nothing holds or waits for `identifier`'s write turn and the store lacks none of its credentials: a
+    /// closing session's last flush would find nothing to wait for and nothing to write. One critical section.
+    func isSettled(_ identifier: String) -> Bool {
+        entries.withLock { entries in
+            guard let entry = entries[ExactIdentifier(identifier)] else { return true }
+            return entry.turn == nil && entry.turnQueue.isEmpty && !entry.unwritten
+        }
+    }
+
     /// Whether a refresh known here spent `token` of `identifier`: a stored record holding it is older than any
     /// credentials reached from it, so a conditional write of those may replace it.
     func knowsSpent(_ token: String, of identifier: String) -> Bool {
