@@ -96,6 +96,8 @@ enum Explanations {
         "warm ns/request: the same N requests again once every session is open (session(for:) then accessToken())",
         "hot ns/call: accessToken() of the already-open controllers alone, same N tasks: the hot path at this "
             + "concurrency; compare it with workload A",
+        "shutdown ns/session: registry.shutdown() afterwards, wall / sessions closed: what closing (or evicting) an idle "
+            + "open session costs",
         "failed: requests that threw or got another user's token, in any pass; must be 0",
         "swings: at N = 1,000 and U = 1 a run takes a few milliseconds, where one preemption on the shared 2 cores "
             + "shows; every request wakes a parked task, which costs more than the work itself",

@@ -34,6 +34,10 @@ struct RestoreStormRow: Encodable {
     var hotPathNsPerCall: Double
     var hotPathNsPerCallMin: Double
     var hotPathNsPerCallMax: Double
+    /// `registry.shutdown()` afterwards, wall / sessions closed: what closing an idle open session costs.
+    var shutdownNsPerSession: Double
+    var shutdownNsPerSessionMin: Double
+    var shutdownNsPerSessionMax: Double
     /// Requests that threw or got another user's token, in any pass (largest count of any repetition).
     var failedRequests: Int
     /// The idiom (an actor keeping `[identifier: Task<UserSessionController, Error>]`), same shape: wall / N.
@@ -58,6 +62,7 @@ extension BenchmarkReport {
                 let floor = Summary(samples.map { $0.floorWall.inNanoseconds }),
                 let warm = Summary(samples.map(\.warmNsPerRequest)),
                 let hot = Summary(samples.map(\.hotNsPerCall)),
+                let shutdown = Summary(samples.map(\.shutdownNsPerSession)),
                 let idiom = Summary(samples.map { $0.idiomWall.inNanoseconds })
             else { continue }
             let loads = samples.map(\.loads)
@@ -76,6 +81,8 @@ extension BenchmarkReport {
                 overheadNsPerRequest: rounded((wall.median - floor.median) / requests, 1),
                 warmNsPerRequest: rounded(warm.median, 1), hotPathNsPerCall: rounded(hot.median, 1),
                 hotPathNsPerCallMin: rounded(hot.min, 1), hotPathNsPerCallMax: rounded(hot.max, 1),
+                shutdownNsPerSession: rounded(shutdown.median, 1), shutdownNsPerSessionMin: rounded(shutdown.min, 1),
+                shutdownNsPerSessionMax: rounded(shutdown.max, 1),
                 failedRequests: samples.map(\.failedRequests).max() ?? 0,
                 idiomNsPerRequest: rounded(idiom.median / requests, 1),
                 idiomNsPerRequestMin: rounded(idiom.min / requests, 1),
@@ -123,7 +130,8 @@ extension BenchmarkReport {
                 + "registry.session(for:) then accessToken()",
             headers: [
                 "requests", "users", "loads", "restores", "wall ms", "ns/request", "floor ns/request", "x floor",
-                "overhead ns/request", "idiom ns/request", "x idiom", "warm ns/request", "hot ns/call", "failed",
+                "overhead ns/request", "idiom ns/request", "x idiom", "warm ns/request", "hot ns/call",
+                "shutdown ns/session", "failed",
             ],
             labelColumns: 0)
         for row in restoreStorm {
@@ -145,6 +153,11 @@ extension BenchmarkReport {
                 Format.number(row.ratioToIdiom, places: 2), Format.number(row.warmNsPerRequest, places: 0),
                 Format.summary(
                     Summary(median: row.hotPathNsPerCall, min: row.hotPathNsPerCallMin, max: row.hotPathNsPerCallMax),
+                    places: 0),
+                Format.summary(
+                    Summary(
+                        median: row.shutdownNsPerSession, min: row.shutdownNsPerSessionMin,
+                        max: row.shutdownNsPerSessionMax),
                     places: 0),
                 "\(row.failedRequests)",
             ])

@@ -16,6 +16,8 @@ import UserSessions
 ///   user and insert it); no request waits for a load, so it is less than any correct get-or-restore does;
 /// - warm: the same N requests again through `session(for:)` and `accessToken()`, every session now open;
 /// - hot: `accessToken()` of the already-open controllers only, the hot path at this concurrency;
+/// - shutdown: `registry.shutdown()` afterwards, divided by the sessions it closes: what closing (or evicting) an
+///   idle open session costs;
 /// - the idiom: what a server author writes instead of the registry, an actor keeping
 ///   `[identifier: Task<UserSessionController, Error>]` whose task makes a controller and restores it from the same
 ///   store. It keeps the same invariants (one load and one restore per user), so the report shows the registry
@@ -34,6 +36,8 @@ struct RestoreStormWorkload {
         /// Wall time of the warm and hot passes divided by N.
         var warmNsPerRequest: Double
         var hotNsPerCall: Double
+        /// Wall time of `registry.shutdown()` divided by the sessions it closed.
+        var shutdownNsPerSession: Double
         /// Loads made by the warm and hot passes (open sessions need none).
         var loadsWhileOpen: Int
         var idiomWall: Duration
@@ -146,7 +150,9 @@ struct RestoreStormWorkload {
             return (try? await controllers[user].accessToken()) == tokens[user]
         }
         let loadsWhileOpen = store.loads - loads
+        let shutdownStart = ContinuousClock.now
         await registry.shutdown()
+        let shutdown = ContinuousClock.now - shutdownStart
 
         let (floorWall, floorLoads) = await measureFloor(
             requests: requests, identifiers: identifiers, store: CountingTokenStore(inner))
@@ -154,7 +160,8 @@ struct RestoreStormWorkload {
         return Sample(
             wall: wall, loads: loads, restores: restored, failedRequests: failed + warmFailed + hotFailed,
             floorWall: floorWall, floorLoads: floorLoads, warmNsPerRequest: warm.inNanoseconds / Double(requests),
-            hotNsPerCall: hot.inNanoseconds / Double(requests), loadsWhileOpen: loadsWhileOpen,
+            hotNsPerCall: hot.inNanoseconds / Double(requests),
+            shutdownNsPerSession: shutdown.inNanoseconds / Double(asked), loadsWhileOpen: loadsWhileOpen,
             idiomWall: idiom.wall, idiomLoads: idiom.loads, idiomRestores: idiom.restores,
             idiomFailedRequests: idiom.failed)
     }
