@@ -54,6 +54,54 @@ struct LedgerRotationWriteTests {
         ledger.release("alice")
     }
 
+    /// A sign-out or a sign-in is a fenced write like a commit: two critical sections of the entry, one that takes
+    /// the turn (or, for a caller holding it, only marks the write) and one that applies the new fence, clears the mark
+    /// and hands the turn on. A write the store refused changes no fence and frees the turn in its second section.
+    @Test func aSignOutOrASignInTakesTwoSectionsOfTheEntry() async throws {
+        let ledger = CredentialsLedger(store: InMemoryTokenStore())
+        ledger.hold("alice")
+        func sections(_ operation: () async throws -> Void) async rethrows -> Int {
+            let before = ledger.sectionsTaken.load(ordering: .relaxed)
+            try await operation()
+            return ledger.sectionsTaken.load(ordering: .relaxed) - before
+        }
+
+        let first = ledger.fence("alice")
+        let signOut = try await sections {
+            try await ledger.signOut("alice") { #expect(ledger.writeTurnIsHeld("alice")) }
+        }
+        #expect(signOut == 2)
+        #expect(ledger.fence("alice") != first)
+        #expect(!ledger.writeTurnIsHeld("alice"))
+
+        var signedInFence: UInt64 = 0
+        let signIn = try await sections {
+            (_, signedInFence) = try await ledger.signIn(
+                "alice", session: StoredSession(userInfo: Self.user, credentials: Self.sent)
+            ) {}
+        }
+        #expect(signIn == 2)
+        #expect(signedInFence == ledger.fence("alice"))
+
+        let refused = await sections {
+            await #expect(throws: UserSessionError.self) {
+                try await ledger.signOut("alice") { throw UserSessionError(.storeFailure, "the store is down") }
+            }
+        }
+        #expect(refused == 2)
+        #expect(ledger.fence("alice") == signedInFence, "a sign-out the store refused changes nothing")
+        #expect(!ledger.writeTurnIsHeld("alice"))
+
+        let held = await ledger.takeWriteTurn("alice")
+        let signInHoldingTurn = try await sections {
+            _ = try await ledger.signIn("alice", holdingTurn: true) {}
+        }
+        #expect(signInHoldingTurn == 2)
+        #expect(ledger.writeTurnIsHeld("alice"), "a caller that held the turn keeps it")
+        ledger.leaveWriteTurn("alice", token: held.token)
+        ledger.release("alice")
+    }
+
     /// The commit of a refresh that found the write turn free takes two critical sections of the entry: the one that
     /// records the rotation also grants the leader the turn, and the one that lands the write hands it on.
     @Test func aLeaderThatFindsTheTurnFreeGetsItWithTheRotationAndLeavesItWithTheLanding() async throws {

@@ -29,6 +29,10 @@ final class CredentialsLedger: Sendable {
     let store: any TokenStore
     let coordinatedStore: (any CoordinatedTokenStore)?
     private let entries = Locked<[ExactIdentifier: Entry]>([:])
+    #if DEBUG
+    /// Critical sections taken through `modify` (a probe for tests: how many sections an operation takes).
+    let sectionsTaken = Atomic<Int>(0)
+    #endif
 
     init(store: any TokenStore) {
         self.store = store
@@ -181,6 +185,33 @@ final class CredentialsLedger: Sendable {
             return TurnGrant(token: token, fence: fence)
         }
 
+        /// The user signed in with `session` (now in the store); returns the new fence. See
+        /// ``CredentialsLedger/signedIn(_:session:)``.
+        mutating func signIn(_ session: StoredSession?) -> UInt64 {
+            renewFence()
+            signedOut = false
+            refused = nil
+            unwritten = false
+            current = session
+            // A refresh of the signed-in credentials already returned (the session refreshed while its sign-in was
+            // being written): the store holds the refresh token it spent. Its rotation is the newest, and unwritten:
+            // the session's commit writes it, or the ledger when that session ended meanwhile (`ensureWritten`).
+            if let session, let credentials = session.credentials, let rotated = latestRotation(of: credentials) {
+                current = StoredSession(userInfo: session.userInfo, credentials: rotated)
+                unwritten = true
+            }
+            return fence
+        }
+
+        /// The user signed out. See ``CredentialsLedger/signedOut(identifier:)``.
+        mutating func signOut() {
+            renewFence()
+            signedOut = true
+            unwritten = false
+            current = nil
+            refused = nil
+        }
+
         /// Records that the server answered a refresh of `presented` (which sent `sent`) with `result`.
         mutating func recordRefresh(of presented: Credentials, sent: String, result: Credentials) {
             let rotation = Rotation(sentAccessToken: presented.accessToken, sent: sent, result: result)
@@ -321,7 +352,10 @@ final class CredentialsLedger: Sendable {
     }
 
     private func modify<Value>(_ key: ExactIdentifier, _ body: (inout Entry) -> Value) -> Value {
-        entries.withLock { entries in
+        #if DEBUG
+        sectionsTaken.wrappingAdd(1, ordering: .relaxed)
+        #endif
+        return entries.withLock { entries in
             var entry = entries[key] ?? Entry(fence: Self.nextFence())
             let value = body(&entry)
             entries[key] = entry.isIdle ? nil : entry
@@ -891,29 +925,58 @@ final class CredentialsLedger: Sendable {
         _ identifier: String, session: StoredSession? = nil, holdingTurn: Bool = false,
         write: () async throws -> Value
     ) async throws -> (Value, UInt64) {
-        try await withFencingWrite(identifier, holdingTurn: holdingTurn) {
-            let value = try await write()
-            return (value, signedIn(identifier, session: session))
-        }
+        try await withFencingWrite(identifier, holdingTurn: holdingTurn, write) { $0.signIn(session) }
     }
 
-    /// Runs `body`, a sign-in or a sign-out, in `identifier`'s write turn, marked as under way while it runs: a
-    /// restore that read the record meanwhile may have read either side of it (``readThrough(_:identifier:fence:)``).
+    /// Runs `write`, the store call of a sign-in or a sign-out, in `identifier`'s write turn, marked as under way
+    /// while it runs (a restore that read the record meanwhile may have read either side of it:
+    /// ``readThrough(_:identifier:fence:)``); once the store took it, `landed` changes the entry (the new fence).
+    /// Returns what both returned. A write the store refused changes nothing.
     ///
-    /// With `holdingTurn`, the caller already holds the turn (a controller opening a session holds it from before
-    /// the session's credentials are readable until its sign-in is written).
-    private func withFencingWrite<Value>(
-        _ identifier: String, holdingTurn: Bool = false, _ body: () async throws -> Value
-    ) async rethrows -> Value {
-        guard holdingTurn else {
-            return try await withWriteTurn(identifier) {
-                try await withFencingWrite(identifier, holdingTurn: true, body)
+    /// Two critical sections of the entry, like a commit's, when the turn is free: one takes the turn and marks the
+    /// write, one applies `landed`, clears the mark and hands the turn on. With `holdingTurn`, the caller already
+    /// holds the turn and keeps it (a controller opening a session holds it from before the session's credentials
+    /// are readable until its sign-in is written): the first section only marks the write.
+    private func withFencingWrite<Value, Landed>(
+        _ identifier: String, holdingTurn: Bool = false, _ write: () async throws -> Value,
+        landed: (inout Entry) -> Landed
+    ) async throws -> (Value, Landed) {
+        let key = ExactIdentifier(identifier)
+        var token: UInt64?
+        if holdingTurn {
+            modify(key) { $0.fencingWrite = true }
+        } else {
+            token = modify(key) { entry -> UInt64? in
+                guard entry.turn == nil else { return nil }
+                entry.fencingWrite = true
+                return entry.grantTurn().token
+            }
+            if token == nil {
+                // Busy: wait in line like any write, then mark it.
+                token = await takeWriteTurn(identifier).token
+                modify(key) { $0.fencingWrite = true }
             }
         }
-        let key = ExactIdentifier(identifier)
-        modify(key) { $0.fencingWrite = true }
-        defer { modify(key) { $0.fencingWrite = false } }
-        return try await body()
+        // Clears the mark and, unless the caller holds the turn, leaves it (as `leaveWriteTurn` does).
+        func finish(_ entry: inout Entry) -> Handover {
+            entry.fencingWrite = false
+            guard let token else { return Handover() }
+            if entry.turn != token { entry.lateWrites = max(0, entry.lateWrites - 1) }
+            return handOver(&entry, from: token)
+        }
+        let value: Value
+        do {
+            value = try await write()
+        } catch {
+            modify(key) { finish(&$0) }.deliver()
+            throw error
+        }
+        let (result, handover) = modify(key) { entry in
+            let result = landed(&entry)
+            return (result, finish(&entry))
+        }
+        handover.deliver()
+        return (value, result)
     }
 
     /// The user signs out: `remove` removes the record in the identifier's write turn, so every write that took
@@ -921,10 +984,7 @@ final class CredentialsLedger: Sendable {
     /// (``signedOut(identifier:)``): every write waiting or taken before is refused. A sign-out the store refused
     /// changes nothing, so it loses nothing: the user is still signed in, with the newest credentials.
     func signOut(_ identifier: String, remove: () async throws -> Void) async throws {
-        try await withFencingWrite(identifier) {
-            try await remove()
-            signedOut(identifier: identifier)
-        }
+        _ = try await withFencingWrite(identifier, remove) { $0.signOut() }
     }
 
     /// The user signed in again with `session` (now in the store): a refusal is forgotten, a pending rotation is no
@@ -935,34 +995,14 @@ final class CredentialsLedger: Sendable {
     /// the write turn (``signIn(_:session:write:)``).
     @discardableResult
     func signedIn(_ identifier: String, session: StoredSession? = nil) -> UInt64 {
-        modify(ExactIdentifier(identifier)) { entry in
-            entry.renewFence()
-            entry.signedOut = false
-            entry.refused = nil
-            entry.unwritten = false
-            entry.current = session
-            // A refresh of the signed-in credentials already returned (the session refreshed while its sign-in was
-            // being written): the store holds the refresh token it spent. Its rotation is the newest, and unwritten:
-            // the session's commit writes it, or the ledger when that session ended meanwhile (`ensureWritten`).
-            if let session, let credentials = session.credentials, let rotated = entry.latestRotation(of: credentials) {
-                entry.current = StoredSession(userInfo: session.userInfo, credentials: rotated)
-                entry.unwritten = true
-            }
-            return entry.fence
-        }
+        modify(ExactIdentifier(identifier)) { $0.signIn(session) }
     }
 
     /// `identifier` signed out (from ``signOut(_:remove:)``, or seen in the store: another instance removed the
     /// record): every write taken before this point is fenced, a pending rotation is dropped, and the refresh in
     /// flight writes nothing.
     func signedOut(identifier: String) {
-        modify(ExactIdentifier(identifier)) { entry in
-            entry.renewFence()
-            entry.signedOut = true
-            entry.unwritten = false
-            entry.current = nil
-            entry.refused = nil
-        }
+        modify(ExactIdentifier(identifier)) { $0.signOut() }
     }
 
     /// A rotation nobody else is going to write (its flight's session ended): the ledger writes it now, in the
