@@ -703,10 +703,7 @@ final class CredentialsLedger: Sendable {
     /// Leaves the write turn `token` holds, handing it to the next write waiting whose fence still holds. A holder
     /// that lost the turn to a close's deadline (``abandonWriteTurn(_:token:)``) only stops counting as late.
     func leaveWriteTurn(_ identifier: String, token: UInt64) {
-        modify(ExactIdentifier(identifier)) { entry in
-            if entry.turn != token { entry.lateWrites = max(0, entry.lateWrites - 1) }
-            return handOver(&entry, from: token)
-        }.deliver()
+        modify(ExactIdentifier(identifier)) { leave(&$0, turn: token) }.deliver()
     }
 
     /// The unconditional form of ``enterWriteTurn(_:fence:reserved:)``, for a holder that makes several writes (or
@@ -757,6 +754,13 @@ final class CredentialsLedger: Sendable {
             for continuation in refused { continuation.resumeVisibly(returning: nil) }
             if let (continuation, grant) = granted { continuation.resumeVisibly(returning: grant) }
         }
+    }
+
+    /// The holder of `token` leaves the turn: ``handOver(_:from:)`` when it still holds it; when it lost it to a
+    /// close's deadline (``abandonWriteTurn(_:token:)``), it only stops counting as late.
+    private func leave(_ entry: inout Entry, turn token: UInt64) -> Handover {
+        if entry.turn != token { entry.lateWrites = max(0, entry.lateWrites - 1) }
+        return handOver(&entry, from: token)
     }
 
     /// Hands the turn `token` holds to the next waiting write whose fence still holds; nothing when `token` no
@@ -847,11 +851,7 @@ final class CredentialsLedger: Sendable {
         let (then, handover) = modify(ExactIdentifier(identifier)) { entry -> (Then, Handover) in
             // A write that no longer holds its turn lost it to a close's deadline: it landed late.
             let late = entry.turn != turn
-            var handover = Handover()
-            if leavesTurn {
-                if late { entry.lateWrites = max(0, entry.lateWrites - 1) }
-                handover = handOver(&entry, from: turn)
-            }
+            let handover = leavesTurn ? leave(&entry, turn: turn) : Handover()
             return (landing(&entry, late: late), handover)
         }
         handover.deliver()
@@ -957,12 +957,11 @@ final class CredentialsLedger: Sendable {
                 modify(key) { $0.fencingWrite = true }
             }
         }
-        // Clears the mark and, unless the caller holds the turn, leaves it (as `leaveWriteTurn` does).
+        // Clears the mark and, unless the caller holds the turn, leaves it.
         func finish(_ entry: inout Entry) -> Handover {
             entry.fencingWrite = false
             guard let token else { return Handover() }
-            if entry.turn != token { entry.lateWrites = max(0, entry.lateWrites - 1) }
-            return handOver(&entry, from: token)
+            return leave(&entry, turn: token)
         }
         let value: Value
         do {
