@@ -14,6 +14,16 @@ struct SignOutRevocationTests {
             clientAuthentication: .clientSecretBasic(id: "client", secret: secret))
     }
 
+    /// A configuration whose revocation deadline is far away. These tests read how the fixture answered, which
+    /// must arrive before the deadline: on a loaded machine the default 5 s was sometimes too short, and the event
+    /// then said transient (timed out) instead of what the server answered. The deadline's own behaviour is tested
+    /// with a manual clock.
+    static var patient: UserSessionController.Configuration {
+        var configuration = UserSessionController.Configuration()
+        configuration.revocationTimeout = .seconds(60)
+        return configuration
+    }
+
     static func with<R>(_ body: (OAuthFixtureServer) async throws -> R) async throws -> R {
         try await OAuthFixtureServer.with(["--client-secret", secret], body)
     }
@@ -55,7 +65,8 @@ struct SignOutRevocationTests {
     @Test func closeAndClearRevokesTheRefreshTokenBeforeRemovingItLocally() async throws {
         try await Self.with { server in
             let store = InMemoryTokenStore()
-            let controller = UserSessionController(store: store, refresher: try Self.refresher(server))
+            let controller = UserSessionController(
+                store: store, refresher: try Self.refresher(server), configuration: Self.patient)
             let probe = EventProbe(controller)
             let (prototype, refreshToken, accessToken) = try await Self.prototype(server)
             _ = try await controller.open(prototype)
@@ -76,7 +87,8 @@ struct SignOutRevocationTests {
 
     @Test func withoutARefreshTokenTheAccessTokenIsRevoked() async throws {
         try await Self.with { server in
-            let controller = UserSessionController(store: InMemoryTokenStore(), refresher: try Self.refresher(server))
+            let controller = UserSessionController(
+                store: InMemoryTokenStore(), refresher: try Self.refresher(server), configuration: Self.patient)
             let (prototype, refreshToken, accessToken) = try await Self.prototype(server, refreshable: false)
             _ = try await controller.open(prototype)
             try await controller.closeAndClear()
@@ -92,7 +104,7 @@ struct SignOutRevocationTests {
     func revocationOffOrNoEndpointLeavesTheTokenActiveAndStillSignsOut(hasEndpoint: Bool) async throws {
         try await Self.with { server in
             let store = InMemoryTokenStore()
-            var configuration = UserSessionController.Configuration()
+            var configuration = Self.patient
             // With an endpoint, revocation is turned off; without one, it is on but the refresher cannot revoke.
             configuration.revokesOnSignOut = !hasEndpoint
             let refresher = try Self.refresher(server, revocation: hasEndpoint)
@@ -118,7 +130,7 @@ struct SignOutRevocationTests {
             let refresher = try Self.refresher(server)
 
             // Closed first, then cleared: the credentials are read back from the store.
-            let first = UserSessionController(store: store, refresher: refresher)
+            let first = UserSessionController(store: store, refresher: refresher, configuration: Self.patient)
             let (alice, aliceToken, _) = try await Self.prototype(server, "alice")
             _ = try await first.open(alice)
             await first.close()
@@ -128,11 +140,11 @@ struct SignOutRevocationTests {
             await first.shutdown()
 
             // Right after a "launch": a new controller signs the persisted user out without restoring.
-            let before = UserSessionController(store: store, refresher: refresher)
+            let before = UserSessionController(store: store, refresher: refresher, configuration: Self.patient)
             let (bob, bobToken, _) = try await Self.prototype(server, "bob")
             _ = try await before.open(bob)
             await before.shutdown()
-            let relaunched = UserSessionController(store: store, refresher: refresher)
+            let relaunched = UserSessionController(store: store, refresher: refresher, configuration: Self.patient)
             try await relaunched.closeAndClear()
             #expect(try await server.isActive(bobToken) == false)
             #expect(try await store.load(identifier: "bob") == nil)
@@ -207,7 +219,8 @@ struct SignOutRevocationTests {
     ) async throws {
         try await Self.with { server in
             let store = InMemoryTokenStore()
-            let controller = UserSessionController(store: store, refresher: try Self.refresher(server))
+            let controller = UserSessionController(
+                store: store, refresher: try Self.refresher(server), configuration: Self.patient)
             let probe = EventProbe(controller)
             let (prototype, refreshToken, accessToken) = try await Self.prototype(server)
             _ = try await controller.open(prototype)
@@ -253,7 +266,8 @@ struct SignOutRevocationTests {
     @Test func theRegistryRevokesForAHeldControllerAndForAStoredUserWithoutOne() async throws {
         try await Self.with { server in
             let store = InMemoryTokenStore()
-            let registry = UserSessionRegistry(store: store, refresher: try Self.refresher(server))
+            let registry = UserSessionRegistry(
+                store: store, refresher: try Self.refresher(server), configuration: Self.patient)
             let (alice, aliceToken, _) = try await Self.prototype(server, "alice")
             _ = try await registry.open(alice)
             let (bob, bobToken, _) = try await Self.prototype(server, "bob")
@@ -277,11 +291,8 @@ struct SignOutRevocationTests {
         try await Self.with { server in
             let store = InMemoryTokenStore()
             let observer = RecordingObserver()
-            var configuration = UserSessionController.Configuration()
+            var configuration = Self.patient
             configuration.observers = [observer]
-            // The refusal must arrive before the revocation deadline: on a loaded machine the default 5 s was
-            // sometimes too short, and the event then said transient (timed out) instead of misconfiguration.
-            configuration.revocationTimeout = .seconds(60)
             let registry = UserSessionRegistry(
                 store: store, refresher: try Self.refresher(server), configuration: configuration)
             let events = registry.events()
