@@ -73,6 +73,34 @@ struct RegistryEventsTests {
         await registry.shutdown()
     }
 
+    /// The relay keeps no list of the registry's controllers: without subscribers it tracks none; a subscriber
+    /// finds the controllers the registry holds when it arrives (never one the registry dropped before), and a
+    /// controller the registry takes later is handed over to it.
+    @Test func aSubscriberFindsTheControllersHeldWhenItArrivesAndLaterOnes() async throws {
+        let registry = UserSessionRegistry(store: InMemoryTokenStore())
+        try await registry.open(makePrototype("alice"))
+        try await registry.open(makePrototype("bob"))
+        await registry.close(identifier: "bob")  // dropped before anybody subscribed
+        #expect(registry.existingController(for: "bob") == nil)
+        #expect(registry.relay.forwarderCount == 0)
+
+        let log = RegistryEventLog(registry.events())
+        await log.arrivals.wait(for: 1)
+        #expect(log.kinds("alice") == [.current])
+        #expect(log.events.first?.event.session.state == .opened)
+        #expect(registry.relay.forwarderCount == 1)
+        try await registry.open(makePrototype("carol"))
+        await log.arrivals.wait(for: 3)
+        #expect(log.kinds("carol") == [.current, .opened])
+        #expect(registry.relay.forwarderCount == 2)
+
+        await registry.shutdown()
+        await log.finished.wait()
+        #expect(log.kinds("bob").isEmpty)
+        #expect(log.kinds("alice") == [.current, .closed(.shutdown)])
+        #expect(log.kinds("carol") == [.current, .opened, .closed(.shutdown)])
+    }
+
     /// A subscriber that does not read keeps only its newest elements and always ends on the latest event.
     ///
     /// Each controller's events keep their order; events of two controllers are forwarded by two forwarders, so the

@@ -1,19 +1,26 @@
 /// Carries every held controller's events to the subscribers of ``UserSessionRegistry/events(bufferSize:)``.
 ///
-/// Forwarding: while there is at least one subscriber, each attached controller has one forwarder, a task reading
+/// Which controllers: the registry's. The relay keeps no list of its own: a new subscriber reads the registry's held
+/// controllers (``subscribe(bufferSize:held:)``), and a controller the registry holds from then on is handed over
+/// by ``attach(_:identifier:entryID:)``. A controller leaving the registry needs no call: its forwarder, if any,
+/// ends with its stream (the registry shuts it down), and later subscribers no longer find it.
+///
+/// Forwarding: while there is at least one subscriber, each held controller has one forwarder, a task reading
 /// one subscription to that controller's events and handing each event on, so a controller's events keep their
-/// order. Without subscribers there are no forwarders (a server that never subscribes pays nothing per session);
-/// the first subscriber starts them and the last one leaving stops them. A forwarder subscribes to its controller
-/// synchronously when it is started, so no event emitted after that is missed.
+/// order. Without subscribers there are no forwarders and the relay keeps nothing per controller (a server that
+/// never subscribes pays nothing per session); the first subscriber starts them and the last one leaving stops
+/// them. A forwarder subscribes to its controller synchronously when it is started, so no event emitted after that
+/// is missed.
 ///
 /// Ordering across subscribers: an event is recorded as its controller's latest in one critical section, and a new
 /// subscriber's opening snapshot is taken in one too; a subscriber whose snapshot is still being handed over keeps the
 /// events that arrive meanwhile in its slot, in order, and hands them over after it. So every subscriber sees, per
 /// controller, a `.current` element first and then every later event once.
 ///
-/// Nothing runs under the lock but its bookkeeping: elements are yielded to the streams, forwarders subscribe to
-/// their controllers and their tasks start, and streams are finished (which runs their termination handlers, which
-/// take the lock) only after it is released. A forwarder is reserved under the lock and started after it; one whose
+/// Nothing runs under the lock but its bookkeeping and a new subscriber's read of the registry's held controllers
+/// (the registry's lock nested in this one): elements are yielded to the streams, forwarders subscribe to their
+/// controllers and their tasks start, and streams are finished (which runs their termination handlers, which take
+/// the lock) only after it is released. A forwarder is reserved under the lock and started after it; one whose
 /// reservation was withdrawn meanwhile (the last subscriber left) is cancelled as soon as it is made.
 final class RegistryEventRelay: Sendable {
     private struct Attached {
@@ -43,7 +50,6 @@ final class RegistryEventRelay: Sendable {
     }
 
     private struct State {
-        var attached: [UInt64: Attached] = [:]
         var forwarders: [UInt64: Forwarder] = [:]
         /// The latest event forwarded per attached controller, for new subscribers' snapshots.
         var latest: [UInt64: UserSessionRegistry.Event] = [:]
@@ -52,9 +58,8 @@ final class RegistryEventRelay: Sendable {
         var nextForwarderID: UInt64 = 0
         var finished = false
 
-        /// Reserves a forwarder for `entryID`'s controller (started by the caller after the lock is released).
-        mutating func reserveForwarder(_ entryID: UInt64) -> Reservation? {
-            guard let attached = attached[entryID] else { return nil }
+        /// Reserves a forwarder for `attached`, held as `entryID` (started by the caller after the lock is released).
+        mutating func reserveForwarder(_ attached: Attached, _ entryID: UInt64) -> Reservation {
             nextForwarderID += 1
             forwarders[entryID] = Forwarder(id: nextForwarderID, task: nil)
             return Reservation(entryID: entryID, forwarderID: nextForwarderID, attached: attached)
@@ -88,23 +93,30 @@ final class RegistryEventRelay: Sendable {
         self.controllerBufferSize = max(1, controllerBufferSize)
     }
 
-    /// Starts relaying the events of `controller`, held under `entryID`. Called with no lock held.
+    /// How many controllers have a forwarder (a probe for tests): none while nobody is subscribed, since the relay
+    /// keeps nothing per controller then (each controller's latest event is kept beside its forwarder only).
+    var forwarderCount: Int { state.withLock { $0.forwarders.count } }
+
+    /// The registry holds `controller` as `entryID` from now on: relays its events if anybody is subscribed (a later
+    /// first subscriber finds it among the registry's held controllers instead). Called with no lock held.
     func attach(_ controller: UserSessionController, identifier: String, entryID: UInt64) {
         let reservation = state.withLock { state -> Reservation? in
-            state.attached[entryID] = Attached(identifier: identifier, controller: controller)
-            return state.slots.isEmpty ? nil : state.reserveForwarder(entryID)
+            // A subscriber that arrived since the registry took the controller may have started its forwarder.
+            guard !state.slots.isEmpty, !state.finished, state.forwarders[entryID] == nil else { return nil }
+            return state.reserveForwarder(Attached(identifier: identifier, controller: controller), entryID)
         }
         if let reservation { start(reservation) }
     }
 
-    /// Stops offering `entryID`'s controller to new subscribers. Its forwarder, if any, still forwards what the
-    /// controller emits until its stream finishes (the registry shuts evicted controllers down).
-    func detach(_ entryID: UInt64) {
-        state.withLock { _ = $0.attached.removeValue(forKey: entryID) }
-    }
-
     /// A new subscription: per controller a `.current` element first, then its events.
-    func subscribe(bufferSize: Int) -> AsyncStream<UserSessionRegistry.Event> {
+    ///
+    /// - Parameter held: The registry's held controllers with their entry ids, read under the registry's lock.
+    ///   Called under this relay's lock (the one nesting of the two: the registry never calls the relay while it
+    ///   holds its own lock), so a controller the registry drops after this subscription began is never offered to
+    ///   it, and one it takes after is handed over by ``attach(_:identifier:entryID:)``.
+    func subscribe(
+        bufferSize: Int, held: () -> [(entryID: UInt64, identifier: String, controller: UserSessionController)]
+    ) -> AsyncStream<UserSessionRegistry.Event> {
         let (stream, continuation) = AsyncStream.makeStream(
             of: UserSessionRegistry.Event.self, bufferingPolicy: .bufferingNewest(max(1, bufferSize)))
         let id: Int? = state.withLock { state in
@@ -122,8 +134,10 @@ final class RegistryEventRelay: Sendable {
         let opening = state.withLock { state -> (snapshot: [UserSessionRegistry.Event], starts: [Reservation])? in
             guard state.slots[id] != nil else { return nil }
             var starts: [Reservation] = []
-            for entryID in state.attached.keys where state.forwarders[entryID] == nil {
-                if let reservation = state.reserveForwarder(entryID) { starts.append(reservation) }
+            for held in held() where state.forwarders[held.entryID] == nil {
+                starts.append(
+                    state.reserveForwarder(
+                        Attached(identifier: held.identifier, controller: held.controller), held.entryID))
             }
             let snapshot = state.latest.values.sorted {
                 $0.identifier.utf8.lexicographicallyPrecedes($1.identifier.utf8)

@@ -33,6 +33,10 @@ extension UserSessionRegistry {
     /// While nobody is subscribed the registry does no work for this; each subscribed-to controller costs one
     /// forwarding task.
     public func events(bufferSize: Int? = nil) -> AsyncStream<Event> {
-        relay.subscribe(bufferSize: bufferSize ?? configuration.eventBufferSize)
+        relay.subscribe(bufferSize: bufferSize ?? configuration.eventBufferSize) {
+            state.withLock { state in
+                state.entries.map { (entryID: $0.value.id, identifier: $0.key.value, controller: $0.value.controller) }
+            }
+        }
     }
 }

@@ -184,14 +184,12 @@ public final class UserSessionRegistry: Sendable {
     /// down so that its subscribers' streams finish (nobody can reach it through the registry any more). Called in
     /// the identifier's turn.
     func removeIfNotOpened(_ key: ExactIdentifier, _ controller: UserSessionController) async {
-        let entryID = state.withLock { state -> UInt64? in
-            guard let entry = state.entries[key], entry.controller === controller, !controller.session.isOpened,
-                state.remove(key, entryID: entry.id)
-            else { return nil }
-            return entry.id
+        let removed = state.withLock { state -> Bool in
+            guard let entry = state.entries[key], entry.controller === controller, !controller.session.isOpened
+            else { return false }
+            return state.remove(key, entryID: entry.id)
         }
-        guard let entryID else { return }
-        relay.detach(entryID)
+        guard removed else { return }
         reportEviction(key.value)
         await controller.shutdown()
     }
@@ -616,7 +614,6 @@ extension UserSessionRegistry {
         defer { leave(victim.ticket) }
         guard await victim.controller.shutdownIfIdle() else { return false }
         _ = state.withLock { $0.remove(victim.key, entryID: victim.entryID) }
-        relay.detach(victim.entryID)
         reportEviction(victim.key.value)
         return true
     }
@@ -634,7 +631,6 @@ extension UserSessionRegistry {
                 entry.controller.session.state == .invalid, await entry.controller.shutdownIfIdle()
             else { return }
             _ = state.withLock { $0.remove(key, entryID: entryID) }
-            relay.detach(entryID)
         }
     }
 }
