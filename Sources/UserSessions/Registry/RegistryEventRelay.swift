@@ -51,7 +51,7 @@ final class RegistryEventRelay: Sendable {
 
     private struct State {
         var forwarders: [UInt64: Forwarder] = [:]
-        /// The latest event forwarded per attached controller, for new subscribers' snapshots.
+        /// The latest event of each controller with a forwarder, for new subscribers' snapshots.
         var latest: [UInt64: UserSessionRegistry.Event] = [:]
         var slots: [Int: Slot] = [:]
         var nextSlotID = 0
