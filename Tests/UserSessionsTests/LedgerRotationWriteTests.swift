@@ -130,6 +130,28 @@ struct LedgerRotationWriteTests {
         #expect(ledger.entryCount == 0)
     }
 
+    /// Once the server answered, a commit takes two critical sections of the entry: the one that records the
+    /// rotation and grants the free turn, and the one that lands the write and hands the turn on.
+    @Test func aCommitTakesTwoSectionsOfTheEntryOnceTheServerAnswered() async throws {
+        let ledger = CredentialsLedger(store: InMemoryTokenStore())
+        let fence = ledger.hold("alice")
+        let atAnswer = Locked(0)
+        let (_, turn) = await ledger.refreshTakingTurn(
+            identifier: "alice", userInfo: Self.user, credentials: Self.sent, fence: fence, takingTurn: true
+        ) {
+            atAnswer.withLock { $0 = ledger.sectionsTaken.load(ordering: .relaxed) }
+            return .success(Self.rotated)
+        }
+        let granted = try #require(turn)
+        ledger.writeFinished(
+            "alice", fence: fence, wrote: StoredSession(userInfo: Self.user, credentials: Self.rotated),
+            turn: granted.token, leavesTurn: true)
+        #expect(ledger.sectionsTaken.load(ordering: .relaxed) - atAnswer.withLock { $0 } == 2)
+        #expect(!ledger.hasPendingWork("alice"), "landed, and the turn is free")
+        ledger.release("alice")
+        #expect(ledger.entryCount == 0)
+    }
+
     /// No turn comes back from a refresh that failed, that was joined or answered without a call, or that found the
     /// turn held: the caller then waits for the turn like any writer.
     @Test func noTurnComesBackWhenTheTurnIsBusyOrTheRefreshFailed() async throws {
