@@ -2,7 +2,7 @@
 ///
 /// Which controllers: the registry's. The relay keeps no list of its own: a new subscriber reads the registry's held
 /// controllers (``subscribe(bufferSize:held:)``), and a controller the registry holds from then on is handed over
-/// by ``attach(_:identifier:entryID:)``. A controller leaving the registry needs no call: its forwarder, if any,
+/// by ``attach(_:)``. A controller leaving the registry needs no call: its forwarder, if any,
 /// ends with its stream (the registry shuts it down), and later subscribers no longer find it.
 ///
 /// Forwarding: while there is at least one subscriber, each held controller has one forwarder, a task reading
@@ -23,7 +23,11 @@
 /// the lock) only after it is released. A forwarder is reserved under the lock and started after it; one whose
 /// reservation was withdrawn meanwhile (the last subscriber left) is cancelled as soon as it is made.
 final class RegistryEventRelay: Sendable {
-    private struct Attached {
+    /// A controller the registry holds, as the registry hands it over (``attach(_:)``, and the `held` read of
+    /// ``subscribe(bufferSize:held:)``).
+    struct Held {
+        /// The registry's entry: tells this controller apart from a later one for the same identifier.
+        let entryID: UInt64
         let identifier: String
         let controller: UserSessionController
     }
@@ -36,9 +40,8 @@ final class RegistryEventRelay: Sendable {
 
     /// A forwarder reserved under the lock, to start after it.
     private struct Reservation {
-        let entryID: UInt64
         let forwarderID: UInt64
-        let attached: Attached
+        let held: Held
     }
 
     private typealias Continuation = AsyncStream<UserSessionRegistry.Event>.Continuation
@@ -58,11 +61,11 @@ final class RegistryEventRelay: Sendable {
         var nextForwarderID: UInt64 = 0
         var finished = false
 
-        /// Reserves a forwarder for `attached`, held as `entryID` (started by the caller after the lock is released).
-        mutating func reserveForwarder(_ attached: Attached, _ entryID: UInt64) -> Reservation {
+        /// Reserves a forwarder for `held` (started by the caller after the lock is released).
+        mutating func reserveForwarder(_ held: Held) -> Reservation {
             nextForwarderID += 1
-            forwarders[entryID] = Forwarder(id: nextForwarderID, task: nil)
-            return Reservation(entryID: entryID, forwarderID: nextForwarderID, attached: attached)
+            forwarders[held.entryID] = Forwarder(id: nextForwarderID, task: nil)
+            return Reservation(forwarderID: nextForwarderID, held: held)
         }
 
         /// Hands `event` to every subscriber: the active ones are returned (the caller yields to them after the lock
@@ -97,13 +100,13 @@ final class RegistryEventRelay: Sendable {
     /// keeps nothing per controller then (each controller's latest event is kept beside its forwarder only).
     var forwarderCount: Int { state.withLock { $0.forwarders.count } }
 
-    /// The registry holds `controller` as `entryID` from now on: relays its events if anybody is subscribed (a later
-    /// first subscriber finds it among the registry's held controllers instead). Called with no lock held.
-    func attach(_ controller: UserSessionController, identifier: String, entryID: UInt64) {
+    /// The registry holds `held` from now on: relays its events if anybody is subscribed (a later first subscriber
+    /// finds it among the registry's held controllers instead). Called with no lock held.
+    func attach(_ held: Held) {
         let reservation = state.withLock { state -> Reservation? in
             // A subscriber that arrived since the registry took the controller may have started its forwarder.
-            guard !state.slots.isEmpty, !state.finished, state.forwarders[entryID] == nil else { return nil }
-            return state.reserveForwarder(Attached(identifier: identifier, controller: controller), entryID)
+            guard !state.slots.isEmpty, !state.finished, state.forwarders[held.entryID] == nil else { return nil }
+            return state.reserveForwarder(held)
         }
         if let reservation { start(reservation) }
     }
@@ -113,10 +116,8 @@ final class RegistryEventRelay: Sendable {
     /// - Parameter held: The registry's held controllers with their entry ids, read under the registry's lock.
     ///   Called under this relay's lock (the one nesting of the two: the registry never calls the relay while it
     ///   holds its own lock), so a controller the registry drops after this subscription began is never offered to
-    ///   it, and one it takes after is handed over by ``attach(_:identifier:entryID:)``.
-    func subscribe(
-        bufferSize: Int, held: () -> [(entryID: UInt64, identifier: String, controller: UserSessionController)]
-    ) -> AsyncStream<UserSessionRegistry.Event> {
+    ///   it, and one it takes after is handed over by ``attach(_:)``.
+    func subscribe(bufferSize: Int, held: () -> [Held]) -> AsyncStream<UserSessionRegistry.Event> {
         let (stream, continuation) = AsyncStream.makeStream(
             of: UserSessionRegistry.Event.self, bufferingPolicy: .bufferingNewest(max(1, bufferSize)))
         let id: Int? = state.withLock { state in
@@ -135,9 +136,7 @@ final class RegistryEventRelay: Sendable {
             guard state.slots[id] != nil else { return nil }
             var starts: [Reservation] = []
             for held in held() where state.forwarders[held.entryID] == nil {
-                starts.append(
-                    state.reserveForwarder(
-                        Attached(identifier: held.identifier, controller: held.controller), held.entryID))
+                starts.append(state.reserveForwarder(held))
             }
             let snapshot = state.latest.values.sorted {
                 $0.identifier.utf8.lexicographicallyPrecedes($1.identifier.utf8)
@@ -208,9 +207,9 @@ final class RegistryEventRelay: Sendable {
     /// Subscribes to the reserved forwarder's controller and starts the task that forwards its events; cancels it
     /// when the reservation was withdrawn meanwhile.
     private func start(_ reservation: Reservation) {
-        let events = reservation.attached.controller.events(bufferSize: controllerBufferSize)
+        let events = reservation.held.controller.events(bufferSize: controllerBufferSize)
         let (identifier, entryID, forwarderID) =
-            (reservation.attached.identifier, reservation.entryID, reservation.forwarderID)
+            (reservation.held.identifier, reservation.held.entryID, reservation.forwarderID)
         let task = Task { [weak self] in
             for await event in events {
                 self?.forward(UserSessionRegistry.Event(identifier: identifier, event: event), entryID, forwarderID)

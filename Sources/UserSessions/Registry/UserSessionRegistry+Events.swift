@@ -35,7 +35,9 @@ extension UserSessionRegistry {
     public func events(bufferSize: Int? = nil) -> AsyncStream<Event> {
         relay.subscribe(bufferSize: bufferSize ?? configuration.eventBufferSize) {
             state.withLock { state in
-                state.entries.map { (entryID: $0.value.id, identifier: $0.key.value, controller: $0.value.controller) }
+                state.entries.map {
+                    .init(entryID: $0.value.id, identifier: $0.key.value, controller: $0.value.controller)
+                }
             }
         }
     }

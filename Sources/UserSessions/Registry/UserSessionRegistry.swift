@@ -174,7 +174,7 @@ public final class UserSessionRegistry: Sendable {
         }
         if let entryID {
             // After the lock, before the controller is handed out: a registry call opens it only after this.
-            relay.attach(controller, identifier: identifier, entryID: entryID)
+            relay.attach(.init(entryID: entryID, identifier: identifier, controller: controller))
             leaveWhenInvalidated(controller, key: key, entryID: entryID)
         }
         return controller
