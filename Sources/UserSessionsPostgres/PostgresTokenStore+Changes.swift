@@ -115,7 +115,7 @@ final class ChangeHub: Sendable {
         var listenerGeneration: UInt64 = 0
         var listener: Task<Void, Never>?
         var isListening = false
-        var waiters: [Int: CheckedContinuation<Void, any Error>] = [:]
+        var waiters: [Int: Parked<Void, any Error>] = [:]
     }
     private let state = Locked(State())
 
@@ -146,7 +146,7 @@ final class ChangeHub: Sendable {
 
     func unsubscribe(_ id: Int) {
         let (listener, waiters) = state.withLock {
-            state -> (Task<Void, Never>?, [CheckedContinuation<Void, any Error>]) in
+            state -> (Task<Void, Never>?, [Parked<Void, any Error>]) in
             state.subscribers[id] = nil
             guard state.subscribers.isEmpty, state.hasListener else { return (nil, []) }
             defer {
@@ -159,7 +159,7 @@ final class ChangeHub: Sendable {
         }
         listener?.cancel()
         for waiter in waiters {
-            waiter.resumeVisibly(throwing: UserSessionError(.wrongState, "the last subscriber of changes() has ended"))
+            waiter.resume(throwing: UserSessionError(.wrongState, "the last subscriber of changes() has ended"))
         }
     }
 
@@ -169,21 +169,20 @@ final class ChangeHub: Sendable {
             return state.nextID
         }
         try await withTaskCancellationHandler {
-            try await withVisibleCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                let outcome = state.withLock { state -> Result<Void, any Error>? in
+            try await Parked.wait { (caller: Parked<Void, any Error>) in
+                state.withLock { state -> Result<Void, any Error>? in
                     if Task.isCancelled { return .failure(CancellationError()) }
                     if state.isListening { return .success(()) }
                     if !state.hasListener {
                         return .failure(UserSessionError(.wrongState, "nobody is subscribed to changes()"))
                     }
-                    state.waiters[id] = continuation
+                    state.waiters[id] = caller
                     return nil
                 }
-                if let outcome { continuation.resumeVisibly(with: outcome) }
             }
         } onCancel: {
             let waiter = state.withLock { $0.waiters.removeValue(forKey: id) }
-            waiter?.resumeVisibly(throwing: CancellationError())
+            waiter?.resume(throwing: CancellationError())
         }
     }
 
@@ -191,7 +190,7 @@ final class ChangeHub: Sendable {
     /// that may have missed something gets `.resynchronize`, and the waiters of ``waitUntilListening()`` go on.
     func setListening(_ listening: Bool, reconnected: Bool, generation: UInt64) {
         let (waiters, owing) = state.withLock {
-            state -> ([CheckedContinuation<Void, any Error>], [(id: Int, subscriber: Subscriber)]) in
+            state -> ([Parked<Void, any Error>], [(id: Int, subscriber: Subscriber)]) in
             guard state.hasListener, state.listenerGeneration == generation else { return ([], []) }
             state.isListening = listening
             guard listening else { return ([], []) }
@@ -207,7 +206,7 @@ final class ChangeHub: Sendable {
             }
         }
         record(owes)
-        for waiter in waiters { waiter.resumeVisibly() }
+        for waiter in waiters { waiter.resume() }
     }
 
     /// Hands `change`, heard by the listener of `generation`, to every subscriber; one that is full owes a

@@ -79,17 +79,16 @@ struct RefreshMachineInputsTests {
         var startedRefresh = true
         let result: Bool
         do {
-            _ = try await withVisibleUnsafeThrowingContinuation {
-                (continuation: UnsafeContinuation<Credentials, any Error>) in
+            _ = try await Parked.wait { (parked: Parked<Credentials, any Error>) -> Result<Credentials, any Error>? in
                 let (_, actions) = machine.credentialsAsked(
-                    .demand, now: Self.start, waiter: .init(id: 1, continuation: .credentials(continuation)),
+                    .demand, now: Self.start, waiter: .init(id: 1, continuation: .credentials(parked)),
                     cancelled: true)
                 startedRefresh = actions.refresh != nil
                 if let (caller, result) = actions.caller, let caller, case .failure(let error) = result {
-                    caller.resumeVisibly(throwing: error)
-                } else {
-                    continuation.resumeVisibly(throwing: UserSessionError(.wrongState, "no caller action"))
+                    caller.resume(throwing: error)
+                    return nil
                 }
+                return .failure(UserSessionError(.wrongState, "no caller action"))
             }
             result = false
         } catch {

@@ -128,14 +128,14 @@ struct RefreshStateMachineTests {
             Issue.record("a cancelled waiter gets CancellationError")
             return
         }
-        six.resumeVisibly(throwing: CancellationError())
+        six.resume(throwing: CancellationError())
         #expect(machine.waiterCancelled(id: 6).caller == nil, "a tombstone is not found twice")
         for missing: UInt64 in [3, 4, 7, 10] {
             #expect(machine.waiterCancelled(id: missing).caller == nil, "id \(missing) never waited")
         }
         let foundNine = machine.waiterCancelled(id: 9).caller
         let nine = try #require(foundNine?.continuation, "the last waiter is found")
-        nine.resumeVisibly(returning: Self.refreshed(1, expiresAt: Self.start + 3600), token: "token for 9")
+        nine.resume(returning: Self.refreshed(1, expiresAt: Self.start + 3600), token: "token for 9")
         #expect(machine.flights.waiters.map(\.id) == [1, 2, 5, 6, 9])
         #expect(machine.flights.waiters.map { $0.continuation == nil } == [true, false, false, true, true])
 
@@ -143,7 +143,7 @@ struct RefreshStateMachineTests {
         #expect(try await callers[9]?.value == "token for 9")
         await #expect(throws: CancellationError.self) { try await callers[6]?.value }
         for waiter in machine.deactivated().waiters {
-            waiter.continuation?.resumeVisibly(
+            waiter.continuation?.resume(
                 returning: Self.refreshed(1, expiresAt: Self.start + 3600), token: "token for \(waiter.id)")
         }
         #expect(try await callers[2]?.value == "token for 2")
@@ -461,24 +461,25 @@ struct RefreshStateMachineTests {
     }
 }
 
-/// Callers parked on unsafe continuations, one per id, whose continuations a test hands to a state machine.
+/// Parked callers, one per id, that a test hands to a state machine.
 private final class ParkedCallers: Sendable {
-    private let continuations = Locked<[UInt64: UnsafeContinuation<String, any Error>]>([:])
+    private let callers = Locked<[UInt64: Parked<String, any Error>]>([:])
     /// One arrival per caller that has parked.
     let arrivals = ArrivalCounter()
 
-    /// Starts a caller that waits for its continuation to be resumed and returns what it was resumed with.
+    /// Starts a caller that waits until it is resumed and returns what it was resumed with.
     func park(_ id: UInt64) -> Task<String, any Error> {
         Task {
-            try await withVisibleUnsafeThrowingContinuation { continuation in
-                continuations.withLock { $0[id] = continuation }
+            try await Parked.wait { (caller: Parked<String, any Error>) -> Result<String, any Error>? in
+                callers.withLock { $0[id] = caller }
                 arrivals.arrive()
+                return nil
             }
         }
     }
 
-    /// The continuation of caller `id`, once it has parked.
-    func continuation(_ id: UInt64) -> UnsafeContinuation<String, any Error>? {
-        continuations.withLock { $0[id] }
+    /// Caller `id`, once it has parked.
+    func continuation(_ id: UInt64) -> Parked<String, any Error>? {
+        callers.withLock { $0[id] }
     }
 }

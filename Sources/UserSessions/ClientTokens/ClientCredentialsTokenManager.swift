@@ -54,8 +54,8 @@ public final class ClientCredentialsTokenManager: Sendable {
     private let table: Locked<Table>
     private let waiterIDs = Atomic<UInt64>(0)
 
-    /// The machine of one key, whose waiters are the callers' continuations.
-    typealias Machine = ClientTokenMachine<UnsafeContinuation<String, any Error>>
+    /// The machine of one key, whose waiters are the parked callers.
+    typealias Machine = ClientTokenMachine<Parked<String, any Error>>
 
     /// One key's machine, in a box of its own so that the callers of a key read and change it in place (a
     /// dictionary's value is copied out by a read and moved by a remove and re-insert). Only ever touched under the
@@ -237,25 +237,26 @@ public final class ClientCredentialsTokenManager: Sendable {
         if !validated { try key.validate() }
         let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
         return try await withTaskCancellationHandler {
-            // An unsafe continuation is correct by construction: it is resumed right here (served, failed), or
-            // stored in exactly one waiter slot, which every path that resumes it empties under the lock first.
-            try await withVisibleUnsafeThrowingContinuation { (continuation: UnsafeContinuation<String, any Error>) in
-                enqueue(key, rejected: rejected, grant: grant, waiterID: waiterID, now: now, continuation: continuation)
+            // The caller is answered right here (served, failed), or kept in exactly one waiter slot, which every
+            // path that resumes it empties under the lock first.
+            try await Parked.wait { (caller: Parked<String, any Error>) in
+                enqueue(key, rejected: rejected, grant: grant, waiterID: waiterID, now: now, caller: caller)
             }
         } onCancel: {
             cancelWaiter(id: waiterID, key: key)
         }
     }
 
-    /// Decides the caller's request under the lock, then resumes it or starts the request it waits for.
+    /// Decides the caller's request under the lock, then answers it (the outcome returned) or starts the request it
+    /// waits for (`nil`: it waits).
     ///
     /// Synchronous and never inlined: inlined into the async closure that calls it, its locals would enlarge that
     /// closure's async frame, which lives on the waiting task's allocator for as long as the caller waits.
     @inline(never)
     private func enqueue(
         _ key: ClientTokenKey, rejected: String?, grant: ClientTokenGrant, waiterID: UInt64, now: Double?,
-        continuation: UnsafeContinuation<String, any Error>
-    ) {
+        caller: Parked<String, any Error>
+    ) -> Result<String, any Error>? {
         let now = now ?? clock.nowSeconds()
         let policy = policy
         let (asked, launch) = table.withLock { table -> (Machine.Asked, Launch?) in
@@ -267,7 +268,7 @@ public final class ClientCredentialsTokenManager: Sendable {
                 table.machines[key] = slot
             }
             let asked = slot.machine.tokenAsked(
-                now: now, rejected: rejected, waiter: .init(id: waiterID, continuation: continuation))
+                now: now, rejected: rejected, waiter: .init(id: waiterID, continuation: caller))
             switch asked {
             case .started(let job), .servedRefreshing(_, let job):
                 return (asked, Launch(job: job, refresher: table.refresher, epoch: table.clientEpoch))
@@ -280,18 +281,19 @@ public final class ClientCredentialsTokenManager: Sendable {
         }
         switch asked {
         case .served(let token), .servedRefreshing(let token, _):
-            continuation.resumeVisibly(returning: token)
+            return .success(token)
         case .failed(let error):
-            continuation.resumeVisibly(throwing: error)
+            return .failure(error)
         case .joined, .started:
             // The cancellation handler may have run before the waiter was registered and found nothing.
             if Task.isCancelled { cancelWaiter(id: waiterID, key: key) }
+            return nil
         }
     }
 
     private func cancelWaiter(id: UInt64, key: ClientTokenKey) {
-        let continuation = table.withLock { $0.machines[key]?.machine.waiterCancelled(id: id) }
-        continuation?.resumeVisibly(throwing: CancellationError())
+        let caller = table.withLock { $0.machines[key]?.machine.waiterCancelled(id: id) }
+        caller?.resume(throwing: CancellationError())
     }
 
     /// One request: obtain a token, land it in the key's machine, tell the observers, resume the waiters.
@@ -340,7 +342,7 @@ public final class ClientCredentialsTokenManager: Sendable {
         }
         let result = landing.result.mapError { $0 as any Error }
         for waiter in landing.waiters {
-            waiter.resumeVisibly(with: result)
+            waiter.resume(with: result)
         }
     }
 

@@ -18,7 +18,7 @@
 ///                               └──failed (client rejected)──▶ rejected ──reconfigured──▶ empty/held
 /// ```
 ///
-/// Generic over what a waiter is (a continuation in the manager, anything in the synchronous tests).
+/// Generic over what a waiter is (a ``Parked`` caller in the manager, anything in the synchronous tests).
 struct ClientTokenMachine<Continuation> {
 
     /// A token request to send: the manager runs it and reports back with `id`.

@@ -129,8 +129,8 @@ final class EventHub: Sendable {
     func publish(_ observed: Observed?) {
         guard let observed else { return }
         if let waiter = observed.firstWaiter {
-            waiter.resumeVisibly(returning: observed.event)
-            for waiter in observed.moreWaiters { waiter.resumeVisibly(returning: observed.event) }
+            waiter.resume(returning: observed.event)
+            for waiter in observed.moreWaiters { waiter.resume(returning: observed.event) }
         }
         guard !observers.isEmpty else { return }
         observers.notify { $0.observe(observed.event, context: observed.context) }
@@ -181,7 +181,7 @@ final class EventSubscription: Sendable {
     private struct State {
         // The fields every delivery touches come first, to share a cache line with the lock.
         /// The consumer suspended in ``next()``; only ever set while there is nothing to read.
-        var waiter: UnsafeContinuation<UserSessionEvent?, Never>?
+        var waiter: Waiter?
         var finished = false
         var events = EventRing()
         var current: UserSessionEvent?
@@ -205,7 +205,7 @@ final class EventSubscription: Sendable {
     }
 
     /// The consumer suspended in ``next()``.
-    typealias Waiter = UnsafeContinuation<UserSessionEvent?, Never>
+    typealias Waiter = Parked<UserSessionEvent?, Never>
 
     /// Whether a consumer is suspended in ``next()`` (a probe).
     var isWaiting: Bool { state.withLock { $0.waiter != nil } }
@@ -232,7 +232,7 @@ final class EventSubscription: Sendable {
     /// subscriber cost about 2.3 KB more.
     func next() async -> UserSessionEvent? {
         if let ready = takeNow() { return ready }
-        return await withVisibleUnsafeContinuation { continuation in park(continuation) }
+        return await Parked.wait { park($0) }
     }
 
     /// The element ready now, `.some(nil)` when finished and drained, or `nil` when the consumer must wait.
@@ -241,30 +241,29 @@ final class EventSubscription: Sendable {
         state.withLock { $0.take() }
     }
 
-    /// Parks `continuation` as the consumer waiting in ``next()``, or resumes it at once when an element arrived
+    /// Parks `consumer` as the one waiting in ``next()`` (`nil`), or answers it at once when an element arrived
     /// meanwhile or another task already waits on this stream (that iteration ends rather than lose a waiter).
     @inline(never)
-    private func park(_ continuation: UnsafeContinuation<UserSessionEvent?, Never>) {
-        let ready = state.withLock { state -> UserSessionEvent?? in
+    private func park(_ consumer: Waiter) -> UserSessionEvent?? {
+        state.withLock { state -> UserSessionEvent?? in
             if let ready = state.take() { return ready }
             if state.waiter != nil { return .some(nil) }
-            state.waiter = continuation
+            state.waiter = consumer
             return nil
         }
-        if let ready { continuation.resumeVisibly(returning: ready) }
     }
 
     /// Ends the subscription after what it buffered.
     func finish() {
-        close(discarding: false)?.resumeVisibly(returning: nil)
+        close(discarding: false)?.resume(returning: nil)
     }
 
     /// Ends the subscription now, dropping what it buffered.
     func cancel() {
-        close(discarding: true)?.resumeVisibly(returning: nil)
+        close(discarding: true)?.resume(returning: nil)
     }
 
-    private func close(discarding: Bool) -> UnsafeContinuation<UserSessionEvent?, Never>? {
+    private func close(discarding: Bool) -> Waiter? {
         state.withLock { state in
             state.finished = true
             if discarding {

@@ -24,8 +24,9 @@ public actor UserSessionController: CredentialsGateOwner {
     var services: [any UserSessionService]
     /// Grows by one with every session that is opened or restored; the gate uses it to discard late refreshes.
     var generation: UInt64 = 0
-    /// The ordering of lifecycle calls; parked calls are continuations resumed on the actor.
-    var lifecycle = LifecycleStateMachine<CheckedContinuation<Void, Never>>()
+    /// The ordering of lifecycle calls: the turnstile, whose parked calls are resumed on the actor.
+    var lifecycle = Turnstile()
+    typealias Turnstile = LifecycleStateMachine<Parked<Void, Never>>
     /// The opened session, its generation and the services that started for it.
     var running: RunningSession?
     /// Cancels what the running open is waiting for (its service start or its restore refresh), if anything.
@@ -268,33 +269,27 @@ public actor UserSessionController: CredentialsGateOwner {
 
     /// Takes a ticket and waits for the turn. Runs synchronously up to the wait, so the ticket order is the call
     /// order. Returns `nil` when the call needs no turn.
-    func enterTurn(_ call: LifecycleStateMachine<CheckedContinuation<Void, Never>>.Call)
-        async throws(UserSessionError) -> LifecycleStateMachine<CheckedContinuation<Void, Never>>.Ticket?
-    {
+    func enterTurn(_ call: Turnstile.Call) async throws(UserSessionError) -> Turnstile.Ticket? {
         let entry = lifecycle.enter(call)
         if case .rejectShutDown = entry.action { throw Self.shutdownError }
         return await takeTurn(entry)
     }
 
-    private func takeTurn(
-        _ entry: LifecycleStateMachine<CheckedContinuation<Void, Never>>.Entry
-    ) async -> LifecycleStateMachine<CheckedContinuation<Void, Never>>.Ticket? {
+    private func takeTurn(_ entry: Turnstile.Entry) async -> Turnstile.Ticket? {
         if entry.cancelStarting { cancelOpeningWork?() }
         switch entry.action {
         case .proceed(let ticket):
             return ticket
         case .wait(let ticket):
-            await withVisibleCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                lifecycle.park(continuation, ticket: ticket)?.resumeVisibly()
-            }
+            await Parked.wait(handingBack: { lifecycle.park($0, ticket: ticket) })
             return ticket
         case .rejectShutDown, .dropped:
             return nil
         }
     }
 
-    func leaveTurn(_ ticket: LifecycleStateMachine<CheckedContinuation<Void, Never>>.Ticket) {
-        lifecycle.leave(ticket)?.resumeVisibly()
+    func leaveTurn(_ ticket: Turnstile.Ticket) {
+        lifecycle.leave(ticket)?.resume()
     }
 
     /// Ends the opened session, if any: credentials first, then services in reverse order, then the event.

@@ -234,7 +234,7 @@ final class CredentialsGate: Sendable {
     // MARK: - The funnel
 
     /// The funnel every input of the machine goes through: `input` runs under the lock and returns a value and the
-    /// actions the transition calls for; the actions run after the lock is released, so no continuation is
+    /// actions the transition calls for; the actions run after the lock is released, so no parked caller is
     /// resumed, no task started and no event emitted while it is held.
     ///
     /// `ordered` is for the inputs whose events must be ordered against ``deactivate()`` (a refresh starting or
@@ -349,7 +349,7 @@ final class CredentialsGate: Sendable {
     /// ``UserSessionController/accessToken()``, which the caller's module inlines only up to here.
     ///
     /// This is also what every one of N callers runs when they find the token expiring together, so it is kept lean
-    /// and is one async function, not a call into ``waitForToken(_:)``: the continuation carries only the token (a
+    /// and is one async function, not a call into ``waitForToken(_:)``: the parked caller takes only the token (a
     /// `String`), joining the flight in progress takes one short critical section that copies nothing, and the
     /// cancellation flag is read outside the lock.
     @usableFromInline
@@ -357,10 +357,10 @@ final class CredentialsGate: Sendable {
         let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
         return try await withTaskCancellationHandler {
             var generation: UInt64 = 0
-            // Unsafe continuations are correct by construction here; see `credentialsAndGeneration(for:)`.
-            let token = try await withVisibleUnsafeThrowingContinuation {
-                (continuation: UnsafeContinuation<String, any Error>) in
-                generation = enqueueForToken(waiterID: waiterID, continuation: continuation)
+            // Answered through the machine's actions; see `credentialsAndGeneration(for:)`.
+            let token = try await Parked.wait { (caller: Parked<String, any Error>) -> Result<String, any Error>? in
+                generation = enqueueForToken(waiterID: waiterID, caller: caller)
+                return nil
             }
             return (token, generation)
         } onCancel: {
@@ -427,14 +427,14 @@ final class CredentialsGate: Sendable {
         let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
         return try await withTaskCancellationHandler {
             var generation: UInt64 = 0
-            // An unsafe continuation is correct by construction here: it is either resumed right away inside
-            // `enqueue` (and never stored), or stored in exactly one waiter slot. Every path that resumes a stored
-            // one — cancellation, completion, deactivation, supersession — first takes it out of its slot under
-            // the lock, so exactly one of them gets it, exactly once.
-            let credentials = try await withVisibleUnsafeThrowingContinuation {
-                (continuation: UnsafeContinuation<Credentials, any Error>) in
-                generation = enqueue(
-                    request, now: clock.nowSeconds(), waiterID: waiterID, continuation: .credentials(continuation))
+            // The parked caller is answered through the machine's actions: either right away by `enqueue` (and
+            // never stored), or from exactly one waiter slot. Every path that resumes a stored one (cancellation,
+            // completion, deactivation, supersession) first takes it out of its slot under the lock, so exactly one
+            // of them gets it, exactly once.
+            let credentials = try await Parked.wait {
+                (caller: Parked<Credentials, any Error>) -> Result<Credentials, any Error>? in
+                generation = enqueue(request, now: clock.nowSeconds(), waiterID: waiterID, caller: .credentials(caller))
+                return nil
             }
             return (credentials, generation)
         } onCancel: {
@@ -446,7 +446,7 @@ final class CredentialsGate: Sendable {
     ///
     /// May run before the waiter registered; then it finds nothing, and the registering side sees
     /// `Task.isCancelled` afterwards (`enqueueForToken`) or under the same lock (`enqueue`) and resumes the
-    /// continuation itself.
+    /// parked caller itself.
     private func cancelWaiter(id: UInt64) {
         modifyStateAndRunActions { $0.waiterCancelled(id: id) }
     }
@@ -457,15 +457,15 @@ final class CredentialsGate: Sendable {
     /// Synchronous and never inlined: inlined into the async closure that calls it, its locals would enlarge that
     /// closure's async frame, which lives on the waiting task's allocator for as long as the caller waits.
     @inline(never)
-    private func enqueueForToken(waiterID: UInt64, continuation: UnsafeContinuation<String, any Error>) -> UInt64 {
+    private func enqueueForToken(waiterID: UInt64, caller: Parked<String, any Error>) -> UInt64 {
         let now = clock.nowSeconds()
         let (joined, generation) = modifyStateAndRunActions { machine in
             let (joined, actions) = machine.tokenAwaited(
-                now: now, waiter: .init(id: waiterID, continuation: .token(continuation)))
+                now: now, waiter: .init(id: waiterID, continuation: .token(caller)))
             return ((joined, machine.generation), actions)
         }
         guard joined else {
-            return enqueue(.demand, now: now, waiterID: waiterID, continuation: .token(continuation))
+            return enqueue(.demand, now: now, waiterID: waiterID, caller: .token(caller))
         }
         // Checked after registering, outside the lock: a cancellation that set the flag before this point either
         // ran its handler before the waiter existed (and found nothing) or already took the waiter out; taking it
@@ -474,18 +474,18 @@ final class CredentialsGate: Sendable {
         return generation
     }
 
-    /// Decides `request` under the lock and registers, resumes or fails the continuation; returns the generation
+    /// Decides `request` under the lock and registers, resumes or fails the parked caller; returns the generation
     /// of the session it was decided for. Never inlined, for the same reason as `enqueueForToken`.
     @inline(never)
     @discardableResult
     private func enqueue(
         _ request: RefreshStateMachine.Request, now: Double, waiterID: UInt64,
-        continuation: RefreshStateMachine.WaiterContinuation
+        caller: RefreshStateMachine.ParkedCaller
     ) -> UInt64 {
         // Cancellation is read under the lock: see `cancelWaiter(id:)`.
         modifyStateAndRunActions {
             $0.credentialsAsked(
-                request, now: now, waiter: .init(id: waiterID, continuation: continuation), cancelled: Task.isCancelled)
+                request, now: now, waiter: .init(id: waiterID, continuation: caller), cancelled: Task.isCancelled)
         }
     }
 
@@ -495,9 +495,9 @@ final class CredentialsGate: Sendable {
         case .success(let credentials):
             // Token waiters get this one copy of the token: one retain each, not a copy of the credentials.
             let token = credentials.accessToken
-            for waiter in waiters { waiter.continuation?.resumeVisibly(returning: credentials, token: token) }
+            for waiter in waiters { waiter.continuation?.resume(returning: credentials, token: token) }
         case .failure(let error):
-            for waiter in waiters { waiter.continuation?.resumeVisibly(throwing: error) }
+            for waiter in waiters { waiter.continuation?.resume(throwing: error) }
         }
     }
 }
@@ -816,8 +816,8 @@ extension CredentialsGate {
         if let (continuation, result) = actions.caller {
             switch result {
             case .success(let credentials):
-                continuation?.resumeVisibly(returning: credentials, token: credentials.accessToken)
-            case .failure(let error): continuation?.resumeVisibly(throwing: error)
+                continuation?.resume(returning: credentials, token: credentials.accessToken)
+            case .failure(let error): continuation?.resume(throwing: error)
             }
         }
         if !actions.waiters.isEmpty { Self.resume(actions.waiters, with: actions.waitersResult) }

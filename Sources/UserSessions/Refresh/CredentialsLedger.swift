@@ -291,7 +291,7 @@ final class CredentialsLedger: Sendable {
         /// The fence it was taken under (`nil`: unconditional, a sign-in, a sign-out or a reseal).
         let fence: UInt64?
         /// Resumed with its turn, or `nil` when the fence changed before its turn came.
-        let continuation: UnsafeContinuation<TurnGrant?, Never>
+        let caller: Parked<TurnGrant?, Never>
     }
 
     /// A write turn as it was granted: the token its holder passes back when it leaves, and the identifier's fence
@@ -330,7 +330,7 @@ final class CredentialsLedger: Sendable {
     }
 
     /// A caller that joined the refresh in flight for the token it presents.
-    typealias Joiner = UnsafeContinuation<Result<Credentials, UserSessionError>, Never>
+    typealias Joiner = Parked<Result<Credentials, UserSessionError>, Never>
 
     /// The refresh a caller leads, as its leader keeps it: the entry's ``SingleFlight`` (keyed by the refresh token
     /// presented) keeps only who joined.
@@ -530,17 +530,15 @@ final class CredentialsLedger: Sendable {
         case .answered(let result):
             return (result, nil)
         case .join:
-            let result = await withVisibleUnsafeContinuation { continuation in
+            let result = await Parked.wait { (joiner: Joiner) -> Result<Credentials, UserSessionError>? in
                 let joined = modify(key) { entry -> Bool in
-                    entry.flights.join(sent, id: Self.nextFence(), continuation)
+                    entry.flights.join(sent, id: Self.nextFence(), joiner)
                 }
                 // The flight ended between the two critical sections: ask again.
                 if !joined {
-                    Task {
-                        let outcome = await self.refreshAgain(identifier, userInfo, credentials)
-                        continuation.resumeVisibly(returning: outcome)
-                    }
+                    Task { joiner.resume(returning: await self.refreshAgain(identifier, userInfo, credentials)) }
                 }
+                return nil
             }
             return (result, nil)
         case .run(let flight):
@@ -551,7 +549,7 @@ final class CredentialsLedger: Sendable {
                 let turn = takingTurn && entry.turn == nil && (try? result.get()) != nil ? entry.grantTurn() : nil
                 return (waiters, recordRefusal, turn)
             }
-            for waiter in waiters { waiter.resumeVisibly(returning: result) }
+            for waiter in waiters { waiter.resume(returning: result) }
             if recordRefusal { await recordRefusalInStore(identifier: identifier, refused: sent, fence: flight.fence) }
             return (result, turn)
         }
@@ -664,16 +662,15 @@ final class CredentialsLedger: Sendable {
         case .busy: break
         }
         let key = ExactIdentifier(identifier)
-        return await withVisibleUnsafeContinuation { continuation in
+        return await Parked.wait { (caller: Parked<TurnGrant?, Never>) -> TurnGrant?? in
             // Answered here when the turn was let go or the fence changed since the first look; queued otherwise.
-            let answer = modify(key) { entry -> TurnGrant?? in
+            modify(key) { entry -> TurnGrant?? in
                 if reserved { entry.reservedWrites = max(0, entry.reservedWrites - 1) }
                 if let fence, entry.fence != fence { return .some(nil) }
                 guard entry.turn != nil else { return .some(entry.grantTurn()) }
-                entry.turnQueue.append(TurnWaiter(fence: fence, continuation: continuation))
+                entry.turnQueue.append(TurnWaiter(fence: fence, caller: caller))
                 return .none
             }
-            if let answer { continuation.resumeVisibly(returning: answer) }
         }
     }
 
@@ -747,12 +744,12 @@ final class CredentialsLedger: Sendable {
 
     /// The waiters to resume once the turn was handed on, after the lock is released.
     struct Handover {
-        var granted: (continuation: UnsafeContinuation<TurnGrant?, Never>, grant: TurnGrant)?
-        var refused: [UnsafeContinuation<TurnGrant?, Never>] = []
+        var granted: (caller: Parked<TurnGrant?, Never>, grant: TurnGrant)?
+        var refused: [Parked<TurnGrant?, Never>] = []
 
         func deliver() {
-            for continuation in refused { continuation.resumeVisibly(returning: nil) }
-            if let (continuation, grant) = granted { continuation.resumeVisibly(returning: grant) }
+            for caller in refused { caller.resume(returning: nil) }
+            if let (caller, grant) = granted { caller.resume(returning: grant) }
         }
     }
 
@@ -771,10 +768,10 @@ final class CredentialsLedger: Sendable {
         while !entry.turnQueue.isEmpty {
             let next = entry.turnQueue.removeFirst()
             if let fence = next.fence, fence != entry.fence {
-                handover.refused.append(next.continuation)
+                handover.refused.append(next.caller)
                 continue
             }
-            handover.granted = (next.continuation, entry.grantTurn())
+            handover.granted = (next.caller, entry.grantTurn())
             return handover
         }
         entry.turn = nil

@@ -52,7 +52,7 @@ struct FlightMachine {
         /// `flight` runs; `waiters` wait for it, sorted by id. `backoff` is what failed before it, carried on so a
         /// failure of this flight backs off further.
         case refreshing(
-            flight: Flight, waiters: FlightWaiters<RefreshStateMachine.WaiterContinuation>, backoff: Backoff?)
+            flight: Flight, waiters: FlightWaiters<RefreshStateMachine.ParkedCaller>, backoff: Backoff?)
         /// No refresh runs; the last ones failed.
         case failed(Backoff)
         /// A terminal failure (revoked credentials, the record cleared elsewhere): every request fails with
@@ -150,7 +150,7 @@ struct FlightMachine {
 
     /// A waiter's task was cancelled: returns its continuation (to resume with `CancellationError`) if it still
     /// waits. Leaves a tombstone, so the array stays sorted for the binary search.
-    mutating func waiterCancelled(id: UInt64) -> RefreshStateMachine.WaiterContinuation? {
+    mutating func waiterCancelled(id: UInt64) -> RefreshStateMachine.ParkedCaller? {
         guard case .refreshing(let flight, var waiters, let backoff) = state else { return nil }
         state = .idle  // drops the enum's reference, so the tombstone does not copy the array
         let continuation = waiters.remove(id: id)

@@ -419,28 +419,28 @@ extension RefreshStateMachine {
     /// One caller of an asynchronous request, by id, and the continuation that resumes it. While it waits for the
     /// refresh in flight, a cancelled waiter stays as a tombstone (`continuation == nil`) until the refresh
     /// completes, so ids stay sorted for binary search.
-    typealias Waiter = FlightWaiters<WaiterContinuation>.Waiter
+    typealias Waiter = FlightWaiters<ParkedCaller>.Waiter
 
-    /// What a waiter is resumed with. `accessToken()` needs only the token: its continuation carries a `String`,
+    /// What a waiter is resumed with. `accessToken()` needs only the token: its parked caller takes a `String`,
     /// which keeps the waiting task's async frames small (a parked caller costs no extra task-allocator slab) and
     /// makes resuming it one retain instead of a copy of the whole credentials.
-    enum WaiterContinuation {
-        case token(UnsafeContinuation<String, any Error>)
-        case credentials(UnsafeContinuation<Credentials, any Error>)
+    enum ParkedCaller {
+        case token(Parked<String, any Error>)
+        case credentials(Parked<Credentials, any Error>)
 
-        func resumeVisibly(throwing error: any Error) {
+        func resume(throwing error: any Error) {
             switch self {
-            case .token(let continuation): continuation.resumeVisibly(throwing: error)
-            case .credentials(let continuation): continuation.resumeVisibly(throwing: error)
+            case .token(let caller): caller.resume(throwing: error)
+            case .credentials(let caller): caller.resume(throwing: error)
             }
         }
 
         /// Resumes with `credentials`, or only their access token (`token`, the same value, copied once by the
         /// caller for all waiters).
-        func resumeVisibly(returning credentials: Credentials, token: String) {
+        func resume(returning credentials: Credentials, token: String) {
             switch self {
-            case .token(let continuation): continuation.resumeVisibly(returning: token)
-            case .credentials(let continuation): continuation.resumeVisibly(returning: credentials)
+            case .token(let caller): caller.resume(returning: token)
+            case .credentials(let caller): caller.resume(returning: credentials)
             }
         }
     }
@@ -871,7 +871,7 @@ extension RefreshStateMachine {
         /// Events of the transition, emitted in this order (before any caller or waiter is resumed).
         var events: [Event] = []
         /// One caller decided at once (served, failed, or cancelled), with its result.
-        var caller: (continuation: WaiterContinuation?, result: Result<Credentials, any Error>)?
+        var caller: (continuation: ParkedCaller?, result: Result<Credentials, any Error>)?
         /// Waiters of a refresh that ended, resumed in arrival order with `waitersResult`.
         var waiters: [Waiter] = []
         var waitersResult: Result<Credentials, any Error> = .failure(RefreshStateMachine.notOpenError)

@@ -28,7 +28,7 @@ struct RegistryState {
         case switching
     }
 
-    typealias Lanes = FIFOLanes<LaneKey, CheckedContinuation<Void, Never>>
+    typealias Lanes = FIFOLanes<LaneKey, Parked<Void, Never>>
 
     /// A controller claimed for eviction: its lane is held by `ticket` until the eviction is done.
     struct Victim {
@@ -47,7 +47,7 @@ struct RegistryState {
     /// instead of queueing behind it (their outcome would be the same).
     private var joinableFlights: [LaneKey: UInt64] = [:]
     /// The get-or-restore flights in progress (keyed by flight id) and the callers waiting for their outcome.
-    var flights = SingleFlight<UInt64, UnsafeContinuation<UserSessionController, any Error>>()
+    var flights = SingleFlight<UInt64, Parked<UserSessionController, any Error>>()
     var currentIdentifier: String?
     var isShutDown = false
     private var nextEntryID: UInt64 = 0
@@ -64,14 +64,12 @@ struct RegistryState {
     }
 
     /// Parks `waiter` until `ticket` has the turn in its lane; returns it back when it has it already.
-    mutating func parkInLane(_ waiter: CheckedContinuation<Void, Never>, for ticket: Lanes.Ticket)
-        -> CheckedContinuation<Void, Never>?
-    {
+    mutating func parkInLane(_ waiter: Parked<Void, Never>, for ticket: Lanes.Ticket) -> Parked<Void, Never>? {
         lanes.park(waiter, for: ticket)
     }
 
     /// Ends the turn of `ticket`; returns the next waiter of its lane to resume, if it is parked already.
-    mutating func leaveLane(_ ticket: Lanes.Ticket) -> CheckedContinuation<Void, Never>? {
+    mutating func leaveLane(_ ticket: Lanes.Ticket) -> Parked<Void, Never>? {
         lanes.leave(ticket)
     }
 
@@ -121,9 +119,7 @@ struct RegistryState {
     }
 
     /// Starts a flight, waited for by `waiter`, and returns its id.
-    mutating func startFlight(waiterID: UInt64, _ waiter: UnsafeContinuation<UserSessionController, any Error>)
-        -> UInt64
-    {
+    mutating func startFlight(waiterID: UInt64, _ waiter: Parked<UserSessionController, any Error>) -> UInt64 {
         nextFlightID += 1
         _ = flights.lead(nextFlightID)
         _ = flights.join(nextFlightID, id: waiterID, waiter)
@@ -131,7 +127,7 @@ struct RegistryState {
     }
 
     /// Removes the waiter `waiterID` from whichever flight it waits for, and returns it.
-    mutating func removeFlightWaiter(_ waiterID: UInt64) -> UnsafeContinuation<UserSessionController, any Error>? {
+    mutating func removeFlightWaiter(_ waiterID: UInt64) -> Parked<UserSessionController, any Error>? {
         flights.leave(id: waiterID)
     }
 

@@ -242,9 +242,8 @@ extension UserSessionRegistry {
 
         let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
         return try await withTaskCancellationHandler {
-            try await withVisibleUnsafeThrowingContinuation {
-                (continuation: UnsafeContinuation<UserSessionController, any Error>) in
-                // Decided under the lock; the continuation is resumed after it is released.
+            try await Parked.wait { (caller: Parked<UserSessionController, any Error>) in
+                // Decided under the lock; an answer is given after it is released.
                 enum Step {
                     case answer(Result<UserSessionController, any Error>)
                     case wait
@@ -254,27 +253,26 @@ extension UserSessionRegistry {
                     if state.isShutDown { return .answer(.failure(Self.shutdownError)) }
                     if Task.isCancelled { return .answer(.failure(CancellationError())) }
                     if let controller = state.openIdleController(key, now: now) { return .answer(.success(controller)) }
-                    if let flight = state.joinableFlight(.user(key)),
-                        state.flights.join(flight, id: waiterID, continuation)
-                    {
+                    if let flight = state.joinableFlight(.user(key)), state.flights.join(flight, id: waiterID, caller) {
                         return .wait
                     }
-                    let flight = state.startFlight(waiterID: waiterID, continuation)
+                    let flight = state.startFlight(waiterID: waiterID, caller)
                     let (ticket, runsNow) = state.enterLane(.user(key), flight: flight)
                     return .lead(flight: flight, ticket: ticket, runsNow: runsNow)
                 }
                 switch step {
-                case .answer(let result): continuation.resumeVisibly(with: result)
-                case .wait: break
+                case .answer(let result): return result
+                case .wait: return nil
                 case .lead(let flight, let ticket, let runsNow):
                     // Unstructured, so that no caller's cancellation reaches the restore the others wait for.
                     Task {
                         await self.runFlight(flight, ticket, runsNow: runsNow, identifier: identifier)
                     }
+                    return nil
                 }
             }
         } onCancel: {
-            state.withLock { $0.removeFlightWaiter(waiterID) }?.resumeVisibly(throwing: CancellationError())
+            state.withLock { $0.removeFlightWaiter(waiterID) }?.resume(throwing: CancellationError())
         }
     }
 
@@ -438,14 +436,14 @@ extension UserSessionRegistry {
             let next = state.leaveLane(ticket)
             return (next, enforcesBound ? nil : state.flights.land(flight))
         }
-        next?.resumeVisibly()
+        next?.resume()
         var waiters = taken ?? []
         if enforcesBound {
             await enforceMaximumOpenSessions(sparing: key)
             waiters = state.withLock { $0.flights.land(flight) }
         }
         // In the order they came.
-        for waiter in waiters { waiter.resumeVisibly(with: result) }
+        for waiter in waiters { waiter.resume(with: result) }
     }
 }
 
@@ -471,14 +469,12 @@ extension UserSessionRegistry {
 
     /// Suspends until `ticket` is at the head of its lane.
     func waitForTurn(_ ticket: Ticket) async {
-        await withVisibleCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            state.withLock { $0.parkInLane(continuation, for: ticket) }?.resumeVisibly()
-        }
+        await Parked.wait(handingBack: { waiter in state.withLock { $0.parkInLane(waiter, for: ticket) } })
     }
 
     /// Ends the turn of `ticket` and resumes the next operation in its lane.
     func leave(_ ticket: Ticket) {
-        state.withLock { $0.leaveLane(ticket) }?.resumeVisibly()
+        state.withLock { $0.leaveLane(ticket) }?.resume()
     }
 
     /// How many operations for `identifier` are running or waiting (for tests).

@@ -305,11 +305,12 @@ public final class FileTokenStore: TokenStore {
     /// Runs blocking file work on the store's queue, off the cooperative thread pool.
     @discardableResult
     func run<Value: Sendable>(_ work: @escaping @Sendable () throws -> Value) async throws -> Value {
-        try await withVisibleCheckedThrowingContinuation { continuation in
+        try await Parked.wait { (caller: Parked<Value, any Error>) -> Result<Value, any Error>? in
             queue.async {
                 self.sweepOnce()
-                continuation.resumeVisibly(with: Result { try work() })
+                caller.resume(with: Result { try work() })
             }
+            return nil
         }
     }
 

@@ -11,8 +11,9 @@ package enum BlockingIO {
     package static func run<Value: Sendable>(
         on queue: DispatchQueue = sharedQueue, _ work: @escaping @Sendable () throws -> Value
     ) async throws -> Value {
-        try await withVisibleCheckedThrowingContinuation { continuation in
-            queue.async { continuation.resumeVisibly(with: Result { try work() }) }
+        try await Parked.wait { (caller: Parked<Value, any Error>) -> Result<Value, any Error>? in
+            queue.async { caller.resume(with: Result { try work() }) }
+            return nil
         }
     }
 }

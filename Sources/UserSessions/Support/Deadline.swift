@@ -44,13 +44,14 @@ package enum Deadline {
         for task: Task<Success, Failure>, timeout: Duration, clock: DeadlineClock = .realTime
     ) async -> Bool {
         let race = DeadlineRace<Bool>()
-        return await withVisibleCheckedContinuation { continuation in
-            race.start(continuation)
+        return await Parked.wait { (caller: Parked<Bool, Never>) -> Bool? in
+            race.start(caller)
             Task {
                 _ = await task.result
                 race.finish(true)
             }
             race.attach([timer(after: timeout, clock: clock) { race.finish(false) }])
+            return nil
         }
     }
 
@@ -93,8 +94,8 @@ package enum Deadline {
     ) async throws -> Value {
         let race = DeadlineRace<Result<Value, any Error>>()
         let result = await withTaskCancellationHandler {
-            await withVisibleCheckedContinuation { continuation in
-                race.start(continuation)
+            await Parked.wait { (caller: Parked<Result<Value, any Error>, Never>) -> Result<Value, any Error>? in
+                race.start(caller)
                 let work = Task {
                     do {
                         race.finish(.success(try await operation()))
@@ -103,6 +104,7 @@ package enum Deadline {
                     }
                 }
                 race.attach([work, timer(after: timeout, clock: clock) { race.finish(.failure(timedOut())) }])
+                return nil
             }
         } onCancel: {
             race.finish(.failure(CancellationError()))
@@ -112,23 +114,23 @@ package enum Deadline {
 }
 
 /// The one-shot race between work, its deadline and (for ``Deadline/abandon(after:clock:timedOut:_:)``) the caller's
-/// cancellation: whichever finishes first resumes the continuation with its outcome and cancels the attached tasks.
-/// It may finish before the continuation or the tasks arrive; they are then resumed or cancelled on arrival.
+/// cancellation: whichever finishes first resumes the parked caller with its outcome and cancels the attached tasks.
+/// It may finish before the caller or the tasks arrive; they are then resumed or cancelled on arrival.
 private final class DeadlineRace<Outcome: Sendable>: Sendable {
     private struct State {
-        var continuation: CheckedContinuation<Outcome, Never>?
+        var caller: Parked<Outcome, Never>?
         var tasks: [Task<Void, Never>] = []
         var outcome: Outcome?
     }
     private let state = Locked(State())
 
-    func start(_ continuation: CheckedContinuation<Outcome, Never>) {
+    func start(_ caller: Parked<Outcome, Never>) {
         let early = state.withLock { state -> Outcome? in
             if let outcome = state.outcome { return outcome }
-            state.continuation = continuation
+            state.caller = caller
             return nil
         }
-        if let early { continuation.resumeVisibly(returning: early) }
+        if let early { caller.resume(returning: early) }
     }
 
     /// Keeps `tasks` so that the first outcome cancels them (a timer would otherwise sleep on).
@@ -142,17 +144,16 @@ private final class DeadlineRace<Outcome: Sendable>: Sendable {
     }
 
     func finish(_ outcome: Outcome) {
-        let (continuation, tasks) = state.withLock {
-            state -> (CheckedContinuation<Outcome, Never>?, [Task<Void, Never>]) in
+        let (caller, tasks) = state.withLock { state -> (Parked<Outcome, Never>?, [Task<Void, Never>]) in
             guard state.outcome == nil else { return (nil, []) }
             state.outcome = outcome
             defer {
-                state.continuation = nil
+                state.caller = nil
                 state.tasks = []
             }
-            return (state.continuation, state.tasks)
+            return (state.caller, state.tasks)
         }
         for task in tasks { task.cancel() }
-        continuation?.resumeVisibly(returning: outcome)
+        caller?.resume(returning: outcome)
     }
 }

@@ -9,8 +9,9 @@
 /// independent. A lane exists only while it has tickets, so "`key` is busy" means "an operation for it is running or
 /// waiting".
 ///
-/// The owner keeps the value inside its own lock (or actor); the type has no lock and no continuations of its own.
-/// A waiter is an opaque value handed back to the owner, which resumes it after releasing its lock. Impossible calls
+/// The owner keeps the value inside its own lock (or actor); the type has no lock of its own and resumes nothing.
+/// A waiter is an opaque value (in the package, a ``Parked`` caller) handed back to the owner, which resumes it
+/// after releasing its lock. Impossible calls
 /// (a leave by a ticket that is not running, a park of an unknown ticket) stop the process.
 ///
 /// Cost: an idle value is a few words and owns no heap memory. The lane of one busy key is kept inline; a dictionary

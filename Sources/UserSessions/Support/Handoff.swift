@@ -8,8 +8,9 @@ import Darwin
 #endif
 #endif
 
-/// Continuations whose hand-over ThreadSanitizer sees: the package awaits with `withVisible…Continuation` and
-/// resumes with `resumeVisibly(…)`.
+/// Continuations whose hand-over ThreadSanitizer sees: awaited with `withVisible…Continuation` and resumed with
+/// `resumeVisibly(…)`. The package itself uses them through ``Parked`` only, the one way it suspends a caller (the
+/// tests' harness uses them directly).
 ///
 /// In release and debug builds these are exactly the standard library's continuations. In sanitizer builds
 /// (`-DUSER_SESSIONS_TSAN`, set by `Scripts/tsan.sh`) they close a gap in the Swift runtime's own annotations: when a

@@ -5,7 +5,7 @@
 /// cancelled) leaves a tombstone instead of being removed, so leaving costs no shifting and the order holds.
 ///
 /// A plain value kept inside its owner's lock, like ``FIFOLanes``: it never resumes anything itself; it hands the
-/// continuations back, to be resumed after the lock is released.
+/// waiters (in the package, ``Parked`` callers) back, to be resumed after the lock is released.
 struct FlightWaiters<Continuation> {
     /// One waiter: `continuation` is `nil` once it left.
     struct Waiter {
@@ -56,8 +56,8 @@ struct FlightWaiters<Continuation> {
 /// flight), the ledger's refreshes (keyed by the refresh token presented) and, through ``FlightWaiters``, the gate's
 /// refresh of one session.
 ///
-/// A plain value kept inside its owner's lock; it hands continuations back, to be resumed after the lock is
-/// released.
+/// A plain value kept inside its owner's lock; it hands the waiters (``Parked`` callers) back, to be resumed after
+/// the lock is released.
 struct SingleFlight<Key: Hashable, Continuation> {
     private var flights: [Key: FlightWaiters<Continuation>] = [:]
 

@@ -82,8 +82,10 @@ extension URLSessionHTTPTransport {
             let delegate = delegate
             do {
                 return try await withTaskCancellationHandler {
-                    try await withVisibleCheckedThrowingContinuation { continuation in
-                        delegate.register(task, continuation, limit: max(0, request.maximumResponseBytes))
+                    try await Parked.wait {
+                        (caller: Parked<HTTPTransportResponse, any Error>) -> Result<HTTPTransportResponse, any Error>?
+                        in
+                        delegate.register(task, caller, limit: max(0, request.maximumResponseBytes))
                         // The deadline covers the whole exchange; URLSession's own timeout is only an idle timeout.
                         let timer = Deadline.timer(after: request.timeout) { delegate.end(task, because: .timedOut) }
                         delegate.attach(timer, to: task)
@@ -93,6 +95,7 @@ extension URLSessionHTTPTransport {
                         } else {
                             task.resume()
                         }
+                        return nil
                     }
                 } onCancel: {
                     delegate.end(task, because: .cancelled)
@@ -113,7 +116,7 @@ extension URLSessionHTTPTransport {
     /// started may never be reported complete, and the caller must not wait for that.
     final class Delegate: NSObject, URLSessionDataDelegate, Sendable {
         private struct Pending {
-            var continuation: CheckedContinuation<HTTPTransportResponse, any Error>
+            var caller: Parked<HTTPTransportResponse, any Error>
             var limit: Int
             var body = Data()
             var timer: Task<Void, Never>?
@@ -129,9 +132,9 @@ extension URLSessionHTTPTransport {
         private let pending = Locked<[Int: Pending]>([:])
 
         func register(
-            _ task: URLSessionTask, _ continuation: CheckedContinuation<HTTPTransportResponse, any Error>, limit: Int
+            _ task: URLSessionTask, _ caller: Parked<HTTPTransportResponse, any Error>, limit: Int
         ) {
-            pending.withLock { $0[task.taskIdentifier] = Pending(continuation: continuation, limit: limit) }
+            pending.withLock { $0[task.taskIdentifier] = Pending(caller: caller, limit: limit) }
         }
 
         func attach(_ timer: Task<Void, Never>, to task: URLSessionTask) {
@@ -151,14 +154,14 @@ extension URLSessionHTTPTransport {
             entry.timer?.cancel()
             switch reason {
             case .timedOut:
-                entry.continuation.resumeVisibly(throwing: HTTPTransportError(.timedOut, "the request timed out"))
+                entry.caller.resume(throwing: HTTPTransportError(.timedOut, "the request timed out"))
             case .responseTooLarge:
-                entry.continuation.resumeVisibly(
+                entry.caller.resume(
                     throwing: HTTPTransportError(
                         .responseTooLarge,
                         "the response body is larger than \(entry.limit) bytes (the rest was not read)"))
             case .cancelled:
-                entry.continuation.resumeVisibly(throwing: CancellationError())
+                entry.caller.resume(throwing: CancellationError())
             }
             task.cancel()
         }
@@ -178,7 +181,7 @@ extension URLSessionHTTPTransport {
             guard let entry = pending.withLock({ $0.removeValue(forKey: task.taskIdentifier) }) else { return }
             entry.timer?.cancel()
             if let error {
-                entry.continuation.resumeVisibly(throwing: error)
+                entry.caller.resume(throwing: error)
             } else if let response = task.response as? HTTPURLResponse {
                 var headers = HTTPTransportHeaders()
                 for (name, value) in response.allHeaderFields {
@@ -186,11 +189,11 @@ extension URLSessionHTTPTransport {
                         headers.add(name: name, value: value)
                     }
                 }
-                entry.continuation.resumeVisibly(
+                entry.caller.resume(
                     returning: HTTPTransportResponse(
                         statusCode: response.statusCode, headers: headers, body: entry.body))
             } else {
-                entry.continuation.resumeVisibly(throwing: URLError(.badServerResponse))
+                entry.caller.resume(throwing: URLError(.badServerResponse))
             }
         }
 
