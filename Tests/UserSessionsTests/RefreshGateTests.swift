@@ -66,7 +66,7 @@ struct RefreshGateTests {
         harness.activate(expiresIn: 10)
         let waiter = Task { try await harness.gate.accessToken() }
         await harness.refresher?.started.wait(for: 1)
-        let flight = harness.gate.backgroundTasks.last
+        let flight = await harness.gate.backgroundTasks.last(afterStarting: 1)
         await harness.gate.deactivate()
         await #expect(throws: UserSessionError(.sessionNotOpen, "")) { try await waiter.value }
         // A new session opens before the old refresh returns.
@@ -75,7 +75,7 @@ struct RefreshGateTests {
             credentials: Credentials(accessToken: "next-at", expiresAt: harness.time.now.addingTimeInterval(3600)),
             generation: 2)
         refresherGate.open()
-        await flight?.value
+        await flight.value
         #expect(harness.refresher?.finished.count == 1)
         #expect(harness.store.saves.map(\.identifier) == ["user"])
         #expect(harness.store.stored("user")?.credentials?.refreshToken == "rt-1")
@@ -255,7 +255,7 @@ struct RefreshGateTests {
         harness.activate(expiresIn: 10)
         let waiter = Task { try await harness.gate.accessToken() }
         await harness.refresher?.started.wait(for: 1)
-        let flight = harness.gate.backgroundTasks.last
+        let flight = await harness.gate.backgroundTasks.last(afterStarting: 1)
         await harness.awaitWaiters(1)
         let updated = Credentials(
             accessToken: "at-new", refreshToken: "rt-new", expiresAt: harness.time.now.addingTimeInterval(7200),
@@ -263,7 +263,7 @@ struct RefreshGateTests {
         try await harness.gate.update(updated)
         #expect(try await waiter.value == "at-new")
         refresherGate.open()
-        await flight?.value
+        await flight.value
         #expect(harness.store.saves.map(\.session.credentials?.accessToken) == ["at-new"])
         #expect(harness.gate.currentCredentials()?.accessToken == "at-new")
         let kinds = await harness.recordedEvents().map(\.kind)
