@@ -92,8 +92,11 @@ struct FaultInjectionRefreshTests {
         }
         #expect(rig.count(.persistenceFailed) == 2)
 
-        // A retry while the store is still down fails and is reported; the credentials stay in memory.
+        // A retry while the store is still down fails and is reported; the credentials stay in memory. The ledger's
+        // write loop starts in a task of its own: the clock moves once it sleeps, or its backoff would start after
+        // the move and never end.
         let attempts = rig.store.calls(.save)
+        try await withHangGuard("the write loop sleeping") { await rig.time.sleeps.wait(for: 1) }
         rig.time.advance(by: 120)
         #expect(try await controller.accessToken() == "at-2")
         try await withHangGuard("the failed retry") {
@@ -108,6 +111,8 @@ struct FaultInjectionRefreshTests {
 
         rig.store.recover()
         let saves = rig.store.savesDone.count
+        // The failed retry was reported before its loop went back to sleep: the clock moves once it has.
+        try await withHangGuard("the write loop sleeping again") { await rig.time.sleeps.wait(for: 2) }
         rig.time.advance(by: 120)
         #expect(try await controller.accessToken() == "at-2")
         try await withHangGuard("the retry") { await rig.store.savesDone.wait(for: saves + 1) }
