@@ -27,11 +27,11 @@ struct SingleFlightTests {
         #expect(joined)
         let joined2 = flights.join("bob", id: 2, "b")
         #expect(joined2)
-        let landed = flights.land("alice")
+        let landed = flights.land("alice").continuations
         #expect(landed == ["a"])
         #expect(!flights.isRunning("alice"))
         #expect(flights.isRunning("bob"))
-        let landed2 = flights.land("bob")
+        let landed2 = flights.land("bob").continuations
         #expect(landed2 == ["b"])
         #expect(flights.isEmpty)
     }
@@ -42,7 +42,7 @@ struct SingleFlightTests {
         #expect(!joined)
         let led = flights.lead("alice")
         #expect(led)
-        let landed = flights.land("alice")
+        let landed = flights.land("alice").continuations
         #expect(landed.isEmpty)
         let joined2 = flights.join("alice", id: 2, "later")
         #expect(!joined2)
@@ -59,7 +59,7 @@ struct SingleFlightTests {
             let joined = flights.join(7, id: id, id)
             #expect(joined)
         }
-        let landed = flights.land(7)
+        let landed = flights.land(7).continuations
         #expect(landed == [1, 2, 3, 4, 5, 6, 9])
     }
 
@@ -80,7 +80,7 @@ struct SingleFlightTests {
         let left3 = flights.leave(id: 99)
         #expect(left3 == nil)
         #expect(flights.waiterCount == 2)
-        let landed = flights.land("alice")
+        let landed = flights.land("alice").continuations
         #expect(landed == ["stays", "stays too"])
     }
 

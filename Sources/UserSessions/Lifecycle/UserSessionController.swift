@@ -685,7 +685,7 @@ extension UserSessionController {
         // taken yet, or a refresh in flight, cannot leave the ledger in between. Released here if nothing opens.
         var fence = gate.ledger.hold(identifier)
         var handedOver = false
-        defer { if !handedOver { gate.ledger.release(identifier, schedule: gate.ledgerSchedule) } }
+        defer { if !handedOver { gate.releaseInLedger(identifier) } }
         var (record, revision) = try await readStoredRecord(identifier)
         // Read through the ledger: an unwritten rotation replaces the spent token the store still holds (the ledger
         // goes on writing it), and a

@@ -131,7 +131,7 @@ final class CredentialsGate: Sendable {
             defer { hold = identifier }
             return hold
         }
-        if let previous { ledger.release(previous, schedule: ledgerSchedule) }
+        if let previous { releaseInLedger(previous) }
         modifyStateAndRunActions {
             $0.activated(
                 identifier: identifier, userInfo: userInfo, credentials: credentials, generation: generation,
@@ -198,8 +198,13 @@ final class CredentialsGate: Sendable {
         }
     }
 
-    /// ``ledgerSchedule(for:)`` of the session the gate serves now (or served last).
-    var ledgerSchedule: CredentialsLedger.Schedule { ledgerSchedule(for: inspect { $0.generation }) }
+    /// Lets go of `identifier` in the ledger, which keeps writing what it holds unwritten on the schedule of the
+    /// session the gate serves now (or served last). The generation is read before the ledger's lock is taken: the
+    /// schedule is made inside it, only when the ledger needs one.
+    func releaseInLedger(_ identifier: String) {
+        let generation = inspect { $0.generation }
+        ledger.release(identifier, schedule: ledgerSchedule(for: generation))
+    }
 
     /// Lets go of the identifier held in the ledger; a rotation that could not be written stays there and the
     /// ledger keeps writing it.
@@ -208,7 +213,7 @@ final class CredentialsGate: Sendable {
             defer { hold = nil }
             return hold
         }
-        if let held { ledger.release(held, schedule: ledgerSchedule) }
+        if let held { releaseInLedger(held) }
     }
 
     /// Waits for the write in progress (the identifier's write turn), then writes once more what the ledger has not

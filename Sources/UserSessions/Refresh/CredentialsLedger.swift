@@ -385,11 +385,13 @@ final class CredentialsLedger: Sendable {
     }
 
     /// The holder of `identifier` let it go; a rotation nobody could write stays and is written on `schedule` (or
-    /// the schedule of the write that failed last).
-    func release(_ identifier: String, schedule: Schedule? = nil) {
+    /// the schedule of the write that failed last). `schedule` is made only then: most releases find nothing
+    /// unwritten, and a schedule's failure report is a closure, an allocation per release otherwise. It runs inside
+    /// the ledger's critical section, so it must only build the value (no lock, no user code).
+    func release(_ identifier: String, schedule: @autoclosure () -> Schedule? = nil) {
         let start = modify(ExactIdentifier(identifier)) { entry -> Bool in
             entry.holders = max(0, entry.holders - 1)
-            if entry.unwritten { entry.keepSchedule(schedule) }
+            if entry.unwritten, entry.schedule == nil { entry.keepSchedule(schedule()) }
             return startLoopIfNeeded(&entry)
         }
         if start { startWriteLoop(identifier) }
@@ -549,7 +551,7 @@ final class CredentialsLedger: Sendable {
                 let turn = takingTurn && entry.turn == nil && (try? result.get()) != nil ? entry.grantTurn() : nil
                 return (waiters, recordRefusal, turn)
             }
-            for waiter in waiters { waiter.resume(returning: result) }
+            waiters.forEachWaiting { $0.resume(returning: result) }
             if recordRefusal { await recordRefusalInStore(identifier: identifier, refused: sent, fence: flight.fence) }
             return (result, turn)
         }
@@ -577,7 +579,7 @@ final class CredentialsLedger: Sendable {
     /// refusal must be recorded in the store.
     private func flightReturned(
         _ entry: inout Entry, flight: Flight, userInfo: UserInfo, result: Result<Credentials, UserSessionError>
-    ) -> ([Joiner], Bool) {
+    ) -> (FlightWaiters<Joiner>, Bool) {
         let waiters = entry.flights.land(flight.sent)
         // The result is the identifier's newest when the refresh refreshed the newest: what the ledger holds as
         // current (even one taken under an older fence: a refresh of the credentials a sign-in just wrote, its

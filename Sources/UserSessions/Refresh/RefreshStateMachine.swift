@@ -872,17 +872,27 @@ extension RefreshStateMachine {
         var events: [Event] = []
         /// One caller decided at once (served, failed, or cancelled), with its result.
         var caller: (continuation: ParkedCaller?, result: Result<Credentials, any Error>)?
-        /// Waiters of a refresh that ended, resumed in arrival order with `waitersResult`.
+        /// Waiters of a refresh that ended, resumed in arrival order with ``waitersResult``.
         var waiters: [Waiter] = []
-        var waitersResult: Result<Credentials, any Error> = .failure(RefreshStateMachine.notOpenError)
+        /// What ``waiters`` get; `nil` (read as ``UserSessionError/Code/sessionNotOpen``) until an input sets it.
+        /// Optional, so that the actions of an input that resumes nobody (most of them: every caller joining a
+        /// refresh gets some) box no error: an `any Error` payload is a heap allocation each time it is made.
+        var waitersOutcome: Result<Credentials, any Error>?
         /// A refresh to start in the background.
         var refresh: RefreshJob?
 
         static var none: Actions { Actions() }
 
-        /// Resume `waiters` with `result`.
-        static func resume(_ waiters: [Waiter], with result: Result<Credentials, any Error>) -> Actions {
-            Actions(waiters: waiters, waitersResult: result)
+        /// The result ``waiters`` are resumed with.
+        var waitersResult: Result<Credentials, any Error> {
+            waitersOutcome ?? .failure(RefreshStateMachine.notOpenError)
+        }
+
+        /// Resume `waiters` with `result`, made only when there is a waiter to resume.
+        static func resume(_ waiters: [Waiter], with result: @autoclosure () -> Result<Credentials, any Error>)
+            -> Actions
+        {
+            waiters.isEmpty ? Actions() : Actions(waiters: waiters, waitersOutcome: result())
         }
     }
 }

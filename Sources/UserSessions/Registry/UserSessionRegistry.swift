@@ -437,13 +437,13 @@ extension UserSessionRegistry {
             return (next, enforcesBound ? nil : state.flights.land(flight))
         }
         next?.resume()
-        var waiters = taken ?? []
+        var waiters = taken ?? FlightWaiters()
         if enforcesBound {
             await enforceMaximumOpenSessions(sparing: key)
             waiters = state.withLock { $0.flights.land(flight) }
         }
         // In the order they came.
-        for waiter in waiters { waiter.resume(with: result) }
+        waiters.forEachWaiting { $0.resume(with: result) }
     }
 }
 

@@ -40,6 +40,14 @@ struct FlightWaiters<Continuation> {
     /// The continuations still waiting, in id order.
     var continuations: [Continuation] { all.compactMap(\.continuation) }
 
+    /// The continuations still waiting, in id order, read in place (a landed flight's waiters are resumed by
+    /// iterating them: no array is made for it).
+    func forEachWaiting(_ body: (Continuation) -> Void) {
+        for waiter in all {
+            if let continuation = waiter.continuation { body(continuation) }
+        }
+    }
+
     private func insertionIndex(of id: UInt64) -> Int {
         var low = 0
         var high = all.count
@@ -89,9 +97,10 @@ struct SingleFlight<Key: Hashable, Continuation> {
         return true
     }
 
-    /// `key`'s flight ended: returns its waiters' continuations, in the order they came, to resume with its outcome.
-    mutating func land(_ key: Key) -> [Continuation] {
-        flights.removeValue(forKey: key)?.continuations ?? []
+    /// `key`'s flight ended: returns its waiters, to resume with its outcome in the order they came
+    /// (``FlightWaiters/forEachWaiting(_:)``).
+    mutating func land(_ key: Key) -> FlightWaiters<Continuation> {
+        flights.removeValue(forKey: key) ?? FlightWaiters()
     }
 
     /// The caller `id` no longer waits (its task was cancelled): returns its continuation if it still waited.
