@@ -133,9 +133,11 @@ final class CredentialsLedger: Sendable {
             set { made().schedule = newValue }
         }
         /// Keeps `schedule` for the write loop unless the entry has one already (the first writer's stays; the
-        /// writer whose write failed last replaces it by assigning ``schedule`` itself).
-        mutating func keepSchedule(_ schedule: Schedule?) {
-            if let schedule, self.schedule == nil { self.schedule = schedule }
+        /// writer whose write failed last replaces it by assigning ``schedule`` itself). `schedule` is made only
+        /// when it is kept.
+        mutating func keepSchedule(_ schedule: @autoclosure () -> Schedule?) {
+            guard self.schedule == nil, let schedule = schedule() else { return }
+            self.schedule = schedule
         }
         /// Whether the last fence came from a sign-out (not a sign-in): only then is a late write removed again.
         var signedOut: Bool {
@@ -391,7 +393,7 @@ final class CredentialsLedger: Sendable {
     func release(_ identifier: String, schedule: @autoclosure () -> Schedule? = nil) {
         let start = modify(ExactIdentifier(identifier)) { entry -> Bool in
             entry.holders = max(0, entry.holders - 1)
-            if entry.unwritten, entry.schedule == nil { entry.keepSchedule(schedule()) }
+            if entry.unwritten { entry.keepSchedule(schedule()) }
             return startLoopIfNeeded(&entry)
         }
         if start { startWriteLoop(identifier) }

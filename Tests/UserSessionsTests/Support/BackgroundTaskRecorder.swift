@@ -5,38 +5,23 @@
 /// A task starts running before the gate records it: its work (a refresher call) can be seen before the record is.
 /// A test that saw the work start waits for the record with ``last(afterStarting:)``.
 final class BackgroundTaskRecorder: BackgroundWorkProbe {
-    private struct State {
-        var latest: Task<Void, Never>?
-        var started = 0
-        var waiters: [(count: Int, continuation: CheckedContinuation<Task<Void, Never>, Never>)] = []
-    }
-    private let state = Locked(State())
+    private let latest = Locked<Task<Void, Never>?>(nil)
+    /// One arrival per recorded task, counted after it became ``last``.
+    private let recorded = ArrivalCounter()
 
     func backgroundTaskStarted(_ task: Task<Void, Never>) {
-        let ready = state.withLock { state -> [CheckedContinuation<Task<Void, Never>, Never>] in
-            state.latest = task
-            state.started += 1
-            let started = state.started
-            let ready = state.waiters.filter { $0.count <= started }.map(\.continuation)
-            state.waiters.removeAll { $0.count <= started }
-            return ready
-        }
-        for continuation in ready { continuation.resumeVisibly(returning: task) }
+        latest.withLock { $0 = task }
+        recorded.arrive()
     }
 
     /// The latest task started, or `nil` when none was.
-    var last: Task<Void, Never>? { state.withLock { $0.latest } }
+    var last: Task<Void, Never>? { latest.withLock { $0 } }
 
     /// The latest task, once at least `count` tasks were recorded.
     func last(afterStarting count: Int) async -> Task<Void, Never> {
-        await withVisibleCheckedContinuation { (continuation: CheckedContinuation<Task<Void, Never>, Never>) in
-            let ready = state.withLock { state -> Task<Void, Never>? in
-                if state.started >= count, let latest = state.latest { return latest }
-                state.waiters.append((count, continuation))
-                return nil
-            }
-            if let ready { continuation.resumeVisibly(returning: ready) }
-        }
+        await recorded.wait(for: count)
+        guard let task = last else { preconditionFailure("a task is recorded before it is counted") }
+        return task
     }
 }
 
