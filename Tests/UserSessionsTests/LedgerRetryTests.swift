@@ -210,4 +210,34 @@ struct LedgerRetryTests {
         }
         try await bench.releaseAndWaitUntilDropped()
     }
+
+    /// The ledger remembers a bounded window of refreshes, but never forgets one whose spent refresh token the store
+    /// may still hold: a rotation left unwritten through more refreshes than the window (a store down for two hours
+    /// of five-minute tokens) is still read through by a restore that finds the old record, and still written
+    /// (conditionally, over the record it replaces) once the store is back.
+    @Test func aRotationUnwrittenThroughMoreRefreshesThanTheWindowIsStillReadThroughAndWritten() async throws {
+        let time = ManualTime()
+        let store = ScriptedCoordinatedStore()
+        store.writeElsewhere(Self.session("0"), identifier: "alice")
+        let ledger = CredentialsLedger(store: store)
+        let fence = ledger.hold("alice")
+        for step in 0..<24 {
+            let result = await ledger.refresh(
+                identifier: "alice", userInfo: Self.user, credentials: Self.session("\(step)").credentials!,
+                fence: fence
+            ) { .success(Self.session("\(step + 1)").credentials!) }
+            #expect((try? result.get())?.refreshToken == "rt-\(step + 1)")
+        }
+        // A restore that reads the record the store still holds never presents its spent token.
+        #expect(try ledger.readThrough(Self.session("0"), identifier: "alice", fence: fence) == Self.session("24"))
+
+        ledger.release(
+            "alice",
+            schedule: CredentialsLedger.Schedule(
+                clock: time.clock, policy: UserSessionController.Configuration().refreshPolicy.refresh))
+        try await withHangGuard("the write loop's first wait") { await time.sleeps.wait(for: 1) }
+        time.advance(by: 1)
+        try await withHangGuard("the entry is dropped") { while ledger.entryCount > 0 { await Task.yield() } }
+        #expect(store.record("alice")?.session == Self.session("24"), "the store holds the newest, not a spent token")
+    }
 }

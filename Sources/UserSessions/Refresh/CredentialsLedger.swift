@@ -214,7 +214,18 @@ final class CredentialsLedger: Sendable {
             refused = nil
         }
 
+        /// How many refreshes an entry remembers once the store holds its newest credentials.
+        static let rotationWindow = 16
+
         /// Records that the server answered a refresh of `presented` (which sent `sent`) with `result`.
+        ///
+        /// The rotations are a bounded window only while nothing is unwritten. While something is, the store may
+        /// hold any refresh token spent since its last landing, and each of them must still lead to the newest: a
+        /// restore that reads the record is handed the newest (``CredentialsLedger/readThrough(_:identifier:fence:)``),
+        /// and the write loop's conditional write over a coordinated store recognizes the record it replaces
+        /// (`writeUnwritten`). A store down for longer than the window's refreshes otherwise kept a spent token that
+        /// every restore presented again. The window closes again at the first refresh after the store took the
+        /// newest (each refresh is one expiry, and the loop breaker bounds them).
         mutating func recordRefresh(of presented: Credentials, sent: String, result: Credentials) {
             let rotation = Rotation(sentAccessToken: presented.accessToken, sent: sent, result: result)
             // A server that answers with the very credentials it was sent taught nothing newer.
@@ -222,7 +233,8 @@ final class CredentialsLedger: Sendable {
             if rotations.contains(where: { $0.sent == sent && $0.sentAccessToken == presented.accessToken }) { return }
             let detail = made()
             detail.rotations.append(rotation)
-            if detail.rotations.count > 16 { detail.rotations.removeFirst() }
+            let excess = detail.rotations.count - Self.rotationWindow
+            if excess > 0, !detail.unwritten { detail.rotations.removeFirst(excess) }
         }
 
         /// Whether the server rotated `token` away (it must never be presented again).
