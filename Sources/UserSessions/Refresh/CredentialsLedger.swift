@@ -1084,18 +1084,21 @@ final class CredentialsLedger: Sendable {
     private func writeUnwritten(_ identifier: String, fence: UInt64) async -> (any Error)? {
         let key = ExactIdentifier(identifier)
         guard let turn = await enterWriteTurn(identifier, fence: fence)?.token else { return nil }
-        let (job, handover) = modify(key) { entry -> ((StoredSession, [String])?, Handover) in
+        let (job, handover) = modify(key) { entry -> (StoredSession?, Handover) in
             guard entry.unwritten, let current = entry.current else { return (nil, handOver(&entry, from: turn)) }
-            return ((current, entry.rotations.filter(\.rotated).map(\.sent)), Handover())
+            return (current, Handover())
         }
         handover.deliver()
-        guard let (session, spent) = job else { return nil }
+        guard let session = job else { return nil }
         var failure: (any Error)?
         do {
             if let coordinatedStore {
-                // Conditional on the record these credentials replace: one removed or rotated elsewhere stands.
+                // Conditional on the record these credentials replace: one that holds credentials a refresh known
+                // here replaced (by refresh token when the server rotated it, by the very credentials when it did
+                // not). One removed, or holding anything else (written elsewhere), stands.
                 let record = try await coordinatedStore.loadRevised(identifier: identifier)
-                guard let record, let token = record.session.credentials?.refreshToken, spent.contains(token)
+                guard let record, let stored = record.session.credentials,
+                    entries.withLock({ $0[key]?.latestRotation(of: stored) }) != nil
                 else { throw UserSessionError(.revisionConflict, "the record changed elsewhere") }
                 _ = try await coordinatedStore.save(session, identifier: identifier, expectedRevision: record.revision)
             } else {
