@@ -563,7 +563,9 @@ extension CredentialsGate {
             inspect { $0.storeIsNewer(record, than: job.credentials, generation: job.generation) }
         }
         if adopt ?? true {
-            let adoption = await withWriteTurn(identifier) { _ in adoptHoldingTurn(record, generation: job.generation) }
+            let adoption = await withWriteTurn(identifier) { turn in
+                adoptHoldingTurn(record, generation: job.generation, turn: turn)
+            }
             if case .none = adoption {
                 // The session changed while this flight read the record: the flight is stale, or (its session
                 // still active) refreshes after all, so its waiters never hang.
@@ -617,8 +619,9 @@ extension CredentialsGate {
             // sent (a server with a reuse grace period answered `invalid_grant`). Adopt what it stored, refreshing
             // once with it when it is expired too.
             if !stored.credentials.isExpired(at: clock.now()) {
-                let adoption = await withWriteTurn(job.identifier) { _ in
-                    adoptHoldingTurn(RevisedSession(session: stored.session, revision: 0), generation: job.generation)
+                let adoption = await withWriteTurn(job.identifier) { turn in
+                    adoptHoldingTurn(
+                        RevisedSession(session: stored.session, revision: 0), generation: job.generation, turn: turn)
                 }
                 if case .none = adoption {
                     await finish(job, outcome: returned.result, turn: returned.turn, startedAt: startedAt)
@@ -788,7 +791,7 @@ extension CredentialsGate {
         noteLeft(turn)
         if case .superseded(let record) = written {
             // A coordinated store held a newer record (or none): it stands, and is adopted instead, in the turn.
-            let adoption = adoptHoldingTurn(record, generation: job.generation)
+            let adoption = adoptHoldingTurn(record, generation: job.generation, turn: turn)
             ledger.leaveWriteTurn(job.identifier, token: turn.token)
             if case .none = adoption {
                 // Only a store whose revisions went backwards gets here: the flight's waiters must not hang.
@@ -1126,10 +1129,18 @@ extension CredentialsGate {
         case removed
     }
 
-    /// While holding the identifier's write turn: adopts `record` (newer credentials another process stored) for the
-    /// session of `generation`, or, for `nil`, stops that session because its record was removed elsewhere.
+    /// While holding the identifier's write `turn`: adopts `record` (newer credentials another process stored) for
+    /// the session of `generation`, or, for `nil`, stops that session because its record was removed elsewhere.
     /// Hand the result to ``finishAdoption(_:generation:)`` after leaving the turn.
-    func adoptHoldingTurn(_ record: RevisedSession?, generation: UInt64) -> Adoption {
+    ///
+    /// Either way the ledger learns it first, like a write that landed: a removed record is a sign-out, and adopted
+    /// credentials are what the store holds (``CredentialsLedger/adopted(_:_:fence:turn:schedule:)``, under the
+    /// session's fence), so a refresh of them is a refresh of the identifier's newest, never taken for one of
+    /// replaced credentials (its rotation unwritten, its refusal unrecorded). The ledger learns it before the session
+    /// publishes the credentials, so no refresh of them can return before it.
+    func adoptHoldingTurn(_ record: RevisedSession?, generation: UInt64, turn: CredentialsLedger.TurnGrant)
+        -> Adoption
+    {
         guard let record else {
             // Signed out elsewhere (another instance removed the record): fenced here too.
             if let identifier = inspect({ $0.generation == generation ? $0.identifier : nil }) {
@@ -1137,6 +1148,15 @@ extension CredentialsGate {
             }
             let removed = modifyStateAndRunActions { $0.recordRemoved(generation: generation) }
             return removed ? .removed : .none
+        }
+        let adopting = inspect { machine -> (identifier: String, fence: UInt64)? in
+            guard machine.storeIsNewer(record, than: machine.credentials, generation: generation) else { return nil }
+            return (machine.identifier, machine.ledgerFence)
+        }
+        if let adopting {
+            ledger.adopted(
+                adopting.identifier, record.session, fence: adopting.fence, turn: turn.token,
+                schedule: ledgerSchedule(for: generation))
         }
         let adopted = modifyStateAndRunActions { $0.recordAdopted(record, generation: generation) }
         return adopted ? .adopted : .none
@@ -1156,7 +1176,7 @@ extension CredentialsGate {
         guard let coordinatedStore,
             let identifier = inspect({ $0.active && $0.generation == generation ? $0.identifier : nil })
         else { return false }
-        let adoption = await withWriteTurn(identifier) { _ -> Adoption? in
+        let adoption = await withWriteTurn(identifier) { turn -> Adoption? in
             // Read again in the turn: the session may have ended or changed while the turn was awaited.
             guard
                 let held = inspect({ machine -> Credentials?? in
@@ -1177,7 +1197,7 @@ extension CredentialsGate {
                 inspect { $0.storeIsNewer(record, than: held, generation: generation) }
             }
             guard newer ?? true else { return nil }
-            return adoptHoldingTurn(record, generation: generation)
+            return adoptHoldingTurn(record, generation: generation, turn: turn)
         }
         guard let adoption else { return false }
         await finishAdoption(adoption, generation: generation)

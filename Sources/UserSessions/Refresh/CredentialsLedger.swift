@@ -894,6 +894,30 @@ final class CredentialsLedger: Sendable {
         return handover != nil
     }
 
+    /// A session of `identifier` holding the write turn `turn` adopts `session`, which it read from the store in
+    /// that turn (another instance stored it): the store told this process what it holds, and the ledger learns it
+    /// as it learns a write that landed (``landed(_:_:late:)``), under `fence`, the adopting session's fence. The
+    /// adopted credentials are then the identifier's newest known here, so a refresh of them is a refresh of the
+    /// newest: its rotation is written (by the ledger when its session ended meanwhile) and its refusal recorded.
+    ///
+    /// Nothing is learned when the fence is no longer `fence` (a sign-in or a sign-out since: the session adopts for
+    /// itself alone) or the caller lost the turn to a close's deadline (writes since may be newer than its read). A
+    /// record holding credentials a refresh known here replaced has the newest written again at once, on `schedule`
+    /// when that fails (made only then, inside the critical section: it must only build the value).
+    func adopted(
+        _ identifier: String, _ session: StoredSession, fence: UInt64, turn: UInt64,
+        schedule: @autoclosure () -> Schedule?
+    ) {
+        let rewrite = modify(ExactIdentifier(identifier)) { entry -> Bool in
+            guard entry.fence == fence, entry.turn == turn else { return false }
+            landed(&entry, session)
+            guard entry.unwritten else { return false }
+            entry.keepSchedule(schedule())
+            return true
+        }
+        if rewrite { Task { await self.rewriteNow(identifier) } }
+    }
+
     /// Removes `identifier`'s record once more: a write from before its sign-out landed after it. In the write turn,
     /// under the fence the sign-out made (a sign-in since is never removed), spending the reservation that kept the
     /// entry alive until now.
