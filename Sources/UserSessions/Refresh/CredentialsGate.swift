@@ -529,7 +529,9 @@ extension CredentialsGate {
     /// is not called. Otherwise the refresher is called and its credentials are committed with a write
     /// conditional on the revision held (``conditionalWrite(_:store:overwrite:)``), still under the lease. A
     /// record that is gone means the session was cleared elsewhere: nothing is sent or written, and the session
-    /// closes.
+    /// closes. Either adoption acts on the record read again in the identifier's write turn, not on the first read:
+    /// a write of this process (a sign-in storing the record found missing) may have landed while the flight waited
+    /// for the turn.
     func runLeasedFlight(
         _ job: RefreshStateMachine.RefreshJob, store: any CoordinatedTokenStore, startedAt: ContinuousClock.Instant
     ) async {
@@ -559,18 +561,30 @@ extension CredentialsGate {
             await finish(job, outcome: .failure(Self.classify(error)), startedAt: startedAt)
             return
         }
-        let adopt = record.map { record in
-            inspect { $0.storeIsNewer(record, than: job.credentials, generation: job.generation) }
-        }
-        if adopt ?? true {
-            let adoption = await withWriteTurn(identifier) { turn in
-                adoptHoldingTurn(record, generation: job.generation, turn: turn)
+        if storeReplaces(record, job) {
+            // What the flight acts on in the turn is read in the turn: the record read above may be older than a
+            // write of this process that held the turn meanwhile (a sign-in storing the record found missing, an
+            // update), and adopting it, or its absence, would undo that write here.
+            let adoption = await withWriteTurn(identifier) { turn -> Result<Adoption, UserSessionError> in
+                let record: RevisedSession?
+                do {
+                    record = try await store.loadRevised(identifier: identifier)
+                } catch {
+                    return .failure(Self.classify(error))
+                }
+                guard storeReplaces(record, job) else { return .success(Adoption.none) }
+                return .success(adoptHoldingTurn(record, generation: job.generation, turn: turn))
             }
-            if case .none = adoption {
-                // The session changed while this flight read the record: the flight is stale, or (its session
-                // still active) refreshes after all, so its waiters never hang.
+            switch adoption {
+            case .failure(let error):
+                await finish(job, outcome: .failure(error), startedAt: startedAt)
+                return
+            case .success(.none):
+                // The session changed while this flight read the record, or the record read in the turn no longer
+                // replaces what the flight holds: the flight is stale, or (its session still active) refreshes after
+                // all, so its waiters never hang.
                 guard inspect({ $0.isCurrent(flightID: job.flightID) }) else { return }
-            } else {
+            case .success(let adoption):
                 await finishAdoption(adoption, generation: job.generation)
                 return
             }
@@ -581,6 +595,13 @@ extension CredentialsGate {
         guard stillCurrent(job) else { return }
         let returned = await callRefresher(job.credentials, for: job)
         await finish(job, outcome: returned.result, turn: returned.turn, startedAt: startedAt)
+    }
+
+    /// Whether the leased flight `job` must adopt `record` instead of refreshing: a newer record with other
+    /// credentials than it would send, or none (removed elsewhere).
+    private func storeReplaces(_ record: RevisedSession?, _ job: RefreshStateMachine.RefreshJob) -> Bool {
+        guard let record else { return true }
+        return inspect { $0.storeIsNewer(record, than: job.credentials, generation: job.generation) }
     }
 
     /// Whether `job` is still the session's flight; a superseded or ended one is forgotten (it has sent nothing).
