@@ -117,7 +117,8 @@ final class CredentialsLedger: Sendable {
             set { made().refused = newValue }
         }
         /// Writes the ledger owes that have not asked for the write turn yet (each keeps the entry): a refusal to
-        /// record in the store, a record to remove again.
+        /// record in the store, a record to remove again, the repair of a write that landed late while another held
+        /// the turn.
         var reservedWrites: Int {
             get { detail?.reservedWrites ?? 0 }
             set { made().reservedWrites = newValue }
@@ -815,7 +816,8 @@ final class CredentialsLedger: Sendable {
     /// The ledger owns "unwritten" for every write of the identifier, not only for the rotations it recorded: a
     /// write that failed under the fence leaves its credentials unwritten here unless something newer is known, and
     /// the write loop retries them. A write that lost its turn to a close's deadline and landed late never replaces
-    /// newer credentials: they are written again at once.
+    /// newer credentials: they are written again at once. One that landed while another write held the turn cannot
+    /// be ordered against it: it is repaired in the turn after that write (``repairLateLanding(_:fence:)``).
     ///
     /// A write that landed after a sign-out it did not wait for is undone: the ledger removes the record again
     /// (``removeAgain(_:fence:)``).
@@ -831,6 +833,8 @@ final class CredentialsLedger: Sendable {
             case rewrite
             /// A late write landed after a sign-out: the record is removed again, under the sign-out's fence.
             case remove(fence: UInt64)
+            /// A late write landed while another write held the turn: repaired in the turn, after that write.
+            case repairInTurn
         }
         /// What the landing calls for once the entry learned it.
         func landing(_ entry: inout Entry, late: Bool) -> Then {
@@ -864,8 +868,19 @@ final class CredentialsLedger: Sendable {
         let (then, handover) = modify(ExactIdentifier(identifier)) { entry -> (Then, Handover) in
             // A write that no longer holds its turn lost it to a close's deadline: it landed late.
             let late = entry.turn != turn
+            let then: Then
+            if late, written != nil, entry.turn != nil {
+                // Another write holds the turn, and its store call may have come before or after this one: what it
+                // changes is known only once it returns. Judged in the turn after it (`repairLateLanding`); the
+                // reservation keeps the entry until the repair is in the turn.
+                entry.reservedWrites += 1
+                entry.keepSchedule(schedule)
+                then = .repairInTurn
+            } else {
+                then = landing(&entry, late: late)
+            }
             let handover = leavesTurn ? leave(&entry, turn: turn) : Handover()
-            return (landing(&entry, late: late), handover)
+            return (then, handover)
         }
         handover.deliver()
         switch then {
@@ -873,6 +888,42 @@ final class CredentialsLedger: Sendable {
         case .retry: startWriteLoop(identifier)
         case .rewrite: Task { await self.rewriteNow(identifier) }
         case .remove(let fence): Task { await self.removeAgain(identifier, fence: fence) }
+        case .repairInTurn: Task { await self.repairLateLanding(identifier, fence: fence) }
+        }
+    }
+
+    /// Repairs the landing of a write taken under `fence` that lost its turn and landed while another write held
+    /// the turn (a sign-in's or a sign-out's store call, another controller's commit, the ledger's own write): the
+    /// two cannot be ordered, so the late write may have landed over that one. The repair is a write in the turn
+    /// like any other, queued behind that write, and judged against what the entry knows when its turn comes,
+    /// every write before it landed: after a sign-out the late write came before, the record is removed again
+    /// (under the sign-out's fence: the turn is held, so no sign-in comes between); otherwise the newest
+    /// credentials are unwritten and written again now (a failure leaves them to the write loop). Repairing when
+    /// the order is unknown costs one store call at most: the newest written again, or a record removed again.
+    private func repairLateLanding(_ identifier: String, fence: UInt64) async {
+        enum Repair {
+            case remove
+            case rewrite
+        }
+        let key = ExactIdentifier(identifier)
+        // Unconditional, so never refused; spends the reservation made when the late write landed.
+        guard let grant = await enterWriteTurn(identifier, fence: nil, reserved: true) else { return }
+        let (repair, handover) = modify(key) { entry -> (Repair?, Handover) in
+            if entry.signedOut, entry.fence != fence { return (.remove, Handover()) }
+            guard entry.current != nil else { return (nil, handOver(&entry, from: grant.token)) }
+            entry.unwritten = true
+            return (.rewrite, Handover())
+        }
+        handover.deliver()
+        switch repair {
+        case nil:
+            return
+        case .remove:
+            try? await store.remove(identifier: identifier)
+            leaveWriteTurn(identifier, token: grant.token)
+        case .rewrite:
+            guard await writeUnwritten(identifier, fence: grant.fence, holding: grant.token) != nil else { return }
+            if modify(key, { self.startLoopIfNeeded(&$0) }) { startWriteLoop(identifier) }
         }
     }
 
@@ -1106,8 +1157,14 @@ final class CredentialsLedger: Sendable {
     /// written, nothing was left to write (written meanwhile, or a newer record elsewhere stands), or the fence
     /// changed before the turn came.
     private func writeUnwritten(_ identifier: String, fence: UInt64) async -> (any Error)? {
-        let key = ExactIdentifier(identifier)
         guard let turn = await enterWriteTurn(identifier, fence: fence)?.token else { return nil }
+        return await writeUnwritten(identifier, fence: fence, holding: turn)
+    }
+
+    /// ``writeUnwritten(_:fence:)`` for a caller already holding the write turn `turn`, granted under `fence`;
+    /// leaves it.
+    private func writeUnwritten(_ identifier: String, fence: UInt64, holding turn: UInt64) async -> (any Error)? {
+        let key = ExactIdentifier(identifier)
         let (job, handover) = modify(key) { entry -> (StoredSession?, Handover) in
             guard entry.unwritten, let current = entry.current else { return (nil, handOver(&entry, from: turn)) }
             return (current, Handover())

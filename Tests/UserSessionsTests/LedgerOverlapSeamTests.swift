@@ -1,0 +1,305 @@
+import Foundation
+import Testing
+import UserSessionsTestSupport
+
+@testable import UserSessions
+
+/// Seams between the gates of several controllers of one process and the ledger they share, over plain
+/// (non-coordinated) stores: store calls of one identifier that overlap (a write that lost its turn to a close's
+/// deadline landing while another write holds the turn), a refusal written like any other write, and a refresh of
+/// credentials another controller replaced. Ordered by gates, arrival counters and a manual clock; never by sleeping.
+struct LedgerOverlapSeamTests {
+    struct Bench {
+        let time = ManualTime()
+        let server: TokenFamilyServer
+        let store = GatedStore()
+        let configuration: UserSessionController.Configuration
+
+        init() {
+            let time = self.time
+            server = TokenFamilyServer(now: { time.now })
+            configuration = UserSessionController.Configuration(storeTimeout: .milliseconds(500), clock: time.clock)
+        }
+
+        func controller() -> UserSessionController {
+            UserSessionController(store: store, refresher: server, configuration: configuration)
+        }
+
+        func registry() throws -> UserSessionRegistry {
+            try UserSessionRegistry(
+                store: store, refresher: server, configuration: configuration, maximumOpenSessions: nil,
+                idleTimeout: nil)
+        }
+
+        var ledger: CredentialsLedger { CredentialsLedger.shared(for: store) }
+
+        func waitUntilTheLedgerLetsGo(_ what: String, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+            let (ledger, time) = (self.ledger, self.time)
+            try await withHangGuard(what, sourceLocation: sourceLocation) {
+                await time.advanceOnEachSleep { ledger.entryCount > 0 }
+            }
+        }
+
+        func waitUntilInvalid(_ controller: UserSessionController) async throws {
+            try await withHangGuard("the session is invalidated") {
+                while controller.session.state != .invalid { await Task.yield() }
+            }
+        }
+    }
+
+    // MARK: C. A late write that lands while a sign-in's or a sign-out's own store call is under way
+
+    /// A store whose next save or removal of an identifier can be held before it acts or after it acted (so it has
+    /// changed the record but not returned yet): two store calls of one identifier then overlap in a known order.
+    final class OverlapStore: TokenStore {
+        enum Moment { case before, after }
+        let base = InMemoryTokenStore()
+        private let saveHolds = Locked<[String: [(AsyncGate, Moment)]]>([:])
+        private let removeHolds = Locked<[String: [(AsyncGate, Moment)]]>([:])
+        let savesHeld = ArrivalCounter()
+        let removesHeld = ArrivalCounter()
+
+        func holdNextSave(of identifier: String, _ moment: Moment) -> AsyncGate {
+            let gate = AsyncGate()
+            saveHolds.withLock { $0[identifier, default: []].append((gate, moment)) }
+            return gate
+        }
+
+        func holdNextRemove(of identifier: String, _ moment: Moment) -> AsyncGate {
+            let gate = AsyncGate()
+            removeHolds.withLock { $0[identifier, default: []].append((gate, moment)) }
+            return gate
+        }
+
+        private static func take(_ holds: borrowing Locked<[String: [(AsyncGate, Moment)]]>, _ id: String)
+            -> (AsyncGate, Moment)?
+        {
+            holds.withLock { holds -> (AsyncGate, Moment)? in
+                guard var queue = holds[id], !queue.isEmpty else { return nil }
+                let first = queue.removeFirst()
+                holds[id] = queue
+                return first
+            }
+        }
+
+        func load(identifier: String) async throws -> StoredSession? { try await base.load(identifier: identifier) }
+
+        func save(_ session: StoredSession, identifier: String) async throws {
+            let hold = Self.take(saveHolds, identifier)
+            if let (gate, moment) = hold, moment == .before {
+                savesHeld.arrive()
+                await gate.wait()
+            }
+            try await base.save(session, identifier: identifier)
+            if let (gate, moment) = hold, moment == .after {
+                savesHeld.arrive()
+                await gate.wait()
+            }
+        }
+
+        func remove(identifier: String) async throws {
+            let hold = Self.take(removeHolds, identifier)
+            if let (gate, moment) = hold, moment == .before {
+                removesHeld.arrive()
+                await gate.wait()
+            }
+            try await base.remove(identifier: identifier)
+            if let (gate, moment) = hold, moment == .after {
+                removesHeld.arrive()
+                await gate.wait()
+            }
+        }
+
+        func loadCurrentIdentifier() async throws -> String? { try await base.loadCurrentIdentifier() }
+        func saveCurrentIdentifier(_ identifier: String?) async throws {
+            try await base.saveCurrentIdentifier(identifier)
+        }
+        func storedIdentifiers() async throws -> [String] { try await base.storedIdentifiers() }
+
+        func stored(_ identifier: String) async -> StoredSession? { try? await base.load(identifier: identifier) }
+    }
+
+    struct OverlapBench {
+        let time = ManualTime()
+        let server: TokenFamilyServer
+        let store = OverlapStore()
+        let flights = FlightEndProbe()
+        let configuration: UserSessionController.Configuration
+
+        init() {
+            let time = self.time
+            server = TokenFamilyServer(now: { time.now })
+            var configuration = UserSessionController.Configuration(
+                storeTimeout: .milliseconds(300), clock: time.clock)
+            configuration.observers = [flights]
+            self.configuration = configuration
+        }
+
+        func controller() -> UserSessionController {
+            UserSessionController(store: store, refresher: server, configuration: configuration)
+        }
+
+        func registry() throws -> UserSessionRegistry {
+            try UserSessionRegistry(
+                store: store, refresher: server, configuration: configuration, maximumOpenSessions: nil,
+                idleTimeout: nil)
+        }
+
+        var ledger: CredentialsLedger { CredentialsLedger.shared(for: store) }
+
+        /// Alice's session in `controller` refreshes (rt-0 -> rt-1); its commit's store call hangs before writing,
+        /// and the session closes: the close gives up on the write after two store timeouts (the write loses its
+        /// turn and will land late). Returns the gate holding that write.
+        func refreshWhoseWriteOutlivesTheClose(_ controller: UserSessionController) async throws -> AsyncGate {
+            _ = try await controller.open(server.signIn("alice", expiresIn: 10))
+            let late = store.holdNextSave(of: "alice", .before)
+            time.advance(by: 20)
+            let asked = Task { try await controller.accessToken() }
+            await store.savesHeld.wait(for: 1)
+            await controller.close()
+            _ = await asked.result
+            #expect(server.presented == ["alice/rt-0"])
+            return late
+        }
+    }
+
+    /// Alice's controller closes while its commit of rt-1 hangs in the store (the write loses its turn). Another
+    /// controller of the process signs her in again (a new family, alice~1). The hung write lands while the sign-in's
+    /// own save has written the new record but not returned: the two cannot be ordered (the fence changes only once
+    /// the sign-in returned). The late write is repaired in the turn after the sign-in, which writes the sign-in's
+    /// record again: the store ends with the new family, not the older family's rt-1.
+    @Test func aLateWriteLandingDuringASignInsOwnWriteDoesNotReplaceTheSignIn() async throws {
+        let bench = OverlapBench()
+        let first = bench.controller()
+        let late = try await bench.refreshWhoseWriteOutlivesTheClose(first)
+
+        let signInSave = bench.store.holdNextSave(of: "alice", .after)
+        let second = bench.controller()
+        let signIn = bench.server.signIn("alice", expiresIn: 3600)
+        let open = Task { try await second.open(signIn) }
+        await bench.store.savesHeld.wait(for: 2)
+        #expect(await bench.store.stored("alice")?.credentials == signIn.credentials)
+        // The late write lands now, over the sign-in's record, and its flight ends.
+        late.open()
+        try await withHangGuard("the late commit ends") { await bench.flights.ended.wait(for: 1) }
+        signInSave.open()
+        _ = try await open.value
+        let ledger = bench.ledger
+        try await withHangGuard("the ledger has nothing left to write") {
+            await bench.time.advanceOnEachSleep { ledger.hasPendingWork("alice") }
+        }
+
+        #expect(try await second.accessToken() == "alice~1/at-0")
+        let storedToken = await bench.store.stored("alice")?.credentials?.refreshToken
+        #expect(storedToken == "alice~1/rt-0")
+        #expect(await bench.store.stored("alice")?.credentials == signIn.credentials)
+        await second.close()
+        let restarted = bench.controller()
+        _ = try? await restarted.restore(identifier: "alice")
+        let restoredToken = try await restarted.accessToken()
+        #expect(restoredToken == "alice~1/at-0")
+    }
+
+    /// The same late write lands while a sign-out's removal has removed the record but not returned (through the
+    /// registry, for a user it holds no controller of). The repair runs in the turn after the sign-out, under the
+    /// fence the sign-out made: the record is removed again, and a restore finds nothing.
+    @Test func aLateWriteLandingDuringASignOutsRemovalDoesNotReviveTheRecord() async throws {
+        let bench = OverlapBench()
+        let first = bench.controller()
+        let late = try await bench.refreshWhoseWriteOutlivesTheClose(first)
+
+        let registry = try bench.registry()
+        let removal = bench.store.holdNextRemove(of: "alice", .after)
+        let signOut = Task { try await registry.closeAndClear(identifier: "alice") }
+        await bench.store.removesHeld.wait(for: 1)
+        #expect(await bench.store.stored("alice") == nil)
+        late.open()
+        try await withHangGuard("the late commit ends") { await bench.flights.ended.wait(for: 1) }
+        removal.open()
+        try await signOut.value
+        try await withHangGuard("the ledger lets alice go") {
+            await bench.time.advanceOnEachSleep { bench.ledger.entryCount > 0 }
+        }
+
+        let revived = await bench.store.stored("alice")?.credentials?.refreshToken
+        #expect(revived == nil)
+        await #expect(throws: UserSessionError(.noStoredSession, "")) {
+            try await bench.controller().restore(identifier: "alice")
+        }
+    }
+
+    // MARK: C'. The same late writes landing after the sign-in's or the sign-out's call returned
+
+    /// The late write of the seams above landing after the sign-in returned, when the turn is free: judged as it
+    /// lands, it has the sign-in's record written again.
+    @Test func aLateWriteLandingAfterASignInIsRepaired() async throws {
+        let bench = OverlapBench()
+        let first = bench.controller()
+        let late = try await bench.refreshWhoseWriteOutlivesTheClose(first)
+        let second = bench.controller()
+        let signIn = bench.server.signIn("alice", expiresIn: 3600)
+        _ = try await second.open(signIn)
+        late.open()
+        try await withHangGuard("the late commit ends") { await bench.flights.ended.wait(for: 1) }
+        let ledger = bench.ledger
+        try await withHangGuard("the ledger has nothing left to write") {
+            await bench.time.advanceOnEachSleep { ledger.hasPendingWork("alice") }
+        }
+        let storedToken = await bench.store.stored("alice")?.credentials?.refreshToken
+        #expect(storedToken == "alice~1/rt-0")
+    }
+
+    /// The same landing after the sign-out returned: the record is removed again.
+    @Test func aLateWriteLandingAfterASignOutIsRemovedAgain() async throws {
+        let bench = OverlapBench()
+        let first = bench.controller()
+        let late = try await bench.refreshWhoseWriteOutlivesTheClose(first)
+        let registry = try bench.registry()
+        try await registry.closeAndClear(identifier: "alice")
+        late.open()
+        try await withHangGuard("the late commit ends") { await bench.flights.ended.wait(for: 1) }
+        try await withHangGuard("the ledger lets alice go") {
+            await bench.time.advanceOnEachSleep { bench.ledger.entryCount > 0 }
+        }
+        let revived = await bench.store.stored("alice")?.credentials?.refreshToken
+        #expect(revived == nil)
+    }
+
+    // MARK: F. A late write that lands while another controller's commit is in the store
+
+    /// Alice's first controller closes while its commit of rt-1 hangs in the store (the write loses its turn). A
+    /// second controller restores her (the ledger answers rt-1 over the spent rt-0 the store holds) and forces a
+    /// refresh: rt-1 -> rt-2, whose commit writes rt-2 in the turn. The late rt-1 lands while that save has written
+    /// rt-2 but not returned. The repair runs in the turn after the commit, once the commit's landing is known, and
+    /// writes rt-2 again: the store ends with rt-2, and a restore after the ledger let alice go presents no spent
+    /// token (no reuse revokes the family).
+    @Test func aLateWriteLandingDuringAnotherControllersCommitDoesNotLeaveASpentTokenStored() async throws {
+        let bench = OverlapBench()
+        let first = bench.controller()
+        let late = try await bench.refreshWhoseWriteOutlivesTheClose(first)
+
+        let second = bench.controller()
+        _ = try await second.restore(identifier: "alice")
+        #expect(try await second.accessToken() == "alice/at-1")
+        let commit = bench.store.holdNextSave(of: "alice", .after)
+        let refreshed = Task { try await second.refreshCredentials() }
+        await bench.store.savesHeld.wait(for: 2)
+        late.open()
+        try await withHangGuard("the late commit ends") { await bench.flights.ended.wait(for: 1) }
+        commit.open()
+        #expect(try await refreshed.value.refreshToken == "alice/rt-2")
+        await second.close()
+        let ledger = bench.ledger
+        try await withHangGuard("the ledger lets alice go") {
+            await bench.time.advanceOnEachSleep { ledger.entryCount > 0 }
+        }
+
+        let storedToken = await bench.store.stored("alice")?.credentials?.refreshToken
+        #expect(storedToken == "alice/rt-2")
+        let restarted = bench.controller()
+        _ = try? await restarted.restore(identifier: "alice")
+        bench.time.advance(by: 3600)
+        _ = try? await restarted.accessToken()
+        #expect(bench.server.reuses == 0)
+    }
+}
