@@ -47,6 +47,79 @@ struct LedgerOverlapSeamTests {
         }
     }
 
+    // MARK: A. A refused rotation the ledger writes later is written marked refused
+
+    /// The store is down when a refresh rotates alice's token (rt-0 -> rt-1): the rotation stays unwritten in the
+    /// ledger, which retries it. The family is revoked and the next refresh of rt-1 is refused (`invalid_grant`). The
+    /// refusal is the identifier's newest record from then on: whatever writes what the ledger holds unwritten once
+    /// the store is back (its write loop, the closing session's final flush) writes rt-1 marked refused, never as if
+    /// it were usable, so a later restore in this process (or any other instance) fails at once and rt-1 is never
+    /// presented again.
+    @Test func aRefusedRotationTheWriteLoopWritesLaterIsNotPresentedAgain() async throws {
+        let bench = Bench()
+        let first = bench.controller()
+        _ = try await first.open(bench.server.signIn("alice", expiresIn: 10))
+        bench.store.failWrites(true)
+        bench.time.advance(by: 20)
+        #expect(try await first.accessToken() == "alice/at-1")
+        #expect(bench.ledger.hasPendingWork("alice"))
+
+        bench.server.revoke("alice")
+        _ = try? await first.refreshCredentials()
+        try await bench.waitUntilInvalid(first)
+        #expect(bench.server.presented == ["alice/rt-0", "alice/rt-1"])
+
+        bench.store.failWrites(false)
+        try await bench.waitUntilTheLedgerLetsGo("the ledger writes what it held unwritten")
+
+        let stored = try #require(await bench.store.stored("alice"))
+        // The store must never hold the refused token as if it were usable.
+        #expect(stored.credentials?.refreshToken != "alice/rt-1" || stored.refreshTokenRefused)
+
+        let restarted = bench.controller()
+        await #expect(throws: UserSessionError(.refreshTokenRefused, "")) {
+            try await restarted.restore(identifier: "alice")
+        }
+        if restarted.session.state == .opened {
+            bench.time.advance(by: 3600)
+            _ = try? await restarted.accessToken()
+        }
+        #expect(bench.server.presented == ["alice/rt-0", "alice/rt-1"], "the refused rt-1 is never presented again")
+    }
+
+    // MARK: B. A refusal the store could not record stays known until the store has it
+
+    /// The rotation rt-1 is in the store. The family is revoked and the store goes down for writes: the refresh of
+    /// rt-1 is refused, and writing the refusal fails. The refusal is an unwritten record like any other: the ledger
+    /// keeps it (and alice's entry) after the invalidated session let her go, and writes it once the store is back,
+    /// so a restore in this process fails at once instead of presenting rt-1 again.
+    @Test func aRefusalTheStoreCouldNotRecordIsStillKnownToThisProcess() async throws {
+        let bench = Bench()
+        let first = bench.controller()
+        _ = try await first.open(bench.server.signIn("alice", expiresIn: 10))
+        bench.time.advance(by: 20)
+        #expect(try await first.accessToken() == "alice/at-1")
+        #expect(await bench.store.stored("alice")?.credentials?.refreshToken == "alice/rt-1")
+
+        bench.server.revoke("alice")
+        bench.store.failWrites(true)
+        _ = try? await first.refreshCredentials()
+        try await bench.waitUntilInvalid(first)
+        #expect(bench.server.presented == ["alice/rt-0", "alice/rt-1"])
+        bench.store.failWrites(false)
+        try await bench.waitUntilTheLedgerLetsGo("the ledger lets alice go")
+
+        let restarted = bench.controller()
+        await #expect(throws: UserSessionError(.refreshTokenRefused, "")) {
+            try await restarted.restore(identifier: "alice")
+        }
+        if restarted.session.state == .opened {
+            bench.time.advance(by: 3600)
+            _ = try? await restarted.accessToken()
+        }
+        #expect(bench.server.presented == ["alice/rt-0", "alice/rt-1"], "the refused rt-1 is never presented again")
+    }
+
     // MARK: C. A late write that lands while a sign-in's or a sign-out's own store call is under way
 
     /// A store whose next save or removal of an identifier can be held before it acts or after it acted (so it has

@@ -116,9 +116,8 @@ final class CredentialsLedger: Sendable {
             get { detail?.refused }
             set { made().refused = newValue }
         }
-        /// Writes the ledger owes that have not asked for the write turn yet (each keeps the entry): a refusal to
-        /// record in the store, a record to remove again, the repair of a write that landed late while another held
-        /// the turn.
+        /// Writes the ledger owes that have not asked for the write turn yet (each keeps the entry): a record to
+        /// remove again, the repair of a write that landed late while another held the turn.
         var reservedWrites: Int {
             get { detail?.reservedWrites ?? 0 }
             set { made().reservedWrites = newValue }
@@ -560,14 +559,14 @@ final class CredentialsLedger: Sendable {
             return (result, nil)
         case .run(let flight):
             let result = await call()
-            let (waiters, recordRefusal, turn) = modify(key) { entry in
-                let (waiters, recordRefusal) = flightReturned(
+            let (waiters, refusalFence, turn) = modify(key) { entry in
+                let (waiters, refusalFence) = flightReturned(
                     &entry, flight: flight, userInfo: userInfo, result: result)
                 let turn = takingTurn && entry.turn == nil && (try? result.get()) != nil ? entry.grantTurn() : nil
-                return (waiters, recordRefusal, turn)
+                return (waiters, refusalFence, turn)
             }
             waiters.forEachWaiting { $0.resume(returning: result) }
-            if recordRefusal { await recordRefusalInStore(identifier: identifier, refused: sent, fence: flight.fence) }
+            if let refusalFence { await recordRefusalInStore(identifier: identifier, fence: refusalFence) }
             return (result, turn)
         }
     }
@@ -590,11 +589,11 @@ final class CredentialsLedger: Sendable {
     }
 
     /// The refresh `flight` returned `result`: records the rotation as unwritten (unless the identifier signed out
-    /// or in since), or records the refusal and reserves its write. Returns the joined waiters and whether the
-    /// refusal must be recorded in the store.
+    /// or in since), or records the refusal, whose record is then unwritten. Returns the joined waiters and, for a
+    /// refusal to record in the store, the fence it is written under.
     private func flightReturned(
         _ entry: inout Entry, flight: Flight, userInfo: UserInfo, result: Result<Credentials, UserSessionError>
-    ) -> (FlightWaiters<Joiner>, Bool) {
+    ) -> (FlightWaiters<Joiner>, UInt64?) {
         let waiters = entry.flights.land(flight.sent)
         // The result is the identifier's newest when the refresh refreshed the newest: what the ledger holds as
         // current (even one taken under an older fence: a refresh of the credentials a sign-in just wrote, its
@@ -604,61 +603,68 @@ final class CredentialsLedger: Sendable {
         switch result {
         case .success(let credentials):
             entry.recordRefresh(of: flight.presented, sent: flight.sent, result: credentials)
-            guard !fenced else { return (waiters, false) }
+            guard !fenced else { return (waiters, nil) }
             entry.current = StoredSession(userInfo: userInfo, credentials: credentials)
             entry.unwritten = true
             entry.refused = nil
-            return (waiters, false)
+            return (waiters, nil)
         case .failure(let error):
             guard error.failureClass == .terminal, error.code != .refreshTokenRefused, !fenced else {
-                return (waiters, false)
+                return (waiters, nil)
             }
             entry.refused = flight.sent
-            entry.reservedWrites += 1
-            return (waiters, true)
+            // The refused credentials were the identifier's newest: their record, marked refused, is the newest now,
+            // and unwritten like any write the store lacks (the entry keeps it, and the refusal, until it lands).
+            let refusedRecord = entry.current ?? StoredSession(userInfo: userInfo, credentials: flight.presented)
+            entry.current = refusedRecord.markedRefused()
+            entry.unwritten = true
+            return (waiters, entry.fence)
         }
     }
 
-    /// Records in the store that `refused` was refused, if the stored record still holds it: restores of every
-    /// instance then fail at once instead of presenting it again. A write like any other: in the write turn, under
-    /// the fence of the refresh that was refused (a sign-in since stops it).
+    /// Writes the refusal `flightReturned` made the identifier's newest record (its credentials, marked refused), so
+    /// restores of every instance fail at once instead of presenting the refused token again. A write like any
+    /// other: in the write turn, under `fence` (a sign-in since drops it), retried by the write loop until it lands.
     ///
-    /// Recorded before the refresh's callers hear of it when the turn is free. When another write holds the turn
-    /// (a sign-in whose write waits for the outcome of this very refresh, for one), it is recorded after that write,
-    /// in the background: the refusal is already known to this process.
-    private func recordRefusalInStore(identifier: String, refused: String, fence: UInt64) async {
-        switch tryEnterWriteTurn(identifier, fence: fence, reserved: true) {
+    /// Written before the refresh's callers hear of it when the turn is free. When another write holds the turn (a
+    /// sign-in whose write waits for the outcome of this very refresh, for one), it is written after that write, in
+    /// the background: the refusal is already known to this process, and stays known until the store has it.
+    private func recordRefusalInStore(identifier: String, fence: UInt64) async {
+        switch tryEnterWriteTurn(identifier, fence: fence, reserved: false) {
         case .granted(let turn):
-            await writeRefusal(identifier, refused)
-            leaveWriteTurn(identifier, token: turn.token)
+            guard await writeUnwritten(identifier, fence: fence, holding: turn.token) != nil else { return }
+            if modify(ExactIdentifier(identifier), { self.startLoopIfNeeded(&$0) }) { startWriteLoop(identifier) }
         case .refused:
             return
         case .busy:
-            Task {
-                await self.withWriteTurn(identifier, fence: fence, reserved: true) {
-                    await self.writeRefusal(identifier, refused)
-                }
-            }
+            Task { await self.rewriteNow(identifier, fence: fence) }
         }
     }
 
-    private func writeRefusal(_ identifier: String, _ refused: String) async {
-        do {
-            if let coordinatedStore {
-                guard let revised = try await coordinatedStore.loadRevised(identifier: identifier),
-                    revised.session.credentials?.refreshToken == refused, !revised.session.refreshTokenRefused
-                else { return }
-                _ = try await coordinatedStore.save(
-                    revised.session.markedRefused(), identifier: identifier, expectedRevision: revised.revision)
-            } else {
-                guard let stored = try await store.load(identifier: identifier),
-                    stored.credentials?.refreshToken == refused, !stored.refreshTokenRefused
-                else { return }
-                try await store.save(stored.markedRefused(), identifier: identifier)
+    /// The store call of a refusal's record (`session`, marked refused): it replaces only a record of the same
+    /// credentials (the refused token, unmarked) or an older version of them (credentials a refresh known here
+    /// replaced, as the write loop's conditional write recognizes them), so a record written elsewhere since
+    /// (another instance's sign-in, or none) stands; already recorded, it is not written again. Conditional on the
+    /// revision with a coordinated store.
+    private func saveRefusal(_ session: StoredSession, identifier: String) async throws {
+        let key = ExactIdentifier(identifier)
+        let refused = session.credentials?.refreshToken
+        func replaces(_ stored: StoredSession) -> Bool {
+            guard let credentials = stored.credentials, let token = credentials.refreshToken else { return false }
+            return token == refused || entries.withLock({ $0[key]?.latestRotation(of: credentials) }) != nil
+        }
+        let changedElsewhere = UserSessionError(.revisionConflict, "the record changed elsewhere")
+        if let coordinatedStore {
+            guard let record = try await coordinatedStore.loadRevised(identifier: identifier), replaces(record.session)
+            else { throw changedElsewhere }
+            if record.session.refreshTokenRefused, record.session.credentials?.refreshToken == refused { return }
+            _ = try await coordinatedStore.save(session, identifier: identifier, expectedRevision: record.revision)
+        } else {
+            guard let stored = try await store.load(identifier: identifier), replaces(stored) else {
+                throw changedElsewhere
             }
-        } catch {
-            // The ledger still remembers the refusal for this process; another instance learns it at its own
-            // first refusal.
+            if stored.refreshTokenRefused, stored.credentials?.refreshToken == refused { return }
+            try await store.save(session, identifier: identifier)
         }
     }
 
@@ -983,10 +989,9 @@ final class CredentialsLedger: Sendable {
     /// the newest, which must be written again.
     private func landed(_ entry: inout Entry, _ session: StoredSession, late: Bool = false) {
         guard let credentials = session.credentials else { return }
-        if let current = entry.current?.credentials,
-            current.accessToken == credentials.accessToken && current.refreshToken == credentials.refreshToken
-        {
-            entry.unwritten = false
+        if let current = entry.current, current.holdsSameTokens(as: credentials) {
+            // The newest, unless the newest is the refusal of these credentials and this write lacked the mark.
+            entry.unwritten = current.refreshTokenRefused && !session.refreshTokenRefused
         } else if entry.current != nil, late || entry.latestRotation(of: credentials) != nil {
             // An older version landed after the newest: the newest must be written again.
             entry.unwritten = true
@@ -999,9 +1004,14 @@ final class CredentialsLedger: Sendable {
     }
 
     /// A write of `session` failed: the store may lack it. It becomes the rotation to write unless the ledger knows
-    /// newer credentials reached from it (it is then an older version, and the newest is what must land).
+    /// newer credentials reached from it (it is then an older version, and the newest is what must land), or their
+    /// refusal (the record marked refused stays the one to write).
     private func notLanded(_ entry: inout Entry, _ session: StoredSession) {
         guard let credentials = session.credentials, entry.latestRotation(of: credentials) == nil else { return }
+        if let current = entry.current, current.refreshTokenRefused, current.holdsSameTokens(as: credentials) {
+            entry.unwritten = true
+            return
+        }
         entry.current = session
         entry.unwritten = true
     }
@@ -1145,9 +1155,9 @@ final class CredentialsLedger: Sendable {
     /// Writes the unwritten credentials now rather than on the failed-write schedule (a late write just overwrote
     /// them, a sign-in wrote the refresh token a refresh already spent, or nobody else is going to write them); a
     /// failure leaves them to the write loop.
-    private func rewriteNow(_ identifier: String) async {
+    private func rewriteNow(_ identifier: String, fence: UInt64? = nil) async {
         let key = ExactIdentifier(identifier)
-        guard let fence = entries.withLock({ $0[key]?.fence }) else { return }
+        guard let fence = fence ?? entries.withLock({ $0[key]?.fence }) else { return }
         guard await writeUnwritten(identifier, fence: fence) != nil else { return }
         if modify(key, { self.startLoopIfNeeded(&$0) }) { startWriteLoop(identifier) }
     }
@@ -1173,7 +1183,9 @@ final class CredentialsLedger: Sendable {
         guard let session = job else { return nil }
         var failure: (any Error)?
         do {
-            if let coordinatedStore {
+            if session.refreshTokenRefused {
+                try await saveRefusal(session, identifier: identifier)
+            } else if let coordinatedStore {
                 // Conditional on the record these credentials replace: one that holds credentials a refresh known
                 // here replaced (by refresh token when the server rotated it, by the very credentials when it did
                 // not). One removed, or holding anything else (written elsewhere), stands.
@@ -1218,5 +1230,11 @@ extension StoredSession {
         var copy = self
         copy.refreshTokenRefused = true
         return copy
+    }
+
+    /// Whether this record holds `credentials`' access and refresh tokens (the same version of them).
+    func holdsSameTokens(as credentials: Credentials) -> Bool {
+        guard let own = self.credentials else { return false }
+        return own.accessToken == credentials.accessToken && own.refreshToken == credentials.refreshToken
     }
 }
