@@ -301,6 +301,38 @@ struct LedgerOverlapSeamTests {
         }
     }
 
+    // MARK: D. A refresh of credentials another controller replaced is not written over them
+
+    /// Two controllers of one store hold alice (one signed her in, the other restored her). The first refreshes rt-0;
+    /// while the server holds the answer, the second hands over credentials obtained elsewhere (`updateCredentials`),
+    /// which land in the store and become the ledger's newest. The first controller's refresh is then of credentials
+    /// an update replaced, knowledge only: its commit publishes it without writing it over the update, and once both
+    /// controllers closed the store holds the credentials handed over.
+    @Test func aRefreshOfCredentialsAnotherControllerReplacedIsNotWrittenOverTheUpdate() async throws {
+        let bench = Bench()
+        let (first, second) = (bench.controller(), bench.controller())
+        _ = try await first.open(bench.server.signIn("alice", expiresIn: 10))
+        _ = try await second.restore(identifier: "alice")
+        bench.server.holdRefreshes()
+        bench.time.advance(by: 20)
+        let asked = Task { try await first.accessToken() }
+        await bench.server.started.wait(for: 1)
+        let handedOver = Credentials(
+            accessToken: "alice/at-elsewhere", refreshToken: "alice/rt-elsewhere",
+            expiresAt: bench.time.now.addingTimeInterval(3600), source: .signIn)
+        try await second.updateCredentials(handedOver)
+        #expect(await bench.store.stored("alice")?.credentials == handedOver)
+        bench.server.releaseRefreshes()
+        _ = await asked.result
+        await first.close()
+        await second.close()
+        try await bench.waitUntilTheLedgerLetsGo("the ledger lets alice go")
+
+        let storedToken = await bench.store.stored("alice")?.credentials?.refreshToken
+        #expect(storedToken == "alice/rt-elsewhere")
+        #expect(await bench.store.stored("alice")?.credentials == handedOver)
+    }
+
     // MARK: C'. The same late writes landing after the sign-in's or the sign-out's call returned
 
     /// The late write of the seams above landing after the sign-in returned, when the turn is free: judged as it

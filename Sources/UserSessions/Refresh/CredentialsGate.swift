@@ -783,10 +783,12 @@ extension CredentialsGate {
     /// under the event lock `deactivate()` takes), so no event of a commit follows the session's end even though the
     /// turn, which the final flush waits for, is handed on before it.
     ///
-    /// A commit that waited for the turn writes nothing when the store already holds its very record: the refresh
-    /// was another controller's (joined, or answered with its rotation), and that controller's write landed it
-    /// (``CredentialsLedger/leaveIfLanded(_:_:turn:)``, which leaves the turn in the section that checks it). The
-    /// commit still publishes only after the write that landed the record, so the order above holds for it too.
+    /// A commit that waited for the turn writes nothing when the store already holds its very record (the refresh
+    /// was another controller's, joined or answered with its rotation, and that controller's write landed it), nor
+    /// when another write replaced the newest credentials the refresh presented while it ran (another controller's
+    /// update: the refresh is knowledge only, never written over them, and comes back without the turn); the ledger
+    /// checks both and leaves the turn in one section (``CredentialsLedger/leaveIfNothingToWrite(_:_:turn:)``). The
+    /// commit still publishes only after the write that held the turn before it, so the order above holds for it too.
     private func commit(
         _ job: RefreshStateMachine.RefreshJob, _ credentials: Credentials, turn granted: CredentialsLedger.TurnGrant?
     ) async -> Int? {
@@ -802,9 +804,11 @@ extension CredentialsGate {
         }
         let written: WriteOutcome
         if granted == nil, target.baseRevision == nil, turn.fence == target.ledgerFence,
-            ledger.leaveIfLanded(target.identifier, target.stored, turn: turn)
+            ledger.leaveIfNothingToWrite(target.identifier, target.stored, turn: turn)
         {
-            // A refresh this gate joined (or was answered): its leader's write already landed this very record.
+            // A refresh this gate joined (or was answered): its leader's write already landed this very record. Or a
+            // refresh of credentials another write replaced while it ran (another controller's update): knowledge
+            // only, published here but never written over what replaced them.
             written = .written(revision: nil)
         } else {
             written = await performWrite(target, in: turn, leavesTurn: true)

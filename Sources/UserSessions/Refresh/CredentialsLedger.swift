@@ -226,8 +226,9 @@ final class CredentialsLedger: Sendable {
         /// (`writeUnwritten`). A store down for longer than the window's refreshes otherwise kept a spent token that
         /// every restore presented again. The window closes again at the first refresh after the store took the
         /// newest (each refresh is one expiry, and the loop breaker bounds them).
-        mutating func recordRefresh(of presented: Credentials, sent: String, result: Credentials) {
-            let rotation = Rotation(sentAccessToken: presented.accessToken, sent: sent, result: result)
+        mutating func recordRefresh(of presented: Credentials, sent: String, result: Credentials, replaced: Bool) {
+            let rotation = Rotation(
+                sentAccessToken: presented.accessToken, sent: sent, result: result, replacedInFlight: replaced)
             // A server that answers with the very credentials it was sent taught nothing newer.
             guard rotation.rotated || result.accessToken != presented.accessToken else { return }
             if rotations.contains(where: { $0.sent == sent && $0.sentAccessToken == presented.accessToken }) { return }
@@ -235,6 +236,24 @@ final class CredentialsLedger: Sendable {
             detail.rotations.append(rotation)
             let excess = detail.rotations.count - Self.rotationWindow
             if excess > 0, !detail.unwritten { detail.rotations.removeFirst(excess) }
+        }
+
+        /// Whether the store holds exactly `session`: the newest credentials known here, landed by a write, and nothing
+        /// unwritten since.
+        func hasLanded(_ session: StoredSession) -> Bool {
+            !unwritten && current == session
+        }
+
+        /// Whether `session` holds the result of a refresh whose credentials another write replaced while it ran (it
+        /// refreshed the newest, and an update made other credentials the newest before it returned), and that
+        /// nothing made the newest since (a sign-in whose credentials it refreshed does): knowledge only. A record
+        /// the ledger knows no such refresh of (credentials from elsewhere, a window that let it go) is not judged.
+        func isReplaced(_ session: StoredSession) -> Bool {
+            guard let credentials = session.credentials,
+                rotations.contains(where: { $0.replacedInFlight && $0.result.isSameVersion(as: credentials) })
+            else { return false }
+            guard let current else { return true }
+            return current.refreshTokenRefused || !current.holdsSameTokens(as: credentials)
         }
 
         /// Whether the server rotated `token` away (it must never be presented again).
@@ -289,6 +308,9 @@ final class CredentialsLedger: Sendable {
         /// The refresh token presented.
         let sent: String
         let result: Credentials
+        /// The refresh refreshed the identifier's newest credentials, and another write (an update, a sign-in, a
+        /// sign-out) replaced them before it returned: its result is knowledge only, never written over them.
+        var replacedInFlight = false
 
         /// Whether the server rotated the refresh token (so `sent` is spent).
         var rotated: Bool { result.refreshToken != sent }
@@ -354,6 +376,10 @@ final class CredentialsLedger: Sendable {
         let sent: String
         /// The entry's fence when it started: a sign-out since makes its result unwritable.
         let fence: UInt64
+        /// It presented the identifier's newest credentials when it started (what the ledger held as current, or,
+        /// with none, credentials read under the fence that holds): if they are not the newest when it returns,
+        /// another write replaced them meanwhile.
+        let presentedNewest: Bool
     }
 
     /// When the ledger retries an unwritten rotation, and whom it tells when a retry fails.
@@ -540,7 +566,8 @@ final class CredentialsLedger: Sendable {
                 return .answered(.failure(Self.releasedError))
             }
             _ = entry.flights.lead(sent)
-            return .run(Flight(presented: credentials, sent: sent, fence: fence))
+            let presentedNewest = entry.current.map { $0.credentials == credentials } ?? (entry.fence == fence)
+            return .run(Flight(presented: credentials, sent: sent, fence: fence, presentedNewest: presentedNewest))
         }
         switch step {
         case .answered(let result):
@@ -560,9 +587,12 @@ final class CredentialsLedger: Sendable {
         case .run(let flight):
             let result = await call()
             let (waiters, refusalFence, turn) = modify(key) { entry in
-                let (waiters, refusalFence) = flightReturned(
+                let (waiters, refusalFence, replaced) = flightReturned(
                     &entry, flight: flight, userInfo: userInfo, result: result)
-                let turn = takingTurn && entry.turn == nil && (try? result.get()) != nil ? entry.grantTurn() : nil
+                // A refresh of credentials another write replaced while it ran gets no turn: knowledge only, its
+                // commit leaves the turn it waits for without writing (`leaveIfNothingToWrite`).
+                let succeeded = (try? result.get()) != nil
+                let turn = takingTurn && entry.turn == nil && succeeded && !replaced ? entry.grantTurn() : nil
                 return (waiters, refusalFence, turn)
             }
             waiters.forEachWaiting { $0.resume(returning: result) }
@@ -589,11 +619,12 @@ final class CredentialsLedger: Sendable {
     }
 
     /// The refresh `flight` returned `result`: records the rotation as unwritten (unless the identifier signed out
-    /// or in since), or records the refusal, whose record is then unwritten. Returns the joined waiters and, for a
-    /// refusal to record in the store, the fence it is written under.
+    /// or in since), or records the refusal, whose record is then unwritten. Returns the joined waiters, for a
+    /// refusal to record in the store the fence it is written under, and whether the refresh presented the newest
+    /// credentials and another write replaced them before it returned (its result is knowledge only).
     private func flightReturned(
         _ entry: inout Entry, flight: Flight, userInfo: UserInfo, result: Result<Credentials, UserSessionError>
-    ) -> (FlightWaiters<Joiner>, UInt64?) {
+    ) -> (FlightWaiters<Joiner>, UInt64?, Bool) {
         let waiters = entry.flights.land(flight.sent)
         // The result is the identifier's newest when the refresh refreshed the newest: what the ledger holds as
         // current (even one taken under an older fence: a refresh of the credentials a sign-in just wrote, its
@@ -602,15 +633,16 @@ final class CredentialsLedger: Sendable {
         let fenced = !(entry.current.map { $0.credentials == flight.presented } ?? (entry.fence == flight.fence))
         switch result {
         case .success(let credentials):
-            entry.recordRefresh(of: flight.presented, sent: flight.sent, result: credentials)
-            guard !fenced else { return (waiters, nil) }
+            let replaced = fenced && flight.presentedNewest
+            entry.recordRefresh(of: flight.presented, sent: flight.sent, result: credentials, replaced: replaced)
+            guard !fenced else { return (waiters, nil, replaced) }
             entry.current = StoredSession(userInfo: userInfo, credentials: credentials)
             entry.unwritten = true
             entry.refused = nil
-            return (waiters, nil)
+            return (waiters, nil, false)
         case .failure(let error):
             guard error.failureClass == .terminal, error.code != .refreshTokenRefused, !fenced else {
-                return (waiters, nil)
+                return (waiters, nil, false)
             }
             entry.refused = flight.sent
             // The refused credentials were the identifier's newest: their record, marked refused, is the newest now,
@@ -618,7 +650,7 @@ final class CredentialsLedger: Sendable {
             let refusedRecord = entry.current ?? StoredSession(userInfo: userInfo, credentials: flight.presented)
             entry.current = refusedRecord.markedRefused()
             entry.unwritten = true
-            return (waiters, entry.fence)
+            return (waiters, entry.fence, false)
         }
     }
 
@@ -942,9 +974,29 @@ final class CredentialsLedger: Sendable {
     /// Only for an unconditional write: a session over a ``CoordinatedTokenStore`` would also need the revision the
     /// write made, which the entry does not keep.
     func leaveIfLanded(_ identifier: String, _ session: StoredSession, turn: TurnGrant) -> Bool {
+        leaveWithoutWriting(identifier, turn: turn) { $0.hasLanded(session) }
+    }
+
+    /// A commit holding `turn` that waited for it asks whether it has anything to write: not when the store already
+    /// holds `session` (``leaveIfLanded(_:_:turn:)``), nor when `session` holds the result of a refresh that
+    /// presented the newest credentials and another write replaced them while it ran (an update of another
+    /// controller, for one: knowledge only, never written over them; ``Entry/isReplaced(_:)``). Then it leaves the
+    /// turn in the same critical section and returns `true`: the commit publishes without writing. Otherwise it
+    /// returns `false` and the caller still holds the turn, to write. A refresh made while its session was signing in
+    /// presented nothing the ledger held as the newest, and is written once the sign-in landed.
+    ///
+    /// Only for an unconditional write (see ``leaveIfLanded(_:_:turn:)``).
+    func leaveIfNothingToWrite(_ identifier: String, _ session: StoredSession, turn: TurnGrant) -> Bool {
+        leaveWithoutWriting(identifier, turn: turn) { $0.hasLanded(session) || $0.isReplaced(session) }
+    }
+
+    /// Leaves the turn `turn` holds, in one critical section, when it still holds it under the fence it was granted
+    /// with and `nothingToWrite` holds for the entry; returns whether it left.
+    private func leaveWithoutWriting(
+        _ identifier: String, turn: TurnGrant, _ nothingToWrite: (borrowing Entry) -> Bool
+    ) -> Bool {
         let handover = modify(ExactIdentifier(identifier)) { entry -> Handover? in
-            guard entry.turn == turn.token, entry.fence == turn.fence, !entry.unwritten, entry.current == session
-            else { return nil }
+            guard entry.turn == turn.token, entry.fence == turn.fence, nothingToWrite(entry) else { return nil }
             return handOver(&entry, from: turn.token)
         }
         handover?.deliver()
@@ -1234,7 +1286,13 @@ extension StoredSession {
 
     /// Whether this record holds `credentials`' access and refresh tokens (the same version of them).
     func holdsSameTokens(as credentials: Credentials) -> Bool {
-        guard let own = self.credentials else { return false }
-        return own.accessToken == credentials.accessToken && own.refreshToken == credentials.refreshToken
+        self.credentials?.isSameVersion(as: credentials) ?? false
+    }
+}
+
+extension Credentials {
+    /// Whether `other` holds the same access and refresh tokens (the same version of the credentials).
+    fileprivate func isSameVersion(as other: Credentials) -> Bool {
+        accessToken == other.accessToken && refreshToken == other.refreshToken
     }
 }
