@@ -120,6 +120,39 @@ struct LedgerOverlapSeamTests {
         #expect(bench.server.presented == ["alice/rt-0", "alice/rt-1"], "the refused rt-1 is never presented again")
     }
 
+    // MARK: B'. A refusal's record never replaces a record written elsewhere
+
+    /// The ledger writes a refusal over the refused record or an older version of it only. Another instance signed
+    /// alice in again over the plain store (a new family) before this process's refresh of her old token was
+    /// refused: the refusal's write finds that record and leaves it as it is, unmarked, and nothing is left to write;
+    /// this process still fails the refused token at once without presenting it.
+    @Test func aRefusalNeverOverwritesARecordWrittenElsewhere() async throws {
+        let store = InMemoryTokenStore()
+        let ledger = CredentialsLedger(store: store)
+        let user = UserInfo(id: "alice")
+        let old = Credentials(accessToken: "alice/at-0", refreshToken: "alice/rt-0", expiresAt: nil)
+        let elsewhere = StoredSession(
+            userInfo: user,
+            credentials: Credentials(accessToken: "alice~1/at-0", refreshToken: "alice~1/rt-0", expiresAt: nil))
+        try await store.save(elsewhere, identifier: "alice")
+        let fence = ledger.hold("alice")
+        let invalidGrant = UserSessionError(.refreshFailed, "invalid_grant", failureClass: .terminal)
+        let refused = await ledger.refresh(identifier: "alice", userInfo: user, credentials: old, fence: fence) {
+            .failure(invalidGrant)
+        }
+        #expect(refused.failureCode == .refreshFailed)
+        #expect(try await store.load(identifier: "alice") == elsewhere)
+        #expect(!ledger.hasPendingWork("alice"), "a record written elsewhere stands: nothing is left to write")
+
+        let again = await ledger.refresh(identifier: "alice", userInfo: user, credentials: old, fence: fence) {
+            Issue.record("a refused token is never presented again")
+            return .failure(invalidGrant)
+        }
+        #expect(again.failureCode == .refreshTokenRefused)
+        ledger.release("alice")
+        #expect(ledger.entryCount == 0)
+    }
+
     // MARK: C. A late write that lands while a sign-in's or a sign-out's own store call is under way
 
     /// A store whose next save or removal of an identifier can be held before it acts or after it acted (so it has
@@ -406,5 +439,13 @@ struct LedgerOverlapSeamTests {
         bench.time.advance(by: 3600)
         _ = try? await restarted.accessToken()
         #expect(bench.server.reuses == 0)
+    }
+}
+
+extension Result where Failure == UserSessionError {
+    /// The code of the error this result failed with, if it failed.
+    fileprivate var failureCode: UserSessionError.Code? {
+        if case .failure(let error) = self { return error.code }
+        return nil
     }
 }
