@@ -9,43 +9,8 @@ import UserSessionsTestSupport
 /// deadline landing while another write holds the turn), a refusal written like any other write, and a refresh of
 /// credentials another controller replaced. Ordered by gates, arrival counters and a manual clock; never by sleeping.
 struct LedgerOverlapSeamTests {
-    struct Bench {
-        let time = ManualTime()
-        let server: TokenFamilyServer
-        let store = GatedStore()
-        let configuration: UserSessionController.Configuration
-
-        init() {
-            let time = self.time
-            server = TokenFamilyServer(now: { time.now })
-            configuration = UserSessionController.Configuration(storeTimeout: .milliseconds(500), clock: time.clock)
-        }
-
-        func controller() -> UserSessionController {
-            UserSessionController(store: store, refresher: server, configuration: configuration)
-        }
-
-        func registry() throws -> UserSessionRegistry {
-            try UserSessionRegistry(
-                store: store, refresher: server, configuration: configuration, maximumOpenSessions: nil,
-                idleTimeout: nil)
-        }
-
-        var ledger: CredentialsLedger { CredentialsLedger.shared(for: store) }
-
-        func waitUntilTheLedgerLetsGo(_ what: String, sourceLocation: SourceLocation = #_sourceLocation) async throws {
-            let (ledger, time) = (self.ledger, self.time)
-            try await withHangGuard(what, sourceLocation: sourceLocation) {
-                await time.advanceOnEachSleep { ledger.entryCount > 0 }
-            }
-        }
-
-        func waitUntilInvalid(_ controller: UserSessionController) async throws {
-            try await withHangGuard("the session is invalidated") {
-                while controller.session.state != .invalid { await Task.yield() }
-            }
-        }
-    }
+    /// The one-owner seams' bench (a gated store, a token family server, a manual clock), with a registry.
+    typealias Bench = LedgerOneOwnerSeamTests.Bench
 
     // MARK: A. A refused rotation the ledger writes later is written marked refused
 
@@ -447,5 +412,18 @@ extension Result where Failure == UserSessionError {
     fileprivate var failureCode: UserSessionError.Code? {
         if case .failure(let error) = self { return error.code }
         return nil
+    }
+}
+
+extension LedgerOneOwnerSeamTests.Bench {
+    func registry() throws -> UserSessionRegistry {
+        try UserSessionRegistry(
+            store: store, refresher: server, configuration: configuration, maximumOpenSessions: nil, idleTimeout: nil)
+    }
+
+    func waitUntilInvalid(_ controller: UserSessionController) async throws {
+        try await withHangGuard("the session is invalidated") {
+            while controller.session.state != .invalid { await Task.yield() }
+        }
     }
 }
