@@ -23,6 +23,34 @@ struct CoordinatedLedgerSeamTests {
         return url
     }
 
+    /// Alice's sessions over one scripted coordinated store, refreshed by a token family server on a manual clock;
+    /// the flights' ends are counted.
+    struct Bench {
+        let time = ManualTime()
+        let server: TokenFamilyServer
+        let store = ScriptedCoordinatedStore()
+        let flights = FlightEndProbe()
+        let configuration: UserSessionController.Configuration
+
+        init() {
+            let time = self.time
+            server = TokenFamilyServer(now: { time.now })
+            configuration = CoordinatedLedgerSeamTests.configuration(time, observers: [flights])
+        }
+
+        func controller() -> UserSessionController {
+            UserSessionController(store: store, refresher: server, configuration: configuration)
+        }
+
+        /// Advances the clock at each sleep until the ledger has nothing left to do for alice.
+        func waitUntilTheLedgerIsDone() async throws {
+            let (ledger, time) = (CredentialsLedger.shared(for: store), self.time)
+            try await withHangGuard("the ledger is done with alice") {
+                await time.advanceOnEachSleep { ledger.hasPendingWork("alice") }
+            }
+        }
+    }
+
     // MARK: Adopted credentials are the ledger's newest
 
     /// An adoption tells the ledger what the store holds. The session adopts a rotation another process stored (its
@@ -31,12 +59,9 @@ struct CoordinatedLedgerSeamTests {
     /// identifier's newest credentials, so the ledger writes it and the store never keeps the refresh token the
     /// server just spent (which the next restore would present again, revoking the family).
     @Test func aRefreshOfAdoptedCredentialsThatOutlivesItsSessionReachesTheStore() async throws {
-        let time = ManualTime()
-        let server = TokenFamilyServer(now: { time.now })
-        let store = ScriptedCoordinatedStore()
-        let flights = FlightEndProbe()
-        let configuration = Self.configuration(time, observers: [flights])
-        let controller = UserSessionController(store: store, refresher: server, configuration: configuration)
+        let bench = Bench()
+        let (time, server, store, flights) = (bench.time, bench.server, bench.store, bench.flights)
+        let controller = bench.controller()
         let signIn = server.signIn("alice", expiresIn: 3600)
         _ = try await controller.open(signIn)
 
@@ -56,16 +81,13 @@ struct CoordinatedLedgerSeamTests {
         _ = await asked.result
         server.releaseRefreshes()
         try await withHangGuard("the stale flight ends") { await flights.ended.wait(for: ended + 1) }
-        let ledger = CredentialsLedger.shared(for: store)
-        try await withHangGuard("the ledger is done with alice") {
-            await time.advanceOnEachSleep { ledger.hasPendingWork("alice") }
-        }
+        try await bench.waitUntilTheLedgerIsDone()
 
         // The server spent alice/rt-1: the store must hold alice/rt-2.
         #expect(store.record("alice")?.session.credentials?.refreshToken == "alice/rt-2")
 
         // What follows when it does not: the next restore presents the spent token, and the family is revoked.
-        let restarted = UserSessionController(store: store, refresher: server, configuration: configuration)
+        let restarted = bench.controller()
         _ = try await restarted.restore(identifier: "alice")
         time.advance(by: 7200)
         _ = try? await restarted.accessToken()
@@ -123,12 +145,9 @@ struct CoordinatedLedgerSeamTests {
     /// The control for the seams above: the session refreshes the credentials it signed in with and closes while
     /// that refresh is at the server; the ledger writes the rotation.
     @Test func aRefreshOfSignedInCredentialsThatOutlivesItsSessionReachesTheStore() async throws {
-        let time = ManualTime()
-        let server = TokenFamilyServer(now: { time.now })
-        let store = ScriptedCoordinatedStore()
-        let flights = FlightEndProbe()
-        let configuration = Self.configuration(time, observers: [flights])
-        let controller = UserSessionController(store: store, refresher: server, configuration: configuration)
+        let bench = Bench()
+        let (server, store, flights) = (bench.server, bench.store, bench.flights)
+        let controller = bench.controller()
         _ = try await controller.open(server.signIn("alice", expiresIn: 3600))
         server.holdRefreshes()
         let asked = Task { try await controller.refreshCredentials() }
@@ -137,10 +156,7 @@ struct CoordinatedLedgerSeamTests {
         _ = await asked.result
         server.releaseRefreshes()
         try await withHangGuard("the stale flight ends") { await flights.ended.wait(for: 1) }
-        let ledger = CredentialsLedger.shared(for: store)
-        try await withHangGuard("the ledger is done with alice") {
-            await time.advanceOnEachSleep { ledger.hasPendingWork("alice") }
-        }
+        try await bench.waitUntilTheLedgerIsDone()
         #expect(store.record("alice")?.session.credentials?.refreshToken == "alice/rt-1")
     }
 
@@ -151,11 +167,9 @@ struct CoordinatedLedgerSeamTests {
     /// it, and in that process's ledger: every later restore ... throws refreshTokenRefused at once, without
     /// contacting the authorization server").
     @Test func aRefusalOfAdoptedCredentialsIsRecordedInTheRecord() async throws {
-        let time = ManualTime()
-        let server = TokenFamilyServer(now: { time.now })
-        let store = ScriptedCoordinatedStore()
-        let configuration = Self.configuration(time)
-        let controller = UserSessionController(store: store, refresher: server, configuration: configuration)
+        let bench = Bench()
+        let (time, server, store) = (bench.time, bench.server, bench.store)
+        let controller = bench.controller()
         let signIn = server.signIn("alice", expiresIn: 3600)
         _ = try await controller.open(signIn)
         let rotated = try await server.refresh(try #require(signIn.credentials))
@@ -174,7 +188,7 @@ struct CoordinatedLedgerSeamTests {
 
         // A later restore (this process, or any other) must fail at once without presenting alice/rt-1 again.
         time.advance(by: 7200)
-        let restarted = UserSessionController(store: store, refresher: server, configuration: configuration)
+        let restarted = bench.controller()
         let restored = await Result(awaiting: { try await restarted.restore(identifier: "alice") })
         #expect(restored.errorCode == .refreshTokenRefused)
         #expect(server.calls == 2, "the refused alice/rt-1 was presented again")
@@ -190,11 +204,9 @@ struct CoordinatedLedgerSeamTests {
     /// sign-in's record in the turn and refreshes: the user is not taken for signed out (a new fence dropping the
     /// session's writes) and the fresh session is not closed as `clearedElsewhere`.
     @Test func aRefreshDuringAFirstSignInDoesNotTakeTheMissingRecordForASignOut() async throws {
-        let time = ManualTime()
-        let server = TokenFamilyServer(now: { time.now })
-        let store = ScriptedCoordinatedStore()
-        let controller = UserSessionController(
-            store: store, refresher: server, configuration: Self.configuration(time))
+        let bench = Bench()
+        let (time, server, store) = (bench.time, bench.server, bench.store)
+        let controller = bench.controller()
         let probe = EventProbe(controller)
         // The opening's write reads the revision first: that read is held.
         let read = AsyncGate()
@@ -225,12 +237,9 @@ struct CoordinatedLedgerSeamTests {
     /// for the write turn. Read again in the turn, the sign-in's record stands: the ledger's fence is not renewed as
     /// for a sign-out, the new session's rotations reach the store, and no restore presents a spent token.
     @Test func aStaleNoRecordReadDoesNotFenceTheSignInThatFollowedIt() async throws {
-        let time = ManualTime()
-        let server = TokenFamilyServer(now: { time.now })
-        let store = ScriptedCoordinatedStore()
-        let configuration = Self.configuration(time)
-        let first = UserSessionController(store: store, refresher: server, configuration: configuration)
-        let second = UserSessionController(store: store, refresher: server, configuration: configuration)
+        let bench = Bench()
+        let (time, server, store) = (bench.time, bench.server, bench.store)
+        let (first, second) = (bench.controller(), bench.controller())
         _ = try await first.open(server.signIn("alice", expiresIn: 10))
         // Signed out elsewhere (no notification reaches this process).
         store.removeElsewhere("alice")
@@ -264,7 +273,7 @@ struct CoordinatedLedgerSeamTests {
         }
         #expect(store.record("alice")?.session.credentials?.refreshToken == "alice~1/rt-1")
 
-        let restarted = UserSessionController(store: store, refresher: server, configuration: configuration)
+        let restarted = bench.controller()
         _ = try? await restarted.restore(identifier: "alice")
         time.advance(by: 7200)
         _ = try? await restarted.accessToken()
