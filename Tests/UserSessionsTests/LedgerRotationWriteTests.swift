@@ -192,31 +192,33 @@ struct LedgerRotationWriteTests {
 
         // Recorded, not landed yet: the commit writes.
         var turn = await ledger.takeWriteTurn("alice")
-        #expect(!ledger.leaveIfLanded("alice", rotated, turn: turn))
+        #expect(!ledger.leaveIfNothingToWrite("alice", rotated, turn: turn))
         #expect(ledger.writeTurnIsHeld("alice"))
         // The write failed: still unwritten.
         ledger.writeFinished("alice", fence: fence, wrote: nil, failed: rotated, turn: turn.token, leavesTurn: true)
         turn = await ledger.takeWriteTurn("alice")
-        #expect(!ledger.leaveIfLanded("alice", rotated, turn: turn))
+        #expect(!ledger.leaveIfNothingToWrite("alice", rotated, turn: turn))
         // It landed.
         ledger.writeFinished("alice", fence: fence, wrote: rotated, turn: turn.token, leavesTurn: true)
         turn = await ledger.takeWriteTurn("alice")
         // Another record (the same credentials for another view of the user) is not what landed.
         let otherUserInfo = StoredSession(userInfo: UserInfo(id: "alice", name: "Alice"), credentials: Self.rotated)
-        #expect(!ledger.leaveIfLanded("alice", otherUserInfo, turn: turn))
+        #expect(!ledger.leaveIfNothingToWrite("alice", otherUserInfo, turn: turn))
         // Not older credentials either.
-        #expect(!ledger.leaveIfLanded("alice", StoredSession(userInfo: Self.user, credentials: Self.sent), turn: turn))
+        #expect(
+            !ledger.leaveIfNothingToWrite(
+                "alice", StoredSession(userInfo: Self.user, credentials: Self.sent), turn: turn))
         #expect(ledger.writeTurnIsHeld("alice"))
         // The very record: the turn is left in the same section.
-        #expect(ledger.leaveIfLanded("alice", rotated, turn: turn))
+        #expect(ledger.leaveIfNothingToWrite("alice", rotated, turn: turn))
         #expect(!ledger.writeTurnIsHeld("alice"))
         // A turn that is no longer held (left already) leaves nothing.
-        #expect(!ledger.leaveIfLanded("alice", rotated, turn: turn))
+        #expect(!ledger.leaveIfNothingToWrite("alice", rotated, turn: turn))
 
         // A turn granted before a sign-in: its fence is not the entry's any more.
         turn = await ledger.takeWriteTurn("alice")
         ledger.signedIn("alice", session: rotated)
-        #expect(!ledger.leaveIfLanded("alice", rotated, turn: turn))
+        #expect(!ledger.leaveIfNothingToWrite("alice", rotated, turn: turn))
         ledger.leaveWriteTurn("alice", token: turn.token)
         ledger.release("alice")
         #expect(ledger.entryCount == 0)

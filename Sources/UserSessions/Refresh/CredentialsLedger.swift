@@ -461,6 +461,13 @@ final class CredentialsLedger: Sendable {
         entries.withLock { entries in entries[ExactIdentifier(identifier)]?.isSpent(token) ?? false }
     }
 
+    /// Whether a refresh known here replaced `credentials` of `key` (by refresh token when the server rotated it, by
+    /// the very credentials when it did not): a stored record holding them is older than what the ledger writes
+    /// over it. The write loop's and a refusal's conditions over the record they replace.
+    private func knowsReplaced(_ credentials: Credentials, of key: ExactIdentifier) -> Bool {
+        entries.withLock { $0[key]?.latestRotation(of: credentials) } != nil
+    }
+
     /// Whether `identifier` has a refresh in flight or an unwritten rotation: such a session is never evicted.
     func hasPendingWork(_ identifier: String) -> Bool {
         entries.withLock { entries in
@@ -664,8 +671,7 @@ final class CredentialsLedger: Sendable {
     private func recordRefusalInStore(identifier: String, fence: UInt64) async {
         switch tryEnterWriteTurn(identifier, fence: fence, reserved: false) {
         case .granted(let turn):
-            guard await writeUnwritten(identifier, fence: fence, holding: turn.token) != nil else { return }
-            if modify(ExactIdentifier(identifier), { self.startLoopIfNeeded(&$0) }) { startWriteLoop(identifier) }
+            await rewriteNow(identifier, fence: fence, holding: turn.token)
         case .refused:
             return
         case .busy:
@@ -683,7 +689,7 @@ final class CredentialsLedger: Sendable {
         let refused = session.credentials?.refreshToken
         func replaces(_ stored: StoredSession) -> Bool {
             guard let credentials = stored.credentials, let token = credentials.refreshToken else { return false }
-            return token == refused || entries.withLock({ $0[key]?.latestRotation(of: credentials) }) != nil
+            return token == refused || knowsReplaced(credentials, of: key)
         }
         let changedElsewhere = UserSessionError(.revisionConflict, "the record changed elsewhere")
         if let coordinatedStore {
@@ -960,43 +966,27 @@ final class CredentialsLedger: Sendable {
             try? await store.remove(identifier: identifier)
             leaveWriteTurn(identifier, token: grant.token)
         case .rewrite:
-            guard await writeUnwritten(identifier, fence: grant.fence, holding: grant.token) != nil else { return }
-            if modify(key, { self.startLoopIfNeeded(&$0) }) { startWriteLoop(identifier) }
+            await rewriteNow(identifier, fence: grant.fence, holding: grant.token)
         }
     }
 
-    /// A commit holding `turn` that did not lead the refresh it commits (it joined the refresh of another controller
-    /// of this process, or was answered with its rotation) asks whether the store already holds exactly `session`:
-    /// the newest credentials the entry knows, landed by a write under the turn's fence, and nothing unwritten since.
-    /// If so, it leaves the turn in the same critical section and returns `true`: the commit publishes without
-    /// writing the same record again. Otherwise it returns `false` and the caller still holds the turn, to write.
+    /// A commit holding `turn` that waited for it asks whether it has anything to write. Nothing when the store
+    /// already holds exactly `session`: the refresh was another controller's (joined, or answered with its
+    /// rotation), and that controller's write landed it under the turn's fence with nothing unwritten since
+    /// (``Entry/hasLanded(_:)``). Nothing either when `session` holds the result of a refresh that presented the
+    /// newest credentials and another write replaced them while it ran (an update of another controller, for one:
+    /// knowledge only, never written over them; ``Entry/isReplaced(_:)``). Then it leaves the turn in the same
+    /// critical section and returns `true`: the commit publishes without writing. Otherwise it returns `false` and
+    /// the caller still holds the turn, to write. A refresh made while its session was signing in presented nothing
+    /// the ledger held as the newest, and is written once the sign-in landed.
     ///
     /// Only for an unconditional write: a session over a ``CoordinatedTokenStore`` would also need the revision the
     /// write made, which the entry does not keep.
-    func leaveIfLanded(_ identifier: String, _ session: StoredSession, turn: TurnGrant) -> Bool {
-        leaveWithoutWriting(identifier, turn: turn) { $0.hasLanded(session) }
-    }
-
-    /// A commit holding `turn` that waited for it asks whether it has anything to write: not when the store already
-    /// holds `session` (``leaveIfLanded(_:_:turn:)``), nor when `session` holds the result of a refresh that
-    /// presented the newest credentials and another write replaced them while it ran (an update of another
-    /// controller, for one: knowledge only, never written over them; ``Entry/isReplaced(_:)``). Then it leaves the
-    /// turn in the same critical section and returns `true`: the commit publishes without writing. Otherwise it
-    /// returns `false` and the caller still holds the turn, to write. A refresh made while its session was signing in
-    /// presented nothing the ledger held as the newest, and is written once the sign-in landed.
-    ///
-    /// Only for an unconditional write (see ``leaveIfLanded(_:_:turn:)``).
     func leaveIfNothingToWrite(_ identifier: String, _ session: StoredSession, turn: TurnGrant) -> Bool {
-        leaveWithoutWriting(identifier, turn: turn) { $0.hasLanded(session) || $0.isReplaced(session) }
-    }
-
-    /// Leaves the turn `turn` holds, in one critical section, when it still holds it under the fence it was granted
-    /// with and `nothingToWrite` holds for the entry; returns whether it left.
-    private func leaveWithoutWriting(
-        _ identifier: String, turn: TurnGrant, _ nothingToWrite: (borrowing Entry) -> Bool
-    ) -> Bool {
         let handover = modify(ExactIdentifier(identifier)) { entry -> Handover? in
-            guard entry.turn == turn.token, entry.fence == turn.fence, nothingToWrite(entry) else { return nil }
+            guard entry.turn == turn.token, entry.fence == turn.fence,
+                entry.hasLanded(session) || entry.isReplaced(session)
+            else { return nil }
             return handOver(&entry, from: turn.token)
         }
         handover?.deliver()
@@ -1205,12 +1195,19 @@ final class CredentialsLedger: Sendable {
     }
 
     /// Writes the unwritten credentials now rather than on the failed-write schedule (a late write just overwrote
-    /// them, a sign-in wrote the refresh token a refresh already spent, or nobody else is going to write them); a
-    /// failure leaves them to the write loop.
-    private func rewriteNow(_ identifier: String, fence: UInt64? = nil) async {
+    /// them, a sign-in wrote the refresh token a refresh already spent, a refusal was just recorded, or nobody else
+    /// is going to write them); a failure leaves them to the write loop. Under `fence` (by default the entry's now),
+    /// in the turn `holding` when the caller already holds it (granted under `fence`), else in the next turn.
+    private func rewriteNow(_ identifier: String, fence: UInt64? = nil, holding turn: UInt64? = nil) async {
         let key = ExactIdentifier(identifier)
         guard let fence = fence ?? entries.withLock({ $0[key]?.fence }) else { return }
-        guard await writeUnwritten(identifier, fence: fence) != nil else { return }
+        let failure =
+            if let turn {
+                await writeUnwritten(identifier, fence: fence, holding: turn)
+            } else {
+                await writeUnwritten(identifier, fence: fence)
+            }
+        guard failure != nil else { return }
         if modify(key, { self.startLoopIfNeeded(&$0) }) { startWriteLoop(identifier) }
     }
 
@@ -1242,9 +1239,9 @@ final class CredentialsLedger: Sendable {
                 // here replaced (by refresh token when the server rotated it, by the very credentials when it did
                 // not). One removed, or holding anything else (written elsewhere), stands.
                 let record = try await coordinatedStore.loadRevised(identifier: identifier)
-                guard let record, let stored = record.session.credentials,
-                    entries.withLock({ $0[key]?.latestRotation(of: stored) }) != nil
-                else { throw UserSessionError(.revisionConflict, "the record changed elsewhere") }
+                guard let record, let stored = record.session.credentials, knowsReplaced(stored, of: key) else {
+                    throw UserSessionError(.revisionConflict, "the record changed elsewhere")
+                }
                 _ = try await coordinatedStore.save(session, identifier: identifier, expectedRevision: record.revision)
             } else {
                 try await store.save(session, identifier: identifier)
