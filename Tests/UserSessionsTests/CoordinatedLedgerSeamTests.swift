@@ -195,6 +195,30 @@ struct CoordinatedLedgerSeamTests {
         await restarted.close()
     }
 
+    /// A refusal another process recorded is never presented again here either: that process's refresh of alice/rt-0
+    /// was refused (`invalid_grant`) and it marked the record refused. This session still holds alice/rt-0; its next
+    /// leased flight reads the record, finds the refusal of the very token it would send, and fails at once with
+    /// ``UserSessionError/Code/refreshTokenRefused`` (the session is invalidated), without contacting the server.
+    @Test func aRefusalAnotherProcessRecordedIsNotPresentedAgainByASessionStillHoldingTheToken() async throws {
+        let bench = Bench()
+        let (server, store) = (bench.server, bench.store)
+        let controller = bench.controller()
+        let signIn = server.signIn("alice", expiresIn: 3600)
+        _ = try await controller.open(signIn)
+        let refusedRecord = StoredSession(
+            userInfo: UserInfo(id: "alice"), credentials: signIn.credentials, refreshTokenRefused: true)
+        store.writeElsewhere(refusedRecord, identifier: "alice")
+
+        let refreshed = await Result(awaiting: { try await controller.refreshCredentials() })
+        #expect(refreshed.errorCode == .refreshTokenRefused)
+        #expect(server.calls == 0, "the refused alice/rt-0 was presented again")
+        try await withHangGuard("the refused session is invalidated") {
+            while controller.session.state == .opened { await Task.yield() }
+        }
+        // The record keeps the refusal: nothing of this process wrote over it.
+        #expect(store.record("alice")?.session.refreshTokenRefused == true)
+    }
+
     // MARK: A leased flight acts on what it read in the write turn
 
     /// A leased flight reads the record again in the write turn before it adopts. A first sign-in over a

@@ -561,6 +561,13 @@ extension CredentialsGate {
             await finish(job, outcome: .failure(Self.classify(error)), startedAt: startedAt)
             return
         }
+        if let record, recordsRefusal(record, job) {
+            // Another process's refresh was refused and it recorded that: the refresh token this flight would send,
+            // or the newer one the record holds, must not be presented again. The flight fails as a restore of the
+            // record does, and the session is invalidated.
+            await finish(job, outcome: .failure(CredentialsLedger.refusedError), startedAt: startedAt)
+            return
+        }
         if storeReplaces(record, job) {
             // What the flight acts on in the turn is read in the turn: the record read above may be older than a
             // write of this process that held the turn meanwhile (a sign-in storing the record found missing, an
@@ -602,6 +609,14 @@ extension CredentialsGate {
     private func storeReplaces(_ record: RevisedSession?, _ job: RefreshStateMachine.RefreshJob) -> Bool {
         guard let record else { return true }
         return inspect { $0.storeIsNewer(record, than: job.credentials, generation: job.generation) }
+    }
+
+    /// Whether `record` says the refresh token `job` would send was refused for good: it is marked refused and holds
+    /// that very token, or credentials that replace the ones `job` holds (another process rotated them, and the
+    /// rotation was refused).
+    private func recordsRefusal(_ record: RevisedSession, _ job: RefreshStateMachine.RefreshJob) -> Bool {
+        guard record.session.refreshTokenRefused else { return false }
+        return record.session.credentials?.refreshToken == job.credentials.refreshToken || storeReplaces(record, job)
     }
 
     /// Whether `job` is still the session's flight; a superseded or ended one is forgotten (it has sent nothing).
