@@ -387,9 +387,9 @@ struct LedgerOneOwnerSeamTests {
         #expect(bench.server.reuses == 0)
     }
 
-    /// The second controller asks after the first's refresh was committed: the ledger answers it with the rotation
-    /// (its refresh token is spent), and its commit writes nothing. When the first's write failed, the second's
-    /// commit writes the rotation instead.
+    /// The second controller asks after the first's refresh was committed: it already serves the rotation (the ledger
+    /// told it, its refresh token being spent) and writes nothing. When the first's write failed, the ledger's retry
+    /// writes the rotation, once.
     @Test(arguments: [false, true])
     func aControllerAnsweredWithARotationWritesItOnlyWhenTheStoreLacksIt(_ firstWriteFails: Bool) async throws {
         let bench = Bench()
@@ -402,9 +402,45 @@ struct LedgerOneOwnerSeamTests {
         bench.store.failWrites(false)
         let savesBefore = bench.store.saves.count
         #expect(try await second.accessToken() == "alice/at-1")
+        let (ledger, time) = (bench.ledger, bench.time)
+        try await withHangGuard("the ledger writes what the first controller could not") {
+            await time.advanceOnEachSleep { ledger.hasPendingWork("alice") }
+        }
         #expect(bench.store.saves.count == savesBefore + (firstWriteFails ? 1 : 0))
         #expect(try await bench.store.base.load(identifier: "alice")?.credentials?.refreshToken == "alice/rt-1")
         #expect(bench.server.calls == 1)
         #expect(bench.server.reuses == 0)
+    }
+
+    // MARK: An idle controller of the same user, whatever the number of refreshes made meanwhile
+
+    /// The ledger tells every controller holding the user when another one's refresh advances her newest credentials:
+    /// an idle controller takes them then, so it never presents the refresh token spent since, however many refreshes
+    /// the other one makes while it stays idle. Before, it learned them only at its own next refresh, from the
+    /// ledger's window of the last 16 rotations: after 17 of them, it presented its spent token and the server revoked
+    /// the family.
+    @Test func anIdleControllerNeverPresentsATokenAnotherControllerSpentHoweverManyRefreshesAgo() async throws {
+        let bench = Bench()
+        let (busy, idle) = (bench.controller(), bench.controller())
+        _ = try await busy.open(bench.server.signIn("alice", expiresIn: 3600))
+        _ = try await idle.restore(identifier: "alice")
+        let (events, leaderEvents) = (EventProbe(idle), EventProbe(busy))
+        let refreshes = CredentialsLedger.Entry.rotationWindow + 4
+        for round in 1...refreshes {
+            bench.time.advance(by: 3600)
+            #expect(try await busy.accessToken() == "alice/at-\(round)")
+        }
+        // The idle controller already serves the newest, told by the ledger: no refresh of its own.
+        #expect(idle.gate.currentCredentials()?.refreshToken == "alice/rt-\(refreshes)")
+        #expect(events.kinds.filter { $0 == .credentialsRefreshed }.count == refreshes)
+        // The controller whose refreshes they were announces each once, as its own.
+        #expect(leaderEvents.kinds.filter { $0 == .credentialsRefreshed }.count == refreshes)
+        #expect(!leaderEvents.kinds.contains { if case .credentialsUpdated = $0 { true } else { false } })
+        bench.time.advance(by: 3600)
+        #expect(try await idle.accessToken() == "alice/at-\(refreshes + 1)")
+        #expect(bench.server.reuses == 0)
+        #expect(bench.server.calls == refreshes + 1)
+        await busy.close()
+        await idle.close()
     }
 }

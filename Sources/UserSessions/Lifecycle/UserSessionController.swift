@@ -683,7 +683,7 @@ extension UserSessionController {
     private func restoreStoredSession(identifier: String) async throws -> UserSession {
         // Held from before the read until the session's gate takes the hold over: a rotation the store has not
         // taken yet, or a refresh in flight, cannot leave the ledger in between. Released here if nothing opens.
-        var fence = gate.ledger.hold(identifier)
+        var fence = gate.ledger.hold(identifier, view: gate)
         var handedOver = false
         defer { if !handedOver { gate.releaseInLedger(identifier) } }
         var (record, revision) = try await readStoredRecord(identifier)

@@ -126,7 +126,7 @@ final class CredentialsGate: Sendable {
     ) {
         stopWatchingStore()
         events.setGeneration(generation)
-        let fence = heldFence ?? ledger.hold(identifier)
+        let fence = heldFence ?? ledger.hold(identifier, view: self)
         let previous = ledgerHold.withLock { hold in
             defer { hold = identifier }
             return hold
@@ -203,7 +203,7 @@ final class CredentialsGate: Sendable {
     /// schedule is made inside it, only when the ledger needs one.
     func releaseInLedger(_ identifier: String) {
         let generation = inspect { $0.generation }
-        ledger.release(identifier, schedule: ledgerSchedule(for: generation))
+        ledger.release(identifier, view: self, schedule: ledgerSchedule(for: generation))
     }
 
     /// Lets go of the identifier held in the ledger; a rotation that could not be written stays there and the
@@ -503,6 +503,30 @@ final class CredentialsGate: Sendable {
             for waiter in waiters { waiter.continuation?.resume(returning: credentials, token: token) }
         case .failure(let error):
             for waiter in waiters { waiter.continuation?.resume(throwing: error) }
+        }
+    }
+}
+
+/// The gate as the ledger's view of the identifier it holds.
+extension CredentialsGate: CredentialsLedgerView {
+    /// Another controller's refresh advanced the identifier's newest credentials: a session that holds credentials
+    /// that refresh replaced, with no flight of its own, takes the newest now, so it never presents the refresh token
+    /// spent since, however many refreshes the other controllers make while it stays idle. One read of the machine,
+    /// one of the ledger, and the transition; a session with a flight of its own gets the newest from that flight
+    /// (the ledger joins it or answers it with the rotation).
+    func ledgerAdvanced(_ identifier: String) {
+        let holding = inspect { machine -> (credentials: Credentials, generation: UInt64, fence: UInt64)? in
+            guard machine.active, !machine.flights.isRefreshing, let credentials = machine.credentials,
+                ExactIdentifier.areEqual(machine.identifier, identifier)
+            else { return nil }
+            return (credentials, machine.generation, machine.ledgerFence)
+        }
+        guard let holding,
+            let newest = ledger.newest(of: holding.credentials, identifier: identifier, fence: holding.fence)
+        else { return }
+        // Ordered against `deactivate()`: the event never follows the session's `.closed`.
+        modifyStateAndRunActions(ordered: true) {
+            $0.entryAdvanced(to: newest, from: holding.credentials, generation: holding.generation)
         }
     }
 }

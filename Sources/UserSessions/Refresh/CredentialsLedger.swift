@@ -18,13 +18,16 @@ import Synchronization
 /// - the **fence**: a sign-out (``signOut(_:remove:)``) and a sign-in (``signIn(_:write:)``) change it in the write
 ///   turn, right after their own store call succeeded, so no write taken before them lands after them, and a
 ///   sign-out the store refused changes nothing;
+/// - the **views** holding it (each controller's gate): a refresh that advances the newest credentials is told to
+///   the others, which take it while they have no flight of their own, so an idle controller never presents a
+///   refresh token another one spent, however long ago (``CredentialsLedgerView``);
 /// - a **refused** refresh token (`invalid_grant`): later refreshes and restores of it fail at once with
 ///   ``UserSessionError/Code/refreshTokenRefused``, without contacting the server, until the user signs in again.
 ///
 /// An entry lives only while a controller holds it, a refresh is in flight, a write is in progress or pending, or a
 /// refusal has not reached the store: a server with 100,000 users who came and went keeps no entry for them.
 ///
-/// Effects (store calls, resuming waiters) run after the lock is released.
+/// Effects (store calls, resuming waiters, telling views) run after the lock is released.
 final class CredentialsLedger: Sendable {
     let store: any TokenStore
     let coordinatedStore: (any CoordinatedTokenStore)?
@@ -73,14 +76,17 @@ final class CredentialsLedger: Sendable {
 
     /// What the ledger holds for one identifier.
     ///
-    /// An identifier that is only held (an idle open session, the common case on a server) costs three words in the
-    /// dictionary: its fence, its holder count and no ``Detail``. The rest is made at the first refresh, write or
+    /// An identifier that is only held (an idle open session, the common case on a server) costs six words in the
+    /// dictionary: its fence, its holder count, its first view (a weak reference) with an empty list of others, and
+    /// no ``Detail``. The rest is made at the first refresh, write or
     /// sign-out and lives in a ``Detail`` until the entry is dropped.
     struct Entry {
         /// Changes at every sign-out and sign-in: a write taken under an older fence must not land.
         var fence: UInt64
         /// Controllers (and restores in progress) holding the identifier.
         var holders = 0
+        /// The views of the holders that have one (a controller's gate), told when a refresh advances the newest.
+        var views = Views()
         /// Everything beyond the fence and the holders, made when first needed.
         private var detail: Detail?
 
@@ -295,6 +301,43 @@ final class CredentialsLedger: Sendable {
         }
     }
 
+    /// The views holding an identifier, weakly (a gate lets go of the identifier when its session ends, and a gate
+    /// that is gone is skipped): the first inline, so that an identifier held by one controller, the common case,
+    /// allocates nothing for it. A view that holds twice (a restore's hold it takes over) appears twice.
+    struct Views {
+        private struct Slot {
+            weak var view: (any CredentialsLedgerView)?
+        }
+        private var first = Slot()
+        private var others: [Slot] = []
+
+        mutating func add(_ view: any CredentialsLedgerView) {
+            if first.view == nil { first.view = view } else { others.append(Slot(view: view)) }
+        }
+
+        /// Forgets one hold of `view` (and any view that is gone).
+        mutating func remove(_ view: any CredentialsLedgerView) {
+            if first.view === view {
+                first = others.isEmpty ? Slot() : others.removeFirst()
+            } else if let index = others.firstIndex(where: { $0.view === view }) {
+                others.remove(at: index)
+            }
+            others.removeAll { $0.view == nil }
+        }
+
+        /// Every view still there, each once, when there are two or more: a refresh's result is news only to a view
+        /// other than the one whose flight led it, so an identifier held by one view has nobody to tell.
+        var toTell: [any CredentialsLedgerView] {
+            guard !others.isEmpty else { return [] }
+            var told: [any CredentialsLedgerView] = []
+            for view in [first.view] + others.map(\.view) {
+                guard let view, !told.contains(where: { $0 === view }) else { continue }
+                told.append(view)
+            }
+            return told.count > 1 ? told : []
+        }
+    }
+
     /// What the ledger already knows of presented credentials (``Entry/known(_:)``).
     enum Known {
         case refused
@@ -416,10 +459,13 @@ final class CredentialsLedger: Sendable {
     // MARK: - Holding
 
     /// A controller (or a restore in progress) holds `identifier`; returns the fence its writes are taken under.
+    /// `view`, the holder's gate, is told when another holder's refresh advances the newest credentials
+    /// (``CredentialsLedgerView/ledgerAdvanced(_:)``) until it lets go.
     @discardableResult
-    func hold(_ identifier: String) -> UInt64 {
+    func hold(_ identifier: String, view: (any CredentialsLedgerView)? = nil) -> UInt64 {
         modify(ExactIdentifier(identifier)) { entry in
             entry.holders += 1
+            if let view { entry.views.add(view) }
             return entry.fence
         }
     }
@@ -428,9 +474,12 @@ final class CredentialsLedger: Sendable {
     /// the schedule of the write that failed last). `schedule` is made only then: most releases find nothing
     /// unwritten, and a schedule's failure report is a closure, an allocation per release otherwise. It runs inside
     /// the ledger's critical section, so it must only build the value (no lock, no user code).
-    func release(_ identifier: String, schedule: @autoclosure () -> Schedule? = nil) {
+    func release(
+        _ identifier: String, view: (any CredentialsLedgerView)? = nil, schedule: @autoclosure () -> Schedule? = nil
+    ) {
         let start = modify(ExactIdentifier(identifier)) { entry -> Bool in
             entry.holders = max(0, entry.holders - 1)
+            if let view { entry.views.remove(view) }
             if entry.unwritten { entry.keepSchedule(schedule()) }
             return startLoopIfNeeded(&entry)
         }
@@ -593,18 +642,41 @@ final class CredentialsLedger: Sendable {
             return (result, nil)
         case .run(let flight):
             let result = await call()
-            let (waiters, refusalFence, turn) = modify(key) { entry in
+            let (waiters, refusalFence, turn, views) = modify(key) { entry in
                 let (waiters, refusalFence, replaced) = flightReturned(
                     &entry, flight: flight, userInfo: userInfo, result: result)
                 // A refresh of credentials another write replaced while it ran gets no turn: knowledge only, its
                 // commit leaves the turn it waits for without writing (`leaveIfNothingToWrite`).
                 let succeeded = (try? result.get()) != nil
                 let turn = takingTurn && entry.turn == nil && succeeded && !replaced ? entry.grantTurn() : nil
-                return (waiters, refusalFence, turn)
+                return (waiters, refusalFence, turn, advanced(entry, to: result) ? entry.views.toTell : [])
             }
             waiters.forEachWaiting { $0.resume(returning: result) }
+            for view in views { view.ledgerAdvanced(identifier) }
             if let refusalFence { await recordRefusalInStore(identifier: identifier, fence: refusalFence) }
             return (result, turn)
+        }
+    }
+
+    /// Whether `result`, a refresh that just returned, is now the identifier's newest credentials, to tell the views
+    /// holding it: each view then takes it instead of presenting a refresh token it spent, however long it stays idle
+    /// (the rotations the ledger remembers are a bounded window). Over a coordinated store a view takes what another
+    /// holder's refresh wrote from the record instead, with the revision its own conditional writes need (its change
+    /// subscription, or its next leased flight's first read).
+    private func advanced(_ entry: Entry, to result: Result<Credentials, UserSessionError>) -> Bool {
+        guard coordinatedStore == nil, case .success(let credentials) = result else { return false }
+        return entry.current?.credentials == credentials
+    }
+
+    /// The newest credentials a refresh known here reached from `held`, which a view of `identifier` holds under
+    /// `fence`: `nil` when `held` are the newest known, when the fence changed (a sign-in or a sign-out since, or
+    /// under way), or when the newest was refused (the view's own next refresh fails at once).
+    func newest(of held: Credentials, identifier: String, fence: UInt64) -> Credentials? {
+        entries.withLock { entries -> Credentials? in
+            guard let entry = entries[ExactIdentifier(identifier)], entry.fence == fence, !entry.fencingWrite,
+                case .rotated(let newest) = entry.known(held)
+            else { return nil }
+            return newest
         }
     }
 
@@ -1292,4 +1364,13 @@ extension Credentials {
     fileprivate func isSameVersion(as other: Credentials) -> Bool {
         accessToken == other.accessToken && refreshToken == other.refreshToken
     }
+}
+
+/// What holds an identifier in the ``CredentialsLedger`` besides its hold: a controller's view of the identifier's
+/// credentials (its gate), told when the entry's newest credentials advance.
+protocol CredentialsLedgerView: AnyObject, Sendable {
+    /// A refresh led by another holder of `identifier` made its result the newest credentials: the view takes them
+    /// (``CredentialsLedger/newest(of:identifier:fence:)``) when it still holds credentials they replaced. Called
+    /// after the ledger's lock is released.
+    func ledgerAdvanced(_ identifier: String)
 }
