@@ -432,15 +432,45 @@ struct LedgerOneOwnerSeamTests {
         }
         // The idle controller already serves the newest, told by the ledger: no refresh of its own.
         #expect(idle.gate.currentCredentials()?.refreshToken == "alice/rt-\(refreshes)")
-        #expect(events.kinds.filter { $0 == .credentialsRefreshed }.count == refreshes)
-        // The controller whose refreshes they were announces each once, as its own.
-        #expect(leaderEvents.kinds.filter { $0 == .credentialsRefreshed }.count == refreshes)
+        // Each announced there as a refresh, and once, as its own, by the controller whose refreshes they were.
+        try await withHangGuard("the idle controller announces each refresh") {
+            await events.wait { $0.filter { $0.kind == .credentialsRefreshed }.count == refreshes }
+        }
+        try await withHangGuard("the busy controller announces each refresh") {
+            await leaderEvents.wait { $0.filter { $0.kind == .credentialsRefreshed }.count == refreshes }
+        }
         #expect(!leaderEvents.kinds.contains { if case .credentialsUpdated = $0 { true } else { false } })
+        #expect(!events.kinds.contains { if case .credentialsUpdated = $0 { true } else { false } })
         bench.time.advance(by: 3600)
         #expect(try await idle.accessToken() == "alice/at-\(refreshes + 1)")
         #expect(bench.server.reuses == 0)
         #expect(bench.server.calls == refreshes + 1)
         await busy.close()
         await idle.close()
+    }
+    /// Credentials handed over on one controller replace what every controller of the user holds: the other, idle
+    /// one is told and serves them, and at the next expiry the user's one family is refreshed once. Before, the idle
+    /// controller kept the older family and refreshed it, its commit wrote that family over the update in the store,
+    /// and the user had two families alive, each controller writing its own over the other's.
+    @Test func credentialsHandedOverOnOneControllerReplaceWhatAnIdleControllerOfTheUserHolds() async throws {
+        let bench = Bench()
+        let (idle, updating) = (bench.controller(), bench.controller())
+        _ = try await idle.open(bench.server.signIn("alice", expiresIn: 3600))
+        _ = try await updating.restore(identifier: "alice")
+        let events = EventProbe(idle)
+        // A new sign-in elsewhere (another family), handed over to the updating controller.
+        let handedOver = try #require(bench.server.signIn("alice", expiresIn: 3600).credentials)
+        try await updating.updateCredentials(handedOver)
+        #expect(try await idle.accessToken() == "alice~1/at-0")
+        try await withHangGuard("the idle controller announces the credentials handed over") {
+            await events.wait { $0.contains { if case .credentialsUpdated = $0.kind { true } else { false } } }
+        }
+        bench.time.advance(by: 3600)
+        #expect(try await idle.accessToken() == "alice~1/at-1")
+        #expect(try await updating.accessToken() == "alice~1/at-1")
+        #expect(bench.server.presented == ["alice~1/rt-0"], "one refresh of the one family")
+        #expect(await bench.store.stored("alice")?.credentials?.refreshToken == "alice~1/rt-1")
+        await idle.close()
+        await updating.close()
     }
 }

@@ -288,8 +288,8 @@ struct LedgerOverlapSeamTests {
     /// Two controllers of one store hold alice (one signed her in, the other restored her). The first refreshes rt-0;
     /// while the server holds the answer, the second hands over credentials obtained elsewhere (`updateCredentials`),
     /// which land in the store and become the ledger's newest. The first controller's refresh is then of credentials
-    /// an update replaced, knowledge only: its commit publishes it without writing it over the update, and once both
-    /// controllers closed the store holds the credentials handed over.
+    /// an update replaced, knowledge only: its commit publishes it without writing it over the update, then takes the
+    /// credentials handed over (the user keeps one family), and once both controllers closed the store holds them.
     @Test func aRefreshOfCredentialsAnotherControllerReplacedIsNotWrittenOverTheUpdate() async throws {
         let bench = Bench()
         let (first, second) = (bench.controller(), bench.controller())
@@ -306,6 +306,8 @@ struct LedgerOverlapSeamTests {
         #expect(await bench.store.stored("alice")?.credentials == handedOver)
         bench.server.releaseRefreshes()
         _ = await asked.result
+        await first.gate.backgroundTasks.last?.value
+        #expect(first.gate.currentCredentials() == handedOver)
         await first.close()
         await second.close()
         try await bench.waitUntilTheLedgerLetsGo("the ledger lets alice go")

@@ -509,8 +509,8 @@ final class CredentialsGate: Sendable {
 
 /// The gate as the ledger's view of the identifier it holds.
 extension CredentialsGate: CredentialsLedgerView {
-    /// Another controller's refresh advanced the identifier's newest credentials: a session that holds credentials
-    /// that refresh replaced, with no flight of its own, takes the newest now, so it never presents the refresh token
+    /// Another controller's refresh (or credentials handed over to it) advanced the identifier's newest credentials: a
+    /// session that holds credentials they replaced, with no flight of its own, takes the newest now, so it never presents the refresh token
     /// spent since, however many refreshes the other controllers make while it stays idle. One read of the machine,
     /// one of the ledger, and the transition; a session with a flight of its own gets the newest from that flight
     /// (the ledger joins it or answers it with the rotation).
@@ -526,7 +526,9 @@ extension CredentialsGate: CredentialsLedgerView {
         else { return }
         // Ordered against `deactivate()`: the event never follows the session's `.closed`.
         modifyStateAndRunActions(ordered: true) {
-            $0.entryAdvanced(to: newest, from: holding.credentials, generation: holding.generation)
+            $0.entryAdvanced(
+                to: newest.credentials, from: holding.credentials, refreshedOnly: newest.refreshedOnly,
+                generation: holding.generation)
         }
     }
 }
@@ -842,13 +844,15 @@ extension CredentialsGate {
             return nil
         }
         let written: WriteOutcome
+        var publishedOnly = false
         if granted == nil, target.baseRevision == nil, turn.fence == target.ledgerFence,
             ledger.leaveIfNothingToWrite(target.identifier, target.stored, turn: turn)
         {
             // A refresh this gate joined (or was answered): its leader's write already landed this very record. Or a
             // refresh of credentials another write replaced while it ran (another controller's update): knowledge
-            // only, published here but never written over what replaced them.
+            // only, published here but never written over what replaced them, and then replaced by them here too.
             written = .written(revision: nil)
+            publishedOnly = true
         } else {
             written = await performWrite(target, in: turn, leavesTurn: true)
         }
@@ -870,11 +874,13 @@ extension CredentialsGate {
         }
         let now = clock.nowSeconds()
         let jitter = Double.random(in: 0...1)
-        return modifyStateAndRunActions(ordered: true) { machine in
+        let waiters = modifyStateAndRunActions(ordered: true) { machine in
             machine.commitWritten(
                 flightID: job.flightID, newCredentials: credentials, revision: written.revision,
                 persistError: written.error, now: now, jitter: jitter)
         }
+        if publishedOnly { ledgerAdvanced(job.identifier) }
+        return waiters
     }
 }
 
@@ -1071,6 +1077,8 @@ extension CredentialsGate {
             // event.
             modifyStateAndRunActions { $0.credentialsUpdated(credentials, generation: generation) }
         }
+        // The other controllers holding the user take them too (this one holds them already).
+        ledger.tellViews(identifier)
     }
 }
 

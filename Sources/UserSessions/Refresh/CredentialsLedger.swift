@@ -233,11 +233,29 @@ final class CredentialsLedger: Sendable {
         /// every restore presented again. The window closes again at the first refresh after the store took the
         /// newest (each refresh is one expiry, and the loop breaker bounds them).
         mutating func recordRefresh(of presented: Credentials, sent: String, result: Credentials, replaced: Bool) {
-            let rotation = Rotation(
-                sentAccessToken: presented.accessToken, sent: sent, result: result, replacedInFlight: replaced)
+            record(
+                Rotation(sentAccessToken: presented.accessToken, sent: sent, result: result, replacedInFlight: replaced))
+        }
+
+        /// Records that `newer` replaced `previous` as the identifier's newest without a refresh (credentials handed
+        /// over, a record another instance stored, or what replaced a refresh's result while it ran): whoever still
+        /// holds `previous` is handed `newer` like the result of a refresh of them, rotated or not, and never
+        /// presents them again.
+        mutating func recordReplacement(of previous: Credentials, by newer: Credentials) {
+            guard let sent = previous.refreshToken, !previous.isSameVersion(as: newer) else { return }
+            record(Rotation(sentAccessToken: previous.accessToken, sent: sent, result: newer, refreshed: false))
+        }
+
+        private mutating func record(_ rotation: Rotation) {
             // A server that answers with the very credentials it was sent taught nothing newer.
-            guard rotation.rotated || result.accessToken != presented.accessToken else { return }
-            if rotations.contains(where: { $0.sent == sent && $0.sentAccessToken == presented.accessToken }) { return }
+            guard rotation.rotated || rotation.result.accessToken != rotation.sentAccessToken else { return }
+            // Each refresh and each replacement once. A refresh of credentials a replacement already answers is still
+            // recorded (it was replaced while it ran: `isReplaced`); the replacement, recorded first, still answers.
+            let known = rotations.contains {
+                $0.sent == rotation.sent && $0.sentAccessToken == rotation.sentAccessToken
+                    && $0.refreshed == rotation.refreshed
+            }
+            if known { return }
             let detail = made()
             detail.rotations.append(rotation)
             let excess = detail.rotations.count - Self.rotationWindow
@@ -286,14 +304,20 @@ final class CredentialsLedger: Sendable {
         /// are the newest known. Fenced or not: a spent refresh token must never be presented again, whoever holds
         /// it, and credentials a server refreshed without rotating are refreshed once, whoever holds them.
         func latestRotation(of credentials: Credentials) -> Credentials? {
+            newestReached(from: credentials)?.credentials
+        }
+
+        /// ``latestRotation(of:)``, and whether every step to it was a refresh (not a replacement: credentials handed
+        /// over or adopted, ``recordReplacement(of:by:)``).
+        func newestReached(from credentials: Credentials) -> (credentials: Credentials, refreshedOnly: Bool)? {
             guard let rotations = detail?.rotations, !rotations.isEmpty, var token = credentials.refreshToken else {
                 return nil
             }
             var accessToken = credentials.accessToken
-            var result: Credentials?
+            var result: (credentials: Credentials, refreshedOnly: Bool)?
             for _ in 0...rotations.count {
                 guard let rotation = rotations.first(where: { $0.answers(token, accessToken) }) else { break }
-                result = rotation.result
+                result = (rotation.result, (result?.refreshedOnly ?? true) && rotation.refreshed)
                 guard let following = rotation.result.refreshToken else { break }
                 (token, accessToken) = (following, rotation.result.accessToken)
             }
@@ -344,7 +368,8 @@ final class CredentialsLedger: Sendable {
         case rotated(Credentials)
     }
 
-    /// A refresh the server answered: what it was sent and what it returned.
+    /// A refresh the server answered (what it was sent and what it returned), or a replacement of the newest
+    /// credentials without a refresh (``Entry/recordReplacement(of:by:)``), which answers their holders the same way.
     struct Rotation {
         /// The access token of the credentials presented (told apart when the server does not rotate).
         let sentAccessToken: String
@@ -354,6 +379,8 @@ final class CredentialsLedger: Sendable {
         /// The refresh refreshed the identifier's newest credentials, and another write (an update, a sign-in, a
         /// sign-out) replaced them before it returned: its result is knowledge only, never written over them.
         var replacedInFlight = false
+        /// A refresh the server answered; `false` for a replacement.
+        var refreshed = true
 
         /// Whether the server rotated the refresh token (so `sent` is spent).
         var rotated: Bool { result.refreshToken != sent }
@@ -671,13 +698,24 @@ final class CredentialsLedger: Sendable {
     /// The newest credentials a refresh known here reached from `held`, which a view of `identifier` holds under
     /// `fence`: `nil` when `held` are the newest known, when the fence changed (a sign-in or a sign-out since, or
     /// under way), or when the newest was refused (the view's own next refresh fails at once).
-    func newest(of held: Credentials, identifier: String, fence: UInt64) -> Credentials? {
-        entries.withLock { entries -> Credentials? in
+    /// `refreshedOnly` says whether refreshes alone led there (no credentials handed over or adopted on the way).
+    func newest(of held: Credentials, identifier: String, fence: UInt64)
+        -> (credentials: Credentials, refreshedOnly: Bool)?
+    {
+        entries.withLock { entries -> (credentials: Credentials, refreshedOnly: Bool)? in
             guard let entry = entries[ExactIdentifier(identifier)], entry.fence == fence, !entry.fencingWrite,
-                case .rotated(let newest) = entry.known(held)
+                case .rotated = entry.known(held)
             else { return nil }
-            return newest
+            return entry.newestReached(from: held)
         }
+    }
+
+    /// Tells the views holding `identifier` that its newest credentials changed without a refresh (credentials handed
+    /// over landed): each view holding what they replaced takes them. Over a plain store only, as for a refresh.
+    func tellViews(_ identifier: String) {
+        guard coordinatedStore == nil else { return }
+        let views = entries.withLock { entries in entries[ExactIdentifier(identifier)]?.views.toTell ?? [] }
+        for view in views { view.ledgerAdvanced(identifier) }
     }
 
     private func refreshAgain(_ identifier: String, _ userInfo: UserInfo, _ credentials: Credentials) async
@@ -714,6 +752,11 @@ final class CredentialsLedger: Sendable {
         case .success(let credentials):
             let replaced = fenced && flight.presentedNewest
             entry.recordRefresh(of: flight.presented, sent: flight.sent, result: credentials, replaced: replaced)
+            if replaced, let newest = entry.current?.credentials {
+                // Replaced while it ran, by credentials its session's fence still holds (an update): its result is
+                // older than them too, so its holder is handed them.
+                entry.recordReplacement(of: credentials, by: newest)
+            }
             guard !fenced else { return (waiters, nil, replaced) }
             entry.current = StoredSession(userInfo: userInfo, credentials: credentials)
             entry.unwritten = true
@@ -1110,8 +1153,10 @@ final class CredentialsLedger: Sendable {
             // An older version landed after the newest: the newest must be written again.
             entry.unwritten = true
         } else {
-            // Credentials from elsewhere (an update, a sign-in, another instance), or the first the ledger learns
-            // of: the newest now. A rotation they replaced still answers a controller presenting a token it spent.
+            // Credentials from elsewhere (an update, another instance), or the first the ledger learns of: the newest
+            // now. A rotation they replaced still answers a controller presenting a token it spent, and the
+            // credentials they replaced answer their holders with them.
+            if let previous = entry.current?.credentials { entry.recordReplacement(of: previous, by: credentials) }
             entry.current = session
             entry.unwritten = false
         }

@@ -703,18 +703,22 @@ extension RefreshStateMachine {
         return (true, actions)
     }
 
-    /// A refresh another controller of this process led advanced the identifier's newest credentials to `newest`,
-    /// reached from `held`, which the session of `generation` holds (the ledger tells the views holding the
-    /// identifier): the session takes them without a refresh of its own, and `.credentialsRefreshed` says so.
-    /// Returns whether it did: not when the session changed, holds other credentials now, has a flight of its own
-    /// (its result comes from the same ledger entry), or its refreshes ended for good.
-    mutating func entryAdvanced(to newest: Credentials, from held: Credentials, generation: UInt64) -> (Bool, Actions) {
+    /// Another controller of this process advanced the identifier's newest credentials to `newest`, reached from
+    /// `held`, which the session of `generation` holds (the ledger tells the views holding the identifier): the
+    /// session takes them without a refresh of its own. `.credentialsRefreshed` says so when refreshes alone led
+    /// there (`refreshedOnly`), `.credentialsUpdated` when credentials were handed over on the way. Returns whether it
+    /// did: not when the session changed, holds other credentials now, has a flight of its own (its result comes from
+    /// the same ledger entry, and its commit catches up after), or its refreshes ended for good.
+    mutating func entryAdvanced(
+        to newest: Credentials, from held: Credentials, refreshedOnly: Bool, generation: UInt64
+    ) -> (Bool, Actions) {
         guard !flights.isRefreshing, !flights.isTerminated, credentials == held,
             let replaced = replaceCredentials(with: newest, generation: generation)
         else { return (false, .none) }
         base.refreshToken = newest.refreshToken
         var actions = Actions.resume(replaced.waiters, with: .success(newest))
-        actions.events = [.init(kind: .credentialsRefreshed, detail: "refreshed by another controller of this process")]
+        let kind: UserSessionEvent.Kind = refreshedOnly ? .credentialsRefreshed : .credentialsUpdated(replaced.change)
+        actions.events = [.init(kind: kind, detail: "changed by another controller of this process")]
         return (true, actions)
     }
 
