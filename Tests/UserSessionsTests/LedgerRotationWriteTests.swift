@@ -192,33 +192,33 @@ struct LedgerRotationWriteTests {
 
         // Recorded, not landed yet: the commit writes.
         var turn = await ledger.takeWriteTurn("alice")
-        #expect(!ledger.leaveIfNothingToWrite("alice", rotated, turn: turn))
+        #expect(ledger.leaveIfNothingToWrite("alice", rotated, turn: turn) == nil)
         #expect(ledger.writeTurnIsHeld("alice"))
         // The write failed: still unwritten.
         ledger.writeFinished("alice", fence: fence, wrote: nil, failed: rotated, turn: turn.token, leavesTurn: true)
         turn = await ledger.takeWriteTurn("alice")
-        #expect(!ledger.leaveIfNothingToWrite("alice", rotated, turn: turn))
+        #expect(ledger.leaveIfNothingToWrite("alice", rotated, turn: turn) == nil)
         // It landed.
         ledger.writeFinished("alice", fence: fence, wrote: rotated, turn: turn.token, leavesTurn: true)
         turn = await ledger.takeWriteTurn("alice")
         // Another record (the same credentials for another view of the user) is not what landed.
         let otherUserInfo = StoredSession(userInfo: UserInfo(id: "alice", name: "Alice"), credentials: Self.rotated)
-        #expect(!ledger.leaveIfNothingToWrite("alice", otherUserInfo, turn: turn))
+        #expect(ledger.leaveIfNothingToWrite("alice", otherUserInfo, turn: turn) == nil)
         // Not older credentials either.
         #expect(
-            !ledger.leaveIfNothingToWrite(
-                "alice", StoredSession(userInfo: Self.user, credentials: Self.sent), turn: turn))
+            ledger.leaveIfNothingToWrite(
+                "alice", StoredSession(userInfo: Self.user, credentials: Self.sent), turn: turn) == nil)
         #expect(ledger.writeTurnIsHeld("alice"))
         // The very record: the turn is left in the same section.
-        #expect(ledger.leaveIfNothingToWrite("alice", rotated, turn: turn))
+        #expect(ledger.leaveIfNothingToWrite("alice", rotated, turn: turn) == .landed)
         #expect(!ledger.writeTurnIsHeld("alice"))
         // A turn that is no longer held (left already) leaves nothing.
-        #expect(!ledger.leaveIfNothingToWrite("alice", rotated, turn: turn))
+        #expect(ledger.leaveIfNothingToWrite("alice", rotated, turn: turn) == nil)
 
         // A turn granted before a sign-in: its fence is not the entry's any more.
         turn = await ledger.takeWriteTurn("alice")
         ledger.signedIn("alice", session: rotated)
-        #expect(!ledger.leaveIfNothingToWrite("alice", rotated, turn: turn))
+        #expect(ledger.leaveIfNothingToWrite("alice", rotated, turn: turn) == nil)
         ledger.leaveWriteTurn("alice", token: turn.token)
         ledger.release("alice")
         #expect(ledger.entryCount == 0)

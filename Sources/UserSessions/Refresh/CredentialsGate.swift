@@ -844,15 +844,15 @@ extension CredentialsGate {
             return nil
         }
         let written: WriteOutcome
-        var publishedOnly = false
-        if granted == nil, target.baseRevision == nil, turn.fence == target.ledgerFence,
-            ledger.leaveIfNothingToWrite(target.identifier, target.stored, turn: turn)
-        {
+        var nothingToWrite: CredentialsLedger.NothingToWrite?
+        if granted == nil, target.baseRevision == nil, turn.fence == target.ledgerFence {
+            nothingToWrite = ledger.leaveIfNothingToWrite(target.identifier, target.stored, turn: turn)
+        }
+        if nothingToWrite != nil {
             // A refresh this gate joined (or was answered): its leader's write already landed this very record. Or a
             // refresh of credentials another write replaced while it ran (another controller's update): knowledge
             // only, published here but never written over what replaced them, and then replaced by them here too.
             written = .written(revision: nil)
-            publishedOnly = true
         } else {
             written = await performWrite(target, in: turn, leavesTurn: true)
         }
@@ -879,7 +879,7 @@ extension CredentialsGate {
                 flightID: job.flightID, newCredentials: credentials, revision: written.revision,
                 persistError: written.error, now: now, jitter: jitter)
         }
-        if publishedOnly { ledgerAdvanced(job.identifier) }
+        if case .replaced = nothingToWrite { ledgerAdvanced(job.identifier) }
         return waiters
     }
 }

@@ -1091,21 +1091,35 @@ final class CredentialsLedger: Sendable {
     /// (``Entry/hasLanded(_:)``). Nothing either when `session` holds the result of a refresh that presented the
     /// newest credentials and another write replaced them while it ran (an update of another controller, for one:
     /// knowledge only, never written over them; ``Entry/isReplaced(_:)``). Then it leaves the turn in the same
-    /// critical section and returns `true`: the commit publishes without writing. Otherwise it returns `false` and
-    /// the caller still holds the turn, to write. A refresh made while its session was signing in presented nothing
-    /// the ledger held as the newest, and is written once the sign-in landed.
+    /// critical section and says which: the commit publishes without writing. Otherwise it returns `nil` and the
+    /// caller still holds the turn, to write. A refresh made while its session was signing in presented nothing the
+    /// ledger held as the newest, and is written once the sign-in landed.
     ///
     /// Only for an unconditional write: a session over a ``CoordinatedTokenStore`` would also need the revision the
     /// write made, which the entry does not keep.
-    func leaveIfNothingToWrite(_ identifier: String, _ session: StoredSession, turn: TurnGrant) -> Bool {
-        let handover = modify(ExactIdentifier(identifier)) { entry -> Handover? in
-            guard entry.turn == turn.token, entry.fence == turn.fence,
-                entry.hasLanded(session) || entry.isReplaced(session)
-            else { return nil }
-            return handOver(&entry, from: turn.token)
+    func leaveIfNothingToWrite(_ identifier: String, _ session: StoredSession, turn: TurnGrant) -> NothingToWrite? {
+        let left = modify(ExactIdentifier(identifier)) { entry -> (NothingToWrite, Handover)? in
+            guard entry.turn == turn.token, entry.fence == turn.fence else { return nil }
+            let why: NothingToWrite
+            if entry.hasLanded(session) {
+                why = .landed
+            } else if entry.isReplaced(session) {
+                why = .replaced
+            } else {
+                return nil
+            }
+            return (why, handOver(&entry, from: turn.token))
         }
-        handover?.deliver()
-        return handover != nil
+        left?.1.deliver()
+        return left?.0
+    }
+
+    /// Why a commit has nothing to write (``leaveIfNothingToWrite(_:_:turn:)``).
+    enum NothingToWrite {
+        /// The store holds its very record already.
+        case landed
+        /// What it refreshed was replaced while it ran: the commit's session takes what replaced it after publishing.
+        case replaced
     }
 
     /// A session of `identifier` holding the write turn `turn` adopts `session`, which it read from the store in
