@@ -219,6 +219,26 @@ struct CoordinatedLedgerSeamTests {
         #expect(store.record("alice")?.session.refreshTokenRefused == true)
     }
 
+    /// The same when the refused token is a newer rotation: the other process rotated alice/rt-0 (stored) and its
+    /// next refresh, of alice/rt-1, was refused and recorded. This session, still holding alice/rt-0, presents neither.
+    @Test func aRefusedRotationAnotherProcessRecordedIsNotPresentedBySessionsOfTheOlderToken() async throws {
+        let bench = Bench()
+        let (server, store) = (bench.server, bench.store)
+        let controller = bench.controller()
+        let signIn = server.signIn("alice", expiresIn: 3600)
+        _ = try await controller.open(signIn)
+        let rotated = try await server.refresh(try #require(signIn.credentials))
+        server.revoke("alice")
+        store.writeElsewhere(
+            StoredSession(userInfo: UserInfo(id: "alice"), credentials: rotated, refreshTokenRefused: true),
+            identifier: "alice")
+
+        let refreshed = await Result(awaiting: { try await controller.refreshCredentials() })
+        #expect(refreshed.errorCode == .refreshTokenRefused)
+        #expect(server.presented == ["alice/rt-0"], "only the other process's refresh reached the server")
+        #expect(store.record("alice")?.session.refreshTokenRefused == true)
+    }
+
     // MARK: A leased flight acts on what it read in the write turn
 
     /// A leased flight reads the record again in the write turn before it adopts. A first sign-in over a
