@@ -510,10 +510,10 @@ final class CredentialsGate: Sendable {
 /// The gate as the ledger's view of the identifier it holds.
 extension CredentialsGate: CredentialsLedgerView {
     /// Another controller's refresh (or credentials handed over to it) advanced the identifier's newest credentials: a
-    /// session that holds credentials they replaced, with no flight of its own, takes the newest now, so it never presents the refresh token
-    /// spent since, however many refreshes the other controllers make while it stays idle. One read of the machine,
-    /// one of the ledger, and the transition; a session with a flight of its own gets the newest from that flight
-    /// (the ledger joins it or answers it with the rotation).
+    /// session that holds credentials they replaced, with no flight of its own, takes the newest now, so it never
+    /// presents the refresh token spent since, however many refreshes the other controllers make while it stays idle.
+    /// One read of the machine, one of the ledger, and the transition; a session with a flight of its own gets the
+    /// newest from that flight (the ledger joins it or answers it with the rotation).
     func ledgerAdvanced(_ identifier: String) {
         let holding = inspect { machine -> (credentials: Credentials, generation: UInt64, fence: UInt64)? in
             guard machine.active, !machine.flights.isRefreshing, let credentials = machine.credentials,

@@ -78,8 +78,8 @@ final class CredentialsLedger: Sendable {
     ///
     /// An identifier that is only held (an idle open session, the common case on a server) costs six words in the
     /// dictionary: its fence, its holder count, its first view (a weak reference) with an empty list of others, and
-    /// no ``Detail``. The rest is made at the first refresh, write or
-    /// sign-out and lives in a ``Detail`` until the entry is dropped.
+    /// no ``Detail``. The rest is made at the first refresh, write or sign-out and lives in a ``Detail`` until the
+    /// entry is dropped.
     struct Entry {
         /// Changes at every sign-out and sign-in: a write taken under an older fence must not land.
         var fence: UInt64
@@ -234,7 +234,8 @@ final class CredentialsLedger: Sendable {
         /// newest (each refresh is one expiry, and the loop breaker bounds them).
         mutating func recordRefresh(of presented: Credentials, sent: String, result: Credentials, replaced: Bool) {
             record(
-                Rotation(sentAccessToken: presented.accessToken, sent: sent, result: result, replacedInFlight: replaced))
+                Rotation(sentAccessToken: presented.accessToken, sent: sent, result: result, replacedInFlight: replaced)
+            )
         }
 
         /// Records that `newer` replaced `previous` as the identifier's newest without a refresh (credentials handed
@@ -486,7 +487,7 @@ final class CredentialsLedger: Sendable {
     // MARK: - Holding
 
     /// A controller (or a restore in progress) holds `identifier`; returns the fence its writes are taken under.
-    /// `view`, the holder's gate, is told when another holder's refresh advances the newest credentials
+    /// `view`, the holder's gate, is told when another holder's refresh or update advances the newest credentials
     /// (``CredentialsLedgerView/ledgerAdvanced(_:)``) until it lets go.
     @discardableResult
     func hold(_ identifier: String, view: (any CredentialsLedgerView)? = nil) -> UInt64 {
@@ -695,9 +696,9 @@ final class CredentialsLedger: Sendable {
         return entry.current?.credentials == credentials
     }
 
-    /// The newest credentials a refresh known here reached from `held`, which a view of `identifier` holds under
-    /// `fence`: `nil` when `held` are the newest known, when the fence changed (a sign-in or a sign-out since, or
-    /// under way), or when the newest was refused (the view's own next refresh fails at once).
+    /// The newest credentials the refreshes and replacements known here reached from `held`, which a view of
+    /// `identifier` holds under `fence`: `nil` when `held` are the newest known, when the fence changed (a sign-in or a
+    /// sign-out since, or under way), or when the newest was refused (the view's own next refresh fails at once).
     /// `refreshedOnly` says whether refreshes alone led there (no credentials handed over or adopted on the way).
     func newest(of held: Credentials, identifier: String, fence: UInt64)
         -> (credentials: Credentials, refreshedOnly: Bool)?
@@ -752,9 +753,10 @@ final class CredentialsLedger: Sendable {
         case .success(let credentials):
             let replaced = fenced && flight.presentedNewest
             entry.recordRefresh(of: flight.presented, sent: flight.sent, result: credentials, replaced: replaced)
-            if replaced, let newest = entry.current?.credentials {
-                // Replaced while it ran, by credentials its session's fence still holds (an update): its result is
-                // older than them too, so its holder is handed them.
+            if replaced, entry.fence == flight.fence, let newest = entry.current?.credentials {
+                // Replaced while it ran within the same sign-in (an update): its result is older than what replaced
+                // it, so its holder is handed that. Never across a sign-in: a session of an earlier one is not handed
+                // the next one's credentials.
                 entry.recordReplacement(of: credentials, by: newest)
             }
             guard !fenced else { return (waiters, nil, replaced) }
