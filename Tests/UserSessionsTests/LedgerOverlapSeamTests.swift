@@ -317,6 +317,31 @@ struct LedgerOverlapSeamTests {
         #expect(await bench.store.stored("alice")?.credentials == handedOver)
     }
 
+    /// What replaced a refresh while it ran is handed to its holder only within one sign-in: when the user signed in
+    /// again on another controller meanwhile, the first controller's session (of the earlier sign-in) is never handed
+    /// the new sign-in's credentials, not when its refresh returns and not when it presents that refresh's result.
+    @Test func aSessionOfAnEarlierSignInIsNeverHandedTheCredentialsOfTheNextOne() async throws {
+        let bench = Bench()
+        let first = bench.controller()
+        _ = try await first.open(bench.server.signIn("alice", expiresIn: 10))
+        bench.server.holdRefreshes()
+        bench.time.advance(by: 20)
+        let asked = Task { try await first.accessToken() }
+        await bench.server.started.wait(for: 1)
+        let second = bench.controller()
+        _ = try await second.open(bench.server.signIn("alice", expiresIn: 3600))
+        bench.server.releaseRefreshes()
+        #expect(try await asked.value == "alice/at-1")
+        await first.gate.backgroundTasks.last?.value
+        #expect(first.gate.currentCredentials()?.refreshToken == "alice/rt-1")
+        // Its next refresh presents its own alice/rt-1 to the server: the ledger does not answer it with alice~1's.
+        let refreshed = try await first.refreshCredentials()
+        #expect(refreshed.refreshToken == "alice/rt-2")
+        #expect(try await second.accessToken() == "alice~1/at-0")
+        await first.close()
+        await second.close()
+    }
+
     // MARK: C'. The same late writes landing after the sign-in's or the sign-out's call returned
 
     /// The late write of the seams above landing after the sign-in returned, when the turn is free: judged as it
