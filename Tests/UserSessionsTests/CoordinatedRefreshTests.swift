@@ -18,6 +18,8 @@ import Testing
         let removals = ArrivalCounter()
         let revision: UInt64
 
+        func ledgerAdvanced(_ identifier: String) { gate.ledgerAdvanced(identifier) }
+
         init(steps: [ScriptedRefresher.Step] = [], expiresIn: TimeInterval) {
             let time = self.time
             refresher = ScriptedRefresher(steps: steps, now: { time.now })

@@ -683,7 +683,7 @@ extension UserSessionController {
     private func restoreStoredSession(identifier: String) async throws -> UserSession {
         // Held from before the read until the session's gate takes the hold over: a rotation the store has not
         // taken yet, or a refresh in flight, cannot leave the ledger in between. Released here if nothing opens.
-        var fence = gate.ledger.hold(identifier, view: gate)
+        var fence = gate.ledger.hold(identifier, view: self)
         var handedOver = false
         defer { if !handedOver { gate.releaseInLedger(identifier) } }
         var (record, revision) = try await readStoredRecord(identifier)
@@ -881,4 +881,12 @@ extension UserSessionController {
 
     /// When a token of this controller was last asked for, in seconds since the reference date (to the second).
     nonisolated var lastTokenDemand: Double { gate.lastTokenDemand }
+}
+
+extension UserSessionController: CredentialsLedgerView {
+    /// The ledger tells the controller holding `identifier` that another one advanced its newest credentials; the
+    /// controller's gate takes them (``CredentialsGate/ledgerAdvanced(_:)``).
+    nonisolated func ledgerAdvanced(_ identifier: String) {
+        gate.ledgerAdvanced(identifier)
+    }
 }

@@ -3,8 +3,8 @@ import Synchronization
 
 /// What a gate calls up to the controller that owns it: the two events of a session's credentials that end the
 /// session. The gate holds its owner weakly (a refresh may outlive the controller), and calls it after every lock is
-/// released.
-protocol CredentialsGateOwner: AnyObject, Sendable {
+/// released. The owner is also the view the ledger tells of the identifier the gate holds (``CredentialsLedgerView``).
+protocol CredentialsGateOwner: CredentialsLedgerView {
     /// A terminal refresh failure (the server refused the credentials for good) invalidates the session of
     /// `generation`.
     func credentialsRevoked(generation: UInt64) async
@@ -126,7 +126,7 @@ final class CredentialsGate: Sendable {
     ) {
         stopWatchingStore()
         events.setGeneration(generation)
-        let fence = heldFence ?? ledger.hold(identifier, view: self)
+        let fence = heldFence ?? ledger.hold(identifier, view: currentOwner)
         let previous = ledgerHold.withLock { hold in
             defer { hold = identifier }
             return hold
@@ -203,7 +203,7 @@ final class CredentialsGate: Sendable {
     /// schedule is made inside it, only when the ledger needs one.
     func releaseInLedger(_ identifier: String) {
         let generation = inspect { $0.generation }
-        ledger.release(identifier, view: self, schedule: ledgerSchedule(for: generation))
+        ledger.release(identifier, view: currentOwner, schedule: ledgerSchedule(for: generation))
     }
 
     /// Lets go of the identifier held in the ledger; a rotation that could not be written stays there and the
@@ -507,8 +507,9 @@ final class CredentialsGate: Sendable {
     }
 }
 
-/// The gate as the ledger's view of the identifier it holds.
-extension CredentialsGate: CredentialsLedgerView {
+/// The gate behind its controller as the ledger's view of the identifier it holds (the ledger tells the controller,
+/// which the gate already references weakly, so holding it weakly costs no second side table).
+extension CredentialsGate {
     /// Another controller's refresh (or credentials handed over to it) advanced the identifier's newest credentials: a
     /// session that holds credentials they replaced, with no flight of its own, takes the newest now, so it never
     /// presents the refresh token spent since, however many refreshes the other controllers make while it stays idle.

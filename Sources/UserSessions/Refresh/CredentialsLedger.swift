@@ -18,7 +18,7 @@ import Synchronization
 /// - the **fence**: a sign-out (``signOut(_:remove:)``) and a sign-in (``signIn(_:write:)``) change it in the write
 ///   turn, right after their own store call succeeded, so no write taken before them lands after them, and a
 ///   sign-out the store refused changes nothing;
-/// - the **views** holding it (each controller's gate): a refresh that advances the newest credentials is told to
+/// - the **views** holding it (each controller holding it): a refresh that advances the newest credentials is told to
 ///   the others, which take it while they have no flight of their own, so an idle controller never presents a
 ///   refresh token another one spent, however long ago (``CredentialsLedgerView``);
 /// - a **refused** refresh token (`invalid_grant`): later refreshes and restores of it fail at once with
@@ -76,17 +76,18 @@ final class CredentialsLedger: Sendable {
 
     /// What the ledger holds for one identifier.
     ///
-    /// An identifier that is only held (an idle open session, the common case on a server) costs six words in the
-    /// dictionary: its fence, its holder count, its first view (a weak reference) with an empty list of others, and
-    /// no ``Detail``. The rest is made at the first refresh, write or sign-out and lives in a ``Detail`` until the
+    /// An identifier that is only held (an idle open session, the common case on a server) costs four words in the
+    /// dictionary: its fence, its holder count, its first view (a weak reference to a controller, which its gate
+    /// references weakly already, so it costs the controller no side table of its own) and no ``Detail``. The rest is made at the first refresh, write or sign-out and lives in a ``Detail`` until the
     /// entry is dropped.
     struct Entry {
         /// Changes at every sign-out and sign-in: a write taken under an older fence must not land.
         var fence: UInt64
         /// Controllers (and restores in progress) holding the identifier.
         var holders = 0
-        /// The views of the holders that have one (a controller's gate), told when a refresh advances the newest.
-        var views = Views()
+        /// The first view of the holders that have one (a controller), weakly: an identifier held by one controller,
+        /// the common case, keeps one word for it. Told when another holder's refresh or update advances the newest.
+        private weak var firstView: AnyObject?
         /// Everything beyond the fence and the holders, made when first needed.
         private var detail: Detail?
 
@@ -185,6 +186,37 @@ final class CredentialsLedger: Sendable {
         }
 
         var isIdle: Bool { holders == 0 && (detail?.isIdle ?? true) }
+
+        /// A holder's view holds the identifier (once per hold: a view that holds twice appears twice).
+        mutating func addView(_ view: any CredentialsLedgerView) {
+            if firstView == nil { firstView = view } else { made().otherViews.append(WeakView(view: view)) }
+        }
+
+        /// Forgets one hold of `view` (and any view that is gone).
+        mutating func removeView(_ view: any CredentialsLedgerView) {
+            if firstView === view {
+                firstView = detail?.otherViews.isEmpty == false ? made().otherViews.removeFirst().view : nil
+            } else if let index = detail?.otherViews.firstIndex(where: { $0.view === view }) {
+                made().otherViews.remove(at: index)
+            }
+            if detail?.otherViews.contains(where: { $0.view == nil }) == true {
+                made().otherViews.removeAll { $0.view == nil }
+            }
+        }
+
+        /// Every view still there, each once, when there are two or more: a refresh's result is news only to a view
+        /// other than the one whose flight led it, so an identifier held by one view has nobody to tell.
+        var viewsToTell: [any CredentialsLedgerView] {
+            guard let others = detail?.otherViews, !others.isEmpty else { return [] }
+            var told: [any CredentialsLedgerView] = []
+            for object in [firstView] + others.map(\.view) {
+                guard let view = object as? any CredentialsLedgerView, !told.contains(where: { $0 === view }) else {
+                    continue
+                }
+                told.append(view)
+            }
+            return told.count > 1 ? told : []
+        }
 
         /// The write turn goes to a new holder (the turn is free, or handed on to it).
         mutating func grantTurn() -> TurnGrant {
@@ -326,43 +358,6 @@ final class CredentialsLedger: Sendable {
         }
     }
 
-    /// The views holding an identifier, weakly (a gate lets go of the identifier when its session ends, and a gate
-    /// that is gone is skipped): the first inline, so that an identifier held by one controller, the common case,
-    /// allocates nothing for it. A view that holds twice (a restore's hold it takes over) appears twice.
-    struct Views {
-        private struct Slot {
-            weak var view: (any CredentialsLedgerView)?
-        }
-        private var first = Slot()
-        private var others: [Slot] = []
-
-        mutating func add(_ view: any CredentialsLedgerView) {
-            if first.view == nil { first.view = view } else { others.append(Slot(view: view)) }
-        }
-
-        /// Forgets one hold of `view` (and any view that is gone).
-        mutating func remove(_ view: any CredentialsLedgerView) {
-            if first.view === view {
-                first = others.isEmpty ? Slot() : others.removeFirst()
-            } else if let index = others.firstIndex(where: { $0.view === view }) {
-                others.remove(at: index)
-            }
-            others.removeAll { $0.view == nil }
-        }
-
-        /// Every view still there, each once, when there are two or more: a refresh's result is news only to a view
-        /// other than the one whose flight led it, so an identifier held by one view has nobody to tell.
-        var toTell: [any CredentialsLedgerView] {
-            guard !others.isEmpty else { return [] }
-            var told: [any CredentialsLedgerView] = []
-            for view in [first.view] + others.map(\.view) {
-                guard let view, !told.contains(where: { $0 === view }) else { continue }
-                told.append(view)
-            }
-            return told.count > 1 ? told : []
-        }
-    }
-
     /// What the ledger already knows of presented credentials (``Entry/known(_:)``).
     enum Known {
         case refused
@@ -427,6 +422,8 @@ final class CredentialsLedger: Sendable {
         var turn: UInt64?
         var turnQueue: [TurnWaiter] = []
         var lateWrites = 0
+        /// The views of the holders beyond ``Entry``'s first.
+        var otherViews: [WeakView] = []
 
         init() {}
 
@@ -434,6 +431,11 @@ final class CredentialsLedger: Sendable {
             flights.isEmpty && !unwritten && reservedWrites == 0 && !retrying && turn == nil && turnQueue.isEmpty
                 && lateWrites == 0
         }
+    }
+
+    /// A view held weakly (a controller that is gone is skipped).
+    struct WeakView {
+        weak var view: AnyObject?
     }
 
     /// A caller that joined the refresh in flight for the token it presents.
@@ -493,7 +495,7 @@ final class CredentialsLedger: Sendable {
     func hold(_ identifier: String, view: (any CredentialsLedgerView)? = nil) -> UInt64 {
         modify(ExactIdentifier(identifier)) { entry in
             entry.holders += 1
-            if let view { entry.views.add(view) }
+            if let view { entry.addView(view) }
             return entry.fence
         }
     }
@@ -507,7 +509,7 @@ final class CredentialsLedger: Sendable {
     ) {
         let start = modify(ExactIdentifier(identifier)) { entry -> Bool in
             entry.holders = max(0, entry.holders - 1)
-            if let view { entry.views.remove(view) }
+            if let view { entry.removeView(view) }
             if entry.unwritten { entry.keepSchedule(schedule()) }
             return startLoopIfNeeded(&entry)
         }
@@ -677,7 +679,7 @@ final class CredentialsLedger: Sendable {
                 // commit leaves the turn it waits for without writing (`leaveIfNothingToWrite`).
                 let succeeded = (try? result.get()) != nil
                 let turn = takingTurn && entry.turn == nil && succeeded && !replaced ? entry.grantTurn() : nil
-                return (waiters, refusalFence, turn, advanced(entry, to: result) ? entry.views.toTell : [])
+                return (waiters, refusalFence, turn, advanced(entry, to: result) ? entry.viewsToTell : [])
             }
             waiters.forEachWaiting { $0.resume(returning: result) }
             for view in views { view.ledgerAdvanced(identifier) }
@@ -715,7 +717,7 @@ final class CredentialsLedger: Sendable {
     /// over landed): each view holding what they replaced takes them. Over a plain store only, as for a refresh.
     func tellViews(_ identifier: String) {
         guard coordinatedStore == nil else { return }
-        let views = entries.withLock { entries in entries[ExactIdentifier(identifier)]?.views.toTell ?? [] }
+        let views = entries.withLock { entries in entries[ExactIdentifier(identifier)]?.viewsToTell ?? [] }
         for view in views { view.ledgerAdvanced(identifier) }
     }
 

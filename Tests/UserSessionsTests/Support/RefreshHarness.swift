@@ -29,6 +29,9 @@ final class RefreshHarness: CredentialsGateOwner {
         gate.setOwner(self)
     }
 
+    /// The ledger's view of the identifier the gate holds: passed on to the gate, as a controller does.
+    func ledgerAdvanced(_ identifier: String) { gate.ledgerAdvanced(identifier) }
+
     /// Credentials `at-0` / `rt-0` expiring `expiresIn` seconds from now.
     func credentials(expiresIn: TimeInterval, refreshable: Bool = true) -> Credentials {
         Credentials(
