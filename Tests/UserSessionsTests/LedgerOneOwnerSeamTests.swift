@@ -452,10 +452,23 @@ struct LedgerOneOwnerSeamTests {
     /// one is told and serves them, and at the next expiry the user's one family is refreshed once. Before, the idle
     /// controller kept the older family and refreshed it, its commit wrote that family over the update in the store,
     /// and the user had two families alive, each controller writing its own over the other's.
-    @Test func credentialsHandedOverOnOneControllerReplaceWhatAnIdleControllerOfTheUserHolds() async throws {
+    ///
+    /// Whether the ledger knew the credentials replaced (a controller signed her in) or not (both restored her after a
+    /// restart).
+    @Test(arguments: [false, true])
+    func credentialsHandedOverOnOneControllerReplaceWhatAnIdleControllerOfTheUserHolds(_ bothRestored: Bool)
+        async throws
+    {
         let bench = Bench()
         let (idle, updating) = (bench.controller(), bench.controller())
-        _ = try await idle.open(bench.server.signIn("alice", expiresIn: 3600))
+        if bothRestored {
+            let signIn = bench.server.signIn("alice", expiresIn: 3600)
+            try await bench.store.save(
+                StoredSession(userInfo: signIn.userInfo, credentials: signIn.credentials), identifier: "alice")
+            _ = try await idle.restore(identifier: "alice")
+        } else {
+            _ = try await idle.open(bench.server.signIn("alice", expiresIn: 3600))
+        }
         _ = try await updating.restore(identifier: "alice")
         let events = EventProbe(idle)
         // A new sign-in elsewhere (another family), handed over to the updating controller.

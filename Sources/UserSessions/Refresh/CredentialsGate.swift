@@ -1067,19 +1067,25 @@ extension CredentialsGate {
         guard let identifier = inspect({ $0.active ? $0.identifier : nil }) else {
             throw RefreshStateMachine.notOpenError
         }
-        try await withWriteTurn(identifier) { turn in
-            guard let (generation, target) = inspect({ $0.updateTarget(credentials) }),
+        let views = try await withWriteTurn(identifier) { turn in
+            guard
+                let (generation, target, held) = inspect({ machine in
+                    machine.updateTarget(credentials).map { ($0.generation, $0.target, machine.credentials) }
+                }),
                 ExactIdentifier.areEqual(target.identifier, identifier)
             else {
                 throw RefreshStateMachine.notOpenError
             }
             if let error = await writeOutcome(target, in: turn, kind: .handedOver).error { throw error }
+            // What they replaced is learned in the turn, before any other write of the user can follow.
+            let views = ledger.updated(identifier, replacing: held, by: credentials, fence: target.ledgerFence)
             // Emitted holding the turn, so `deactivate()` (whose final flush waits for it) returns only after the
             // event.
             modifyStateAndRunActions { $0.credentialsUpdated(credentials, generation: generation) }
+            return views
         }
         // The other controllers holding the user take them too (this one holds them already).
-        ledger.tellViews(identifier)
+        for view in views { view.ledgerAdvanced(identifier) }
     }
 }
 

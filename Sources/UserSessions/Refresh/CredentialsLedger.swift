@@ -713,12 +713,19 @@ final class CredentialsLedger: Sendable {
         }
     }
 
-    /// Tells the views holding `identifier` that its newest credentials changed without a refresh (credentials handed
-    /// over landed): each view holding what they replaced takes them. Over a plain store only, as for a refresh.
-    func tellViews(_ identifier: String) {
-        guard coordinatedStore == nil else { return }
-        let views = entries.withLock { entries in entries[ExactIdentifier(identifier)]?.viewsToTell ?? [] }
-        for view in views { view.ledgerAdvanced(identifier) }
+    /// Credentials handed over (`newer`) landed for `identifier` under `fence`, replacing `held`, what the session
+    /// that handed them over held: whoever still holds `held` is handed `newer` (a replacement; the landing already
+    /// mapped the ledger's own newest, when it knew one, and a restored session's entry knows none). Returns the views
+    /// to tell once the caller released its locks: each view holding what they replaced takes them. Over a plain
+    /// store only, as for a refresh.
+    func updated(_ identifier: String, replacing held: Credentials?, by newer: Credentials, fence: UInt64)
+        -> [any CredentialsLedgerView]
+    {
+        modify(ExactIdentifier(identifier)) { entry in
+            guard entry.fence == fence else { return [] }
+            if let held { entry.recordReplacement(of: held, by: newer) }
+            return coordinatedStore == nil ? entry.viewsToTell : []
+        }
     }
 
     private func refreshAgain(_ identifier: String, _ userInfo: UserInfo, _ credentials: Credentials) async
