@@ -195,47 +195,36 @@ struct CoordinatedLedgerSeamTests {
         await restarted.close()
     }
 
-    /// A refusal another process recorded is never presented again here either: that process's refresh of alice/rt-0
-    /// was refused (`invalid_grant`) and it marked the record refused. This session still holds alice/rt-0; its next
-    /// leased flight reads the record, finds the refusal of the very token it would send, and fails at once with
-    /// ``UserSessionError/Code/refreshTokenRefused`` (the session is invalidated), without contacting the server.
-    @Test func aRefusalAnotherProcessRecordedIsNotPresentedAgainByASessionStillHoldingTheToken() async throws {
+    /// A refusal another process recorded is never presented again here either: that process's refresh was refused
+    /// (`invalid_grant`) and it marked the record refused. This session still holds alice/rt-0; its next leased flight
+    /// reads the record, finds the refusal, and fails at once with ``UserSessionError/Code/refreshTokenRefused`` (the
+    /// session is invalidated), without contacting the server. The refused token is alice/rt-0 itself, or a newer
+    /// rotation the other process made of it (and stored) before its next refresh was refused.
+    @Test(arguments: [false, true])
+    func aRefusalAnotherProcessRecordedIsNotPresentedAgainByASessionStillHoldingTheToken(_ ofARotation: Bool)
+        async throws
+    {
         let bench = Bench()
         let (server, store) = (bench.server, bench.store)
         let controller = bench.controller()
         let signIn = server.signIn("alice", expiresIn: 3600)
         _ = try await controller.open(signIn)
-        let refusedRecord = StoredSession(
-            userInfo: UserInfo(id: "alice"), credentials: signIn.credentials, refreshTokenRefused: true)
-        store.writeElsewhere(refusedRecord, identifier: "alice")
-
-        let refreshed = await Result(awaiting: { try await controller.refreshCredentials() })
-        #expect(refreshed.errorCode == .refreshTokenRefused)
-        #expect(server.calls == 0, "the refused alice/rt-0 was presented again")
-        try await withHangGuard("the refused session is invalidated") {
-            while controller.session.state == .opened { await Task.yield() }
+        var refused = try #require(signIn.credentials)
+        if ofARotation {
+            refused = try await server.refresh(refused)
+            server.revoke("alice")
         }
-        // The record keeps the refusal: nothing of this process wrote over it.
-        #expect(store.record("alice")?.session.refreshTokenRefused == true)
-    }
-
-    /// The same when the refused token is a newer rotation: the other process rotated alice/rt-0 (stored) and its
-    /// next refresh, of alice/rt-1, was refused and recorded. This session, still holding alice/rt-0, presents neither.
-    @Test func aRefusedRotationAnotherProcessRecordedIsNotPresentedBySessionsOfTheOlderToken() async throws {
-        let bench = Bench()
-        let (server, store) = (bench.server, bench.store)
-        let controller = bench.controller()
-        let signIn = server.signIn("alice", expiresIn: 3600)
-        _ = try await controller.open(signIn)
-        let rotated = try await server.refresh(try #require(signIn.credentials))
-        server.revoke("alice")
         store.writeElsewhere(
-            StoredSession(userInfo: UserInfo(id: "alice"), credentials: rotated, refreshTokenRefused: true),
+            StoredSession(userInfo: UserInfo(id: "alice"), credentials: refused, refreshTokenRefused: true),
             identifier: "alice")
 
         let refreshed = await Result(awaiting: { try await controller.refreshCredentials() })
         #expect(refreshed.errorCode == .refreshTokenRefused)
-        #expect(server.presented == ["alice/rt-0"], "only the other process's refresh reached the server")
+        #expect(server.presented == (ofARotation ? ["alice/rt-0"] : []), "a refused token was presented again")
+        try await withHangGuard("the refused session is invalidated") {
+            while controller.session.state == .opened { await Task.yield() }
+        }
+        // The record keeps the refusal: nothing of this process wrote over it.
         #expect(store.record("alice")?.session.refreshTokenRefused == true)
     }
 
