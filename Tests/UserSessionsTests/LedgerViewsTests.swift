@@ -1,0 +1,93 @@
+import Foundation
+import Testing
+
+@testable import UserSessions
+
+/// The ledger's views of an identifier: who is told when a refresh or an update advances its newest credentials.
+/// Views are probes that record what they are told; the refreshes answer at once.
+struct LedgerViewsTests {
+    final class View: CredentialsLedgerView {
+        private let told = Locked(0)
+        var count: Int { told.withLock { $0 } }
+        func ledgerAdvanced(_ identifier: String) { told.withLock { $0 += 1 } }
+    }
+
+    static let user = UserInfo(id: "alice")
+
+    static func credentials(_ version: Int) -> Credentials {
+        Credentials(accessToken: "at-\(version)", refreshToken: "rt-\(version)", expiresAt: nil)
+    }
+
+    /// Refreshes version `version` of alice's credentials into the next one.
+    static func refresh(_ ledger: CredentialsLedger, _ version: Int, fence: UInt64) async {
+        let result = await ledger.refresh(
+            identifier: "alice", userInfo: user, credentials: credentials(version), fence: fence
+        ) { .success(credentials(version + 1)) }
+        #expect((try? result.get()) == credentials(version + 1))
+    }
+
+    @Test func aRefreshTellsEachViewHoldingTheIdentifierOnceAndNobodyWhenOneViewHoldsIt() async {
+        let ledger = CredentialsLedger(store: InMemoryTokenStore())
+        let (first, second) = (View(), View())
+        let fence = ledger.hold("alice", view: first)
+        // Alone: the refresh is its own flight's news, nobody else's.
+        await Self.refresh(ledger, 0, fence: fence)
+        #expect(first.count == 0)
+
+        // A second view, holding twice (a restore's hold, then its session's): each is told once per refresh.
+        ledger.hold("alice", view: second)
+        ledger.hold("alice", view: second)
+        await Self.refresh(ledger, 1, fence: fence)
+        #expect((first.count, second.count) == (1, 1))
+        #expect(
+            ledger.newest(of: Self.credentials(1), identifier: "alice", fence: fence)?.credentials
+                == Self.credentials(2))
+        #expect(ledger.newest(of: Self.credentials(0), identifier: "alice", fence: fence)?.refreshedOnly == true)
+
+        // One release of the second view's two holds keeps it; the second lets it go.
+        ledger.release("alice", view: second)
+        await Self.refresh(ledger, 2, fence: fence)
+        #expect((first.count, second.count) == (2, 2))
+        ledger.release("alice", view: second)
+        await Self.refresh(ledger, 3, fence: fence)
+        #expect((first.count, second.count) == (2, 2))
+
+        // The first view lets go while another holds: the other is no longer told alone, and a view that is gone
+        // (its controller deallocated without letting go) is skipped.
+        var gone: View? = View()
+        ledger.hold("alice", view: gone!)
+        ledger.hold("alice", view: second)
+        gone = nil
+        await Self.refresh(ledger, 4, fence: fence)
+        #expect((first.count, second.count) == (3, 3))
+        ledger.release("alice", view: first)
+        await Self.refresh(ledger, 5, fence: fence)
+        #expect((first.count, second.count) == (3, 3))
+    }
+
+    @Test func anUpdateMapsWhatItsControllerHeldAndTellsTheViewsOnlyUnderItsFence() async {
+        let ledger = CredentialsLedger(store: InMemoryTokenStore())
+        let (first, second) = (View(), View())
+        let fence = ledger.hold("alice", view: first)
+        ledger.hold("alice", view: second)
+        let handedOver = Credentials(accessToken: "at-x", refreshToken: "rt-x", expiresAt: nil)
+        // Under a fence that no longer holds (a sign-in or a sign-out since): nothing is learned, nobody is told.
+        #expect(ledger.updated("alice", replacing: Self.credentials(0), by: handedOver, fence: fence + 1_000).isEmpty)
+        #expect(ledger.newest(of: Self.credentials(0), identifier: "alice", fence: fence) == nil)
+
+        let views = ledger.updated("alice", replacing: Self.credentials(0), by: handedOver, fence: fence)
+        #expect(views.count == 2)
+        let newest = ledger.newest(of: Self.credentials(0), identifier: "alice", fence: fence)
+        #expect(newest?.credentials == handedOver)
+        #expect(newest?.refreshedOnly == false)
+        // A view of another fence (an earlier sign-in) is never handed them.
+        #expect(ledger.newest(of: Self.credentials(0), identifier: "alice", fence: fence - 1) == nil)
+        // The replaced refresh token is never presented again in this process: a refresh of it gets the newest.
+        let answered = await ledger.refresh(
+            identifier: "alice", userInfo: Self.user, credentials: Self.credentials(0), fence: fence
+        ) { .failure(UserSessionError(.refreshFailed, "must not be called")) }
+        #expect((try? answered.get()) == handedOver)
+        ledger.release("alice", view: first)
+        ledger.release("alice", view: second)
+    }
+}
