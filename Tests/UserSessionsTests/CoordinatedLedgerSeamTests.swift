@@ -228,6 +228,30 @@ struct CoordinatedLedgerSeamTests {
         #expect(store.record("alice")?.session.refreshTokenRefused == true)
     }
 
+    /// Over a coordinated store the ledger tells no controller of another's refresh: each takes it from the record,
+    /// with the revision its own conditional writes need. A controller idle while another refreshes the user more
+    /// than the rotations window's 16 times adopts the newest record at its next refresh (its leased flight reads the
+    /// record first) and never presents its spent token.
+    @Test func anIdleControllerOverACoordinatedStoreAdoptsTheNewestRecordHoweverManyRefreshesAgo() async throws {
+        let bench = Bench()
+        let (time, server, store) = (bench.time, bench.server, bench.store)
+        let (busy, idle) = (bench.controller(), bench.controller())
+        _ = try await busy.open(server.signIn("alice", expiresIn: 3600))
+        _ = try await idle.restore(identifier: "alice")
+        let refreshes = CredentialsLedger.Entry.rotationWindow + 4
+        for round in 1...refreshes {
+            time.advance(by: 3600)
+            #expect(try await busy.accessToken() == "alice/at-\(round)")
+        }
+        #expect(idle.gate.currentCredentials()?.refreshToken == "alice/rt-0", "nobody is told over a coordinated store")
+        #expect(try await idle.accessToken() == "alice/at-\(refreshes)")
+        #expect(server.calls == refreshes)
+        #expect(server.reuses == 0)
+        #expect(store.record("alice")?.session.credentials?.refreshToken == "alice/rt-\(refreshes)")
+        await busy.close()
+        await idle.close()
+    }
+
     // MARK: A leased flight acts on what it read in the write turn
 
     /// A leased flight reads the record again in the write turn before it adopts. A first sign-in over a
