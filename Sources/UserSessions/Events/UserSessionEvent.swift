@@ -66,10 +66,13 @@ public struct UserSessionEvent: Sendable, Hashable, CustomStringConvertible {
         case invalidated(InvalidationReason)
         /// A refresh started.
         case refreshStarted
-        /// A refresh succeeded and the new credentials are in use.
+        /// A refresh succeeded and the new credentials are in use: this controller's, or one that another controller
+        /// of the same user in this process made (over a plain token store, every controller holding the user takes
+        /// the newest credentials at once).
         case credentialsRefreshed
-        /// Credentials were replaced through ``UserSessionController/updateCredentials(_:)``, or adopted from the
-        /// token store (``CredentialsChange/adoptedFromStore``) after another process rotated them.
+        /// Credentials were replaced through ``UserSessionController/updateCredentials(_:)`` (of this controller, or of
+        /// another controller of the same user in this process, over a plain token store), or adopted from the token
+        /// store (``CredentialsChange/adoptedFromStore``) after another process rotated them.
         case credentialsUpdated(CredentialsChange)
         /// A refresh failed.
         case refreshFailed(RefreshFailureClass)
