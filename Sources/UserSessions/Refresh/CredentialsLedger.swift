@@ -78,8 +78,8 @@ final class CredentialsLedger: Sendable {
     ///
     /// An identifier that is only held (an idle open session, the common case on a server) costs four words in the
     /// dictionary: its fence, its holder count, its first view (a weak reference to a controller, which its gate
-    /// references weakly already, so it costs the controller no side table of its own) and no ``Detail``. The rest is made at the first refresh, write or sign-out and lives in a ``Detail`` until the
-    /// entry is dropped.
+    /// references weakly already, so it costs the controller no side table of its own) and no ``Detail``. The rest
+    /// is made at the first refresh, write or sign-out and lives in a ``Detail`` until the entry is dropped.
     struct Entry {
         /// Changes at every sign-out and sign-in: a write taken under an older fence must not land.
         var fence: UInt64
@@ -489,8 +489,8 @@ final class CredentialsLedger: Sendable {
     // MARK: - Holding
 
     /// A controller (or a restore in progress) holds `identifier`; returns the fence its writes are taken under.
-    /// `view`, the holder's gate, is told when another holder's refresh or update advances the newest credentials
-    /// (``CredentialsLedgerView/ledgerAdvanced(_:)``) until it lets go.
+    /// `view`, the holder's controller, is told when another holder's refresh or update advances the newest
+    /// credentials (``CredentialsLedgerView/ledgerAdvanced(_:)``) until it lets go.
     @discardableResult
     func hold(_ identifier: String, view: (any CredentialsLedgerView)? = nil) -> UInt64 {
         modify(ExactIdentifier(identifier)) { entry in
@@ -679,7 +679,7 @@ final class CredentialsLedger: Sendable {
                 // commit leaves the turn it waits for without writing (`leaveIfNothingToWrite`).
                 let succeeded = (try? result.get()) != nil
                 let turn = takingTurn && entry.turn == nil && succeeded && !replaced ? entry.grantTurn() : nil
-                return (waiters, refusalFence, turn, advanced(entry, to: result) ? entry.viewsToTell : [])
+                return (waiters, refusalFence, turn, advanced(entry, to: result) ? viewsToTell(entry) : [])
             }
             waiters.forEachWaiting { $0.resume(returning: result) }
             for view in views { view.ledgerAdvanced(identifier) }
@@ -690,12 +690,17 @@ final class CredentialsLedger: Sendable {
 
     /// Whether `result`, a refresh that just returned, is now the identifier's newest credentials, to tell the views
     /// holding it: each view then takes it instead of presenting a refresh token it spent, however long it stays idle
-    /// (the rotations the ledger remembers are a bounded window). Over a coordinated store a view takes what another
-    /// holder's refresh wrote from the record instead, with the revision its own conditional writes need (its change
-    /// subscription, or its next leased flight's first read).
+    /// (the rotations the ledger remembers are a bounded window).
     private func advanced(_ entry: Entry, to result: Result<Credentials, UserSessionError>) -> Bool {
-        guard coordinatedStore == nil, case .success(let credentials) = result else { return false }
+        guard case .success(let credentials) = result else { return false }
         return entry.current?.credentials == credentials
+    }
+
+    /// The views to tell that `entry`'s newest credentials changed (``Entry/viewsToTell``), over a plain store only.
+    /// Over a coordinated store a view takes what another holder wrote from the record instead, with the revision its
+    /// own conditional writes need (its change subscription, or its next leased flight's first read).
+    private func viewsToTell(_ entry: Entry) -> [any CredentialsLedgerView] {
+        coordinatedStore == nil ? entry.viewsToTell : []
     }
 
     /// The newest credentials the refreshes and replacements known here reached from `held`, which a view of
@@ -716,15 +721,14 @@ final class CredentialsLedger: Sendable {
     /// Credentials handed over (`newer`) landed for `identifier` under `fence`, replacing `held`, what the session
     /// that handed them over held: whoever still holds `held` is handed `newer` (a replacement; the landing already
     /// mapped the ledger's own newest, when it knew one, and a restored session's entry knows none). Returns the views
-    /// to tell once the caller released its locks: each view holding what they replaced takes them. Over a plain
-    /// store only, as for a refresh.
+    /// to tell once the caller released its locks: each view holding what they replaced takes them.
     func updated(_ identifier: String, replacing held: Credentials?, by newer: Credentials, fence: UInt64)
         -> [any CredentialsLedgerView]
     {
         modify(ExactIdentifier(identifier)) { entry in
             guard entry.fence == fence else { return [] }
             if let held { entry.recordReplacement(of: held, by: newer) }
-            return coordinatedStore == nil ? entry.viewsToTell : []
+            return viewsToTell(entry)
         }
     }
 
@@ -1437,10 +1441,10 @@ extension Credentials {
 }
 
 /// What holds an identifier in the ``CredentialsLedger`` besides its hold: a controller's view of the identifier's
-/// credentials (its gate), told when the entry's newest credentials advance.
+/// credentials (the controller, which passes it to its gate), told when the entry's newest credentials advance.
 protocol CredentialsLedgerView: AnyObject, Sendable {
-    /// A refresh led by another holder of `identifier` made its result the newest credentials: the view takes them
-    /// (``CredentialsLedger/newest(of:identifier:fence:)``) when it still holds credentials they replaced. Called
-    /// after the ledger's lock is released.
+    /// A refresh led by another holder of `identifier`, or credentials handed over to one, made the newest credentials:
+    /// the view takes them (``CredentialsLedger/newest(of:identifier:fence:)``) when it still holds credentials they
+    /// replaced. Called after the ledger's lock is released.
     func ledgerAdvanced(_ identifier: String)
 }
