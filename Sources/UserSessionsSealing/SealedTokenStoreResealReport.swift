@@ -10,15 +10,23 @@ public struct SealedTokenStoreResealReport: Sendable, Hashable {
     /// Records that do not open (see ``SealedRecordProblem``), kept as they were: retiring the key they name would
     /// lose them.
     public var unopenable: [String]
+    /// Records another process wrote again each time they were read to be sealed again (over a
+    /// `CoordinatedTokenStore`), left to their writers: run ``SealedTokenStore/resealAll()`` again before retiring
+    /// a key.
+    public var changedElsewhere: [String]
 
     /// Creates a report.
-    public init(resealed: [String] = [], alreadyCurrent: [String] = [], unopenable: [String] = []) {
+    public init(
+        resealed: [String] = [], alreadyCurrent: [String] = [], unopenable: [String] = [],
+        changedElsewhere: [String] = []
+    ) {
         self.resealed = resealed
         self.alreadyCurrent = alreadyCurrent
         self.unopenable = unopenable
+        self.changedElsewhere = changedElsewhere
     }
 
     /// Whether every stored record is now sealed with the current key, so the older keys can be retired.
-    public var isComplete: Bool { unopenable.isEmpty }
+    public var isComplete: Bool { unopenable.isEmpty && changedElsewhere.isEmpty }
 }
 #endif

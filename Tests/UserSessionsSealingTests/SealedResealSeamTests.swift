@@ -1,10 +1,10 @@
 #if Sealing
 import Foundation
 import Testing
-import UserSessionsSealing
 import UserSessionsTestSupport
 
 @testable import UserSessions
+@testable import UserSessionsSealing
 
 /// Seam 1 of issue 25: a reseal of this process is a write like any other, so it goes through the ledger of the
 /// sealed store (in the identifier's write turn) and never writes a record back over a refresh that committed
@@ -104,6 +104,76 @@ struct SealedResealSeamTests {
 
         #expect(try await sealed.load(identifier: "alice")?.credentials?.refreshToken == "rt-1")
         await controller.close()
+    }
+
+    /// A file store whose conditional writes of one identifier always find that another writer changed the record
+    /// since it was read.
+    final class RestlessStore: CoordinatedTokenStore {
+        let base: FileTokenStore
+        let restless: String
+        let conflicts = Locked(0)
+
+        init(directory: URL, restless: String) {
+            base = FileTokenStore(directory: directory)
+            self.restless = restless
+        }
+
+        func loadRevised(identifier: String) async throws -> RevisedSession? {
+            try await base.loadRevised(identifier: identifier)
+        }
+        func save(_ session: StoredSession, identifier: String, expectedRevision: UInt64?) async throws -> UInt64 {
+            if identifier == restless, expectedRevision != nil {
+                conflicts.withLock { $0 += 1 }
+                throw UserSessionError(.revisionConflict, "the record changed elsewhere")
+            }
+            return try await base.save(session, identifier: identifier, expectedRevision: expectedRevision)
+        }
+        func withRefreshLease<Result: Sendable>(
+            identifier: String, _ body: @Sendable () async throws -> Result
+        ) async throws -> Result {
+            try await base.withRefreshLease(identifier: identifier, body)
+        }
+        func changes() -> AsyncStream<TokenStoreChange> { base.changes() }
+        func load(identifier: String) async throws -> StoredSession? { try await base.load(identifier: identifier) }
+        func save(_ session: StoredSession, identifier: String) async throws {
+            try await base.save(session, identifier: identifier)
+        }
+        func remove(identifier: String) async throws { try await base.remove(identifier: identifier) }
+        func loadCurrentIdentifier() async throws -> String? { try await base.loadCurrentIdentifier() }
+        func saveCurrentIdentifier(_ identifier: String?) async throws {
+            try await base.saveCurrentIdentifier(identifier)
+        }
+        func storedIdentifiers() async throws -> [String] { try await base.storedIdentifiers() }
+    }
+
+    /// A record another writer changes on every attempt does not stop the reseal of the others: it is listed as
+    /// changed elsewhere, the report is not complete, and a later run reseals it.
+    @Test func aRecordThatKeepsChangingElsewhereIsListedAndTheOthersAreStillResealed() async throws {
+        let directory = try SealingFixtures.temporaryDirectory("restless")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let base = RestlessStore(directory: directory, restless: "alice")
+        let old = SealedTokenStore(base: base, keyRing: try SealingFixtures.ringA(), namespace: "tests")
+        for user in ["alice", "bob", "carol"] {
+            try await old.save(SealingFixtures.session(user), identifier: user)
+        }
+        let new = SealedTokenStore(base: base, keyRing: try SealingFixtures.ringBA(), namespace: "tests")
+
+        let report = try await new.resealAll()
+        #expect(report.resealed.sorted() == ["bob", "carol"])
+        #expect(report.changedElsewhere == ["alice"])
+        #expect(report.alreadyCurrent.isEmpty && report.unopenable.isEmpty)
+        #expect(!report.isComplete, "a key still sealing a record must not be retired")
+        #expect(base.conflicts.withLock { $0 } == SealedTokenStore<RestlessStore>.resealAttempts)
+        let stillOld = SealedTokenStore(base: base, keyRing: try SealingFixtures.ringA(), namespace: "tests")
+        #expect(try await stillOld.load(identifier: "alice") == SealingFixtures.session("alice"))
+
+        let calm = SealedTokenStore(base: base.base, keyRing: try SealingFixtures.ringBA(), namespace: "tests")
+        let again = try await calm.resealAll()
+        #expect(again.resealed == ["alice"] && again.changedElsewhere.isEmpty && again.isComplete)
+        let current = SealedTokenStore(base: base.base, keyRing: try SealingFixtures.ringB(), namespace: "tests")
+        for user in ["alice", "bob", "carol"] {
+            #expect(try await current.load(identifier: user) == SealingFixtures.session(user))
+        }
     }
 }
 #endif
