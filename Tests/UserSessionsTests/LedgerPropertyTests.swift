@@ -4,10 +4,13 @@ import Testing
 @testable import UserSessions
 
 /// The properties behind the seams of issue 17, over generated schedules: for any interleaving of opens, closes,
-/// sign-outs, evictions, restores, user switches and registry operations over three users (two of them spelled
-/// alike: `"caf\u{E9}"` and `"cafe\u{301}"`), with refreshes held in flight and a store that fails on demand,
-/// - no refresh token is ever presented twice to the rotating server, and
-/// - no record of a user who signed out comes back.
+/// sign-outs, evictions, restores, user switches, credentials handed over and registry operations over three users
+/// (two of them spelled alike: `"caf\u{E9}"` and `"cafe\u{301}"`), with refreshes held in flight and a store that
+/// fails on demand,
+/// - no refresh token is ever presented twice to the rotating server,
+/// - no record of a user who signed out comes back, and
+/// - once credentials handed over to one controller replaced the user's newest family, no controller of the process
+///   refreshes that family again.
 ///
 /// CI runs a fixed seed; `USER_SESSIONS_LEDGER_SEED` and `USER_SESSIONS_LEDGER_ITERATIONS` run other or longer
 /// explorations (a failure names the schedule's seed, which reproduces it alone with iterations 1).
@@ -24,16 +27,21 @@ struct LedgerPropertyTests {
 
     @Test func noRefreshTokenIsPresentedTwiceAndNoSignedOutRecordComesBack() async throws {
         var seeds = SplitMix64(seed: Self.seed)
+        var replacedFamilies = 0
         for _ in 0..<Self.iterations {
             let seed = Self.iterations == 1 ? Self.seed : seeds.next()
-            try await withHangGuard("schedule \(seed)", seconds: 60) { try await Self.run(seed: seed) }
+            replacedFamilies += try await withHangGuard("schedule \(seed)", seconds: 60) {
+                try await Self.run(seed: seed)
+            }
         }
+        if Self.iterations >= 24 { #expect(replacedFamilies > 0, "no hand-over replaced the newest family") }
     }
 
     /// The exact bytes of an identifier: the key the property's bookkeeping uses, as every store does.
     private static func key(_ identifier: String) -> [UInt8] { Array(identifier.utf8) }
 
-    private static func run(seed: UInt64, steps: Int = 48) async throws {
+    /// Runs the schedule of `seed` and checks the properties; returns how many hand-overs replaced the newest family.
+    private static func run(seed: UInt64, steps: Int = 48) async throws -> Int {
         var random = SplitMix64(seed: seed)
         let bench = LedgerSeamTests.Bench()
         let server = bench.server
@@ -43,6 +51,33 @@ struct LedgerPropertyTests {
         var signedOut: [[UInt8]: Bool] = [:]
         var requests: [Task<Void, Never>] = []
         var holding = false
+        // For each user, the family of her newest credentials while nothing since could have changed her fence (an
+        // attempted sign-in or sign-out); a family replaced by credentials handed over under that fence, with the
+        // number of refreshes the server had seen when the hand-over returned: no later refresh may present it.
+        var newestFamily: [[UInt8]: [UInt8]] = [:]
+        var replaced: [(family: [UInt8], after: Int)] = []
+        let trace = ProcessInfo.processInfo.environment["LEDGER_TRACE"] != nil
+
+        /// A sign-in of `user` was attempted with `prototype`; `succeeded` says whether it landed.
+        func signedIn(_ user: String, _ prototype: UserSessionPrototype, succeeded: Bool) {
+            if succeeded { signedOut[key(user)] = false }
+            newestFamily[key(user)] = succeeded ? prototype.credentials.map(Self.family) : nil
+        }
+
+        /// Hands a new family of `user` over to `controller`, which holds her.
+        func handOver(_ user: String, to controller: UserSessionController, expiresIn: Double) async {
+            guard let family = server.signIn(user, expiresIn: expiresIn).credentials,
+                let held = controller.credentials.map(Self.family)
+            else { return }
+            guard await settle({ (try? await controller.updateCredentials(family)) != nil }) else { return }
+            // Only while no refresh of hers is in flight: one led before the hand-over landed may still present
+            // the family it replaced (it is superseded when it returns). Checked before the count is read, so every
+            // refresh presented after the count was led after the hand-over.
+            let quiet = !bench.ledger.isRefreshing(user)
+            let after = server.calls
+            if quiet, newestFamily[key(user)] == held { replaced.append((held, after)) }
+            newestFamily[key(user)] = Self.family(family)
+        }
 
         func pick(_ count: Int) -> Int { Int(random.next() % UInt64(count)) }
 
@@ -58,19 +93,18 @@ struct LedgerPropertyTests {
             return await task.value
         }
 
-        let trace = ProcessInfo.processInfo.environment["LEDGER_TRACE"] != nil
         for step in 0..<steps {
             let userIndex = pick(users.count)
             let user = users[userIndex]
             let which = pick(controllers.count)
             let controller = controllers[which]
-            let op = pick(17)
+            let op = pick(21)
             if trace { print("step \(step) op \(op) user \(userIndex) c\(which) holding \(holding)") }
             let expiresIn = Double(5 + pick(120))
             switch op {
             case 0:
                 let prototype = server.signIn(user, expiresIn: expiresIn)
-                if await settle({ (try? await registry.open(prototype)) != nil }) { signedOut[key(user)] = false }
+                signedIn(user, prototype, succeeded: await settle { (try? await registry.open(prototype)) != nil })
             case 1:
                 requests.append(Task { _ = try? await registry.session(for: user).accessToken() })
             case 2:
@@ -78,16 +112,16 @@ struct LedgerPropertyTests {
             case 3:
                 let cleared = await settle { (try? await registry.closeAndClear(identifier: user)) != nil }
                 signedOut[key(user)] = cleared ? true : nil
+                newestFamily[key(user)] = nil
             case 4:
                 _ = await settle { await registry.evictIdle() }
             case 5:
                 let prototype = server.signIn(user, expiresIn: expiresIn)
-                if await settle({ (try? await registry.switchUser(to: prototype)) != nil }) {
-                    signedOut[key(user)] = false
-                }
+                let switched = await settle { (try? await registry.switchUser(to: prototype)) != nil }
+                signedIn(user, prototype, succeeded: switched)
             case 6:
                 let prototype = server.signIn(user, expiresIn: expiresIn)
-                if await settle({ (try? await controller.open(prototype)) != nil }) { signedOut[key(user)] = false }
+                signedIn(user, prototype, succeeded: await settle { (try? await controller.open(prototype)) != nil })
             case 7:
                 _ = await settle { try? await controller.restore(identifier: user) }
             case 8:
@@ -97,6 +131,7 @@ struct LedgerPropertyTests {
                 guard let known = controller.session.identifier else { break }
                 let cleared = await settle { (try? await controller.closeAndClear()) != nil }
                 signedOut[key(known)] = cleared ? true : nil
+                newestFamily[key(known)] = nil
             case 10:
                 requests.append(Task { _ = try? await controller.accessToken() })
             case 11:
@@ -110,6 +145,14 @@ struct LedgerPropertyTests {
                 bench.time.advance(by: Double(pick(240)))
             case 15:
                 bench.store.failWrites(pick(2) == 0)
+            case 16, 17:
+                // Credentials handed over (a new family from the server) to a controller holding the user: every
+                // other controller of the user then serves them instead of refreshing the family they replaced.
+                guard let known = controller.session.identifier else { break }
+                await handOver(known, to: controller, expiresIn: expiresIn)
+            case 18, 19:
+                guard let held = registry.existingController(for: user) else { break }
+                await handOver(user, to: held, expiresIn: expiresIn)
             default:
                 if holding { server.releaseRefreshes() } else { server.holdRefreshes() }
                 holding.toggle()
@@ -140,10 +183,20 @@ struct LedgerPropertyTests {
         #expect(server.reuses == 0, "schedule \(seed): a spent refresh token was presented again")
         #expect(
             Set(presented).count == presented.count, "schedule \(seed): a refresh token was presented twice")
+        for (family, after) in replaced {
+            let again = presented.dropFirst(after).filter { Self.family(of: $0) == family }
+            #expect(again.isEmpty, "schedule \(seed): a family replaced by credentials handed over was refreshed again")
+        }
         for (index, user) in users.enumerated() where signedOut[key(user)] == true {
             let record = try await bench.store.base.load(identifier: user)
             #expect(record == nil, "schedule \(seed): the record of user \(index) came back")
         }
         #expect(ledger.entryCount == 0, "schedule \(seed): the ledger kept entries of users who came and went")
+        return replaced.count
     }
+
+    /// The family of `credentials` at ``TokenFamilyServer``: what their refresh token names before its `/`.
+    private static func family(_ credentials: Credentials) -> [UInt8] { family(of: credentials.refreshToken ?? "") }
+
+    private static func family(of token: String) -> [UInt8] { Array(token.utf8.prefix { $0 != UInt8(ascii: "/") }) }
 }

@@ -486,6 +486,13 @@ final class CredentialsLedger: Sendable {
         }
     }
 
+    /// Whether a refresh of `identifier` that this ledger leads is in flight (for tests).
+    func isRefreshing(_ identifier: String) -> Bool {
+        entries.withLock { entries in
+            entries[ExactIdentifier(identifier)].map { !$0.flights.isEmpty } ?? false
+        }
+    }
+
     // MARK: - Holding
 
     /// A controller (or a restore in progress) holds `identifier`; returns the fence its writes are taken under.
