@@ -3,8 +3,9 @@ import Testing
 
 @testable import UserSessions
 
-/// The ledger's views of an identifier: who is told when a refresh or an update advances its newest credentials.
-/// Views are probes that record what they are told; the refreshes answer at once.
+/// The ledger's views of an identifier: who is told when a refresh or an update advances its newest credentials
+/// (views are probes that record what they are told; the refreshes answer at once), and what a controller dropped
+/// without letting go leaves behind.
 struct LedgerViewsTests {
     final class View: CredentialsLedgerView {
         private let told = Locked(0)
@@ -89,5 +90,51 @@ struct LedgerViewsTests {
         #expect((try? answered.get()) == handedOver)
         ledger.release("alice", view: first)
         ledger.release("alice", view: second)
+    }
+
+    /// A controller dropped without `close()` lets its user go in the ledger with it: the entry does not outlive every
+    /// controller that held it, and another controller of the user is the only view told from then on.
+    @Test func aControllerDroppedWithoutClosingLetsItsUserGoInTheLedger() async throws {
+        let bench = LedgerSeamTests.Bench()
+        var dropped: UserSessionController? = bench.controller()
+        weak let gone = dropped
+        _ = try await dropped?.open(bench.server.signIn("alice", expiresIn: 3600))
+        let restored = bench.controller()
+        _ = try await restored.restore(identifier: "alice")
+        #expect(bench.ledger.entryCount == 1)
+
+        dropped = nil
+        // The opening's tasks let go of it as they finish.
+        try await withHangGuard("the dropped controller goes") {
+            while gone != nil { await Task.yield() }
+        }
+        await restored.close()
+        #expect(bench.ledger.entryCount == 0, "the dropped controller's hold kept the entry")
+    }
+
+    /// A controller dropped without `close()` while its rotation is unwritten (the store was down): the ledger goes on
+    /// writing it, so the store never keeps the refresh token the rotation spent.
+    @Test func aRotationOfAControllerDroppedWithoutClosingStillReachesTheStore() async throws {
+        let bench = LedgerSeamTests.Bench()
+        var dropped: UserSessionController? = bench.controller()
+        weak let gone = dropped
+        _ = try await dropped?.open(bench.server.signIn("alice", expiresIn: 10))
+        bench.store.failWrites(true)
+        bench.time.advance(by: 20)
+        #expect(try await dropped?.accessToken() == "alice/at-1")
+        #expect(try await bench.store.base.load(identifier: "alice")?.credentials?.refreshToken == "alice/rt-0")
+
+        dropped = nil
+        try await withHangGuard("the dropped controller goes") {
+            while gone != nil { await Task.yield() }
+        }
+        bench.store.failWrites(false)
+        let (ledger, time) = (bench.ledger, bench.time)
+        try await withHangGuard("the ledger writes the rotation and lets go") {
+            await time.advanceOnEachSleep { ledger.entryCount > 0 }
+        }
+        #expect(try await bench.store.base.load(identifier: "alice")?.credentials?.refreshToken == "alice/rt-1")
+        _ = try await bench.controller().restore(identifier: "alice")
+        #expect(bench.server.reuses == 0)
     }
 }

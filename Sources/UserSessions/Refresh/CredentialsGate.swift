@@ -90,6 +90,15 @@ final class CredentialsGate: Sendable {
             RefreshStateMachine(policy: settings.policy.refresh, hasRefresher: settings.refresher != nil))
     }
 
+    /// A gate dropped while it still holds its identifier in the ledger (its controller was released without
+    /// `close()`) lets go of it there, so the entry does not outlive everyone who held it. What the ledger holds
+    /// unwritten, it keeps writing on the session's clock and policy, as after a close; its failures are reported to
+    /// nobody, since the session that would report them is gone.
+    deinit {
+        guard let held = ledgerHold.withLock({ $0 }) else { return }
+        ledger.release(held, schedule: CredentialsLedger.Schedule(clock: clock, policy: policy.refresh))
+    }
+
     /// A gate of its own settings (for tests that drive a gate without a controller).
     convenience init(
         refresher: (any TokenRefresher)?, store: any TokenStore, ledger: CredentialsLedger? = nil, events: EventHub,
