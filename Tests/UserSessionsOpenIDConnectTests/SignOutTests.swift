@@ -111,20 +111,12 @@ struct SignOutTests {
 }
 
 /// A token store whose `remove` always fails (a disk or database outage at sign-out).
-struct FailingRemoveStore: TokenStore {
+struct FailingRemoveStore: ForwardingTokenStore {
     let base = InMemoryTokenStore()
+    var forwardedTo: any TokenStore { base }
 
-    func load(identifier: String) async throws -> StoredSession? { try await base.load(identifier: identifier) }
-    func save(_ session: StoredSession, identifier: String) async throws {
-        try await base.save(session, identifier: identifier)
-    }
     func remove(identifier: String) async throws {
         throw UserSessionError(.storeFailure, "scripted remove failure", failureClass: .transient)
     }
-    func loadCurrentIdentifier() async throws -> String? { try await base.loadCurrentIdentifier() }
-    func saveCurrentIdentifier(_ identifier: String?) async throws {
-        try await base.saveCurrentIdentifier(identifier)
-    }
-    func storedIdentifiers() async throws -> [String] { try await base.storedIdentifiers() }
 }
 #endif

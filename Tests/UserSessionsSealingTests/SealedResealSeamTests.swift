@@ -11,8 +11,9 @@ import UserSessionsTestSupport
 /// after it read the record.
 struct SealedResealSeamTests {
     /// An in-memory base store whose next load of an identifier can be held after it read the record.
-    final class HeldLoadStore: TokenStore {
+    final class HeldLoadStore: ForwardingTokenStore {
         let base = InMemoryTokenStore()
+        var forwardedTo: any TokenStore { base }
         private let held = Locked<[String: CheckedContinuation<Void, Never>?]>([:])
         private let arrived = Locked(false)
 
@@ -38,15 +39,6 @@ struct SealedResealSeamTests {
             }
             return stored
         }
-        func save(_ session: StoredSession, identifier: String) async throws {
-            try await base.save(session, identifier: identifier)
-        }
-        func remove(identifier: String) async throws { try await base.remove(identifier: identifier) }
-        func loadCurrentIdentifier() async throws -> String? { try await base.loadCurrentIdentifier() }
-        func saveCurrentIdentifier(_ identifier: String?) async throws {
-            try await base.saveCurrentIdentifier(identifier)
-        }
-        func storedIdentifiers() async throws -> [String] { try await base.storedIdentifiers() }
     }
 
     final class Flag: Sendable {
@@ -108,8 +100,9 @@ struct SealedResealSeamTests {
 
     /// A file store whose conditional writes of one identifier always find that another writer changed the record
     /// since it was read.
-    final class RestlessStore: CoordinatedTokenStore {
+    final class RestlessStore: CoordinatedTokenStore, ForwardingTokenStore {
         let base: FileTokenStore
+        var forwardedTo: any TokenStore { base }
         let restless: String
         let conflicts = Locked(0)
 
@@ -134,16 +127,6 @@ struct SealedResealSeamTests {
             try await base.withRefreshLease(identifier: identifier, body)
         }
         func changes() -> AsyncStream<TokenStoreChange> { base.changes() }
-        func load(identifier: String) async throws -> StoredSession? { try await base.load(identifier: identifier) }
-        func save(_ session: StoredSession, identifier: String) async throws {
-            try await base.save(session, identifier: identifier)
-        }
-        func remove(identifier: String) async throws { try await base.remove(identifier: identifier) }
-        func loadCurrentIdentifier() async throws -> String? { try await base.loadCurrentIdentifier() }
-        func saveCurrentIdentifier(_ identifier: String?) async throws {
-            try await base.saveCurrentIdentifier(identifier)
-        }
-        func storedIdentifiers() async throws -> [String] { try await base.storedIdentifiers() }
     }
 
     /// A record another writer changes on every attempt does not stop the reseal of the others: it is listed as

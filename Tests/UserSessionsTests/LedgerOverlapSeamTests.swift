@@ -106,9 +106,10 @@ struct LedgerOverlapSeamTests {
 
     /// A store whose next save or removal of an identifier can be held before it acts or after it acted (so it has
     /// changed the record but not returned yet): two store calls of one identifier then overlap in a known order.
-    final class OverlapStore: TokenStore {
+    final class OverlapStore: ForwardingTokenStore {
         enum Moment { case before, after }
         let base = InMemoryTokenStore()
+        var forwardedTo: any TokenStore { base }
         private let saveHolds = Locked<[String: [(AsyncGate, Moment)]]>([:])
         private let removeHolds = Locked<[String: [(AsyncGate, Moment)]]>([:])
         let savesHeld = ArrivalCounter()
@@ -137,8 +138,6 @@ struct LedgerOverlapSeamTests {
             }
         }
 
-        func load(identifier: String) async throws -> StoredSession? { try await base.load(identifier: identifier) }
-
         func save(_ session: StoredSession, identifier: String) async throws {
             let hold = Self.take(saveHolds, identifier)
             if let (gate, moment) = hold, moment == .before {
@@ -164,12 +163,6 @@ struct LedgerOverlapSeamTests {
                 await gate.wait()
             }
         }
-
-        func loadCurrentIdentifier() async throws -> String? { try await base.loadCurrentIdentifier() }
-        func saveCurrentIdentifier(_ identifier: String?) async throws {
-            try await base.saveCurrentIdentifier(identifier)
-        }
-        func storedIdentifiers() async throws -> [String] { try await base.storedIdentifiers() }
 
         func stored(_ identifier: String) async -> StoredSession? { try? await base.load(identifier: identifier) }
     }

@@ -1,11 +1,13 @@
 import Foundation
 import Testing
+import UserSessionsTestSupport
 
 @testable import UserSessions
 
 /// Counts the calls a registry makes to a store; `load` may wait for a gate.
-final class CountingTokenStore: TokenStore {
+final class CountingTokenStore: ForwardingTokenStore {
     let base = InMemoryTokenStore()
+    var forwardedTo: any TokenStore { base }
     let loads = ArrivalCounter()
     private let loadGate = Locked<AsyncGate?>(nil)
 
@@ -19,15 +21,6 @@ final class CountingTokenStore: TokenStore {
         await loadGate.withLock { $0 }?.wait()
         return try await base.load(identifier: identifier)
     }
-
-    func save(_ session: StoredSession, identifier: String) async throws {
-        try await base.save(session, identifier: identifier)
-    }
-
-    func remove(identifier: String) async throws { try await base.remove(identifier: identifier) }
-    func loadCurrentIdentifier() async throws -> String? { try await base.loadCurrentIdentifier() }
-    func saveCurrentIdentifier(_ identifier: String?) async throws { try await base.saveCurrentIdentifier(identifier) }
-    func storedIdentifiers() async throws -> [String] { try await base.storedIdentifiers() }
 }
 
 extension UserSessionRegistry {

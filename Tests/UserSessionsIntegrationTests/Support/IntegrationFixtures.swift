@@ -2,6 +2,7 @@
 import Foundation
 import Synchronization
 import UserSessions
+import UserSessionsTestSupport
 
 /// Shared values and helpers of the integration tests.
 enum Fixtures {
@@ -80,8 +81,9 @@ struct FailingRevoker: TokenRefresher {
 }
 
 /// An in-memory store whose writes fail while `failsWrites` is on.
-final class FlakyStore: TokenStore {
+final class FlakyStore: ForwardingTokenStore {
     let base = InMemoryTokenStore()
+    var forwardedTo: any TokenStore { base }
     private let failing = Atomic<Bool>(false)
 
     var failsWrites: Bool {
@@ -89,17 +91,10 @@ final class FlakyStore: TokenStore {
         set { failing.store(newValue, ordering: .relaxed) }
     }
 
-    func load(identifier: String) async throws -> StoredSession? { try await base.load(identifier: identifier) }
     func save(_ session: StoredSession, identifier: String) async throws {
         if failsWrites { throw LeakyError() }
         try await base.save(session, identifier: identifier)
     }
-    func remove(identifier: String) async throws { try await base.remove(identifier: identifier) }
-    func loadCurrentIdentifier() async throws -> String? { try await base.loadCurrentIdentifier() }
-    func saveCurrentIdentifier(_ identifier: String?) async throws {
-        try await base.saveCurrentIdentifier(identifier)
-    }
-    func storedIdentifiers() async throws -> [String] { try await base.storedIdentifiers() }
 }
 
 /// An observer that hands every refresh report and event to the test as streams. Listed after the observer under

@@ -5,8 +5,9 @@ import Foundation
 /// An in-memory store a test can stop in the middle of a call: the next load of an identifier is held after it read
 /// the record (so it returns what was stored before the hold), the next save is held before it writes. Writes and
 /// removals can also be made to fail, as a store that is down.
-final class GatedStore: TokenStore {
+final class GatedStore: ForwardingTokenStore {
     let base = InMemoryTokenStore()
+    var forwardedTo: any TokenStore { base }
     private struct State {
         /// The next load's hold, and whether it waits before reading the record (else after).
         var heldLoads: [String: (gate: AsyncGate, beforeReading: Bool)] = [:]
@@ -72,10 +73,6 @@ final class GatedStore: TokenStore {
         if state.withLock({ $0.failRemoves }) { throw UserSessionError(.storeFailure, "the store is down") }
         try await base.remove(identifier: identifier)
     }
-
-    func loadCurrentIdentifier() async throws -> String? { try await base.loadCurrentIdentifier() }
-    func saveCurrentIdentifier(_ identifier: String?) async throws { try await base.saveCurrentIdentifier(identifier) }
-    func storedIdentifiers() async throws -> [String] { try await base.storedIdentifiers() }
 
     /// What is stored for `identifier`, read past the holds.
     func stored(_ identifier: String) async -> StoredSession? { try? await base.load(identifier: identifier) }

@@ -130,13 +130,14 @@ final class LifecycleTestRefresher: TokenRefresher {
 }
 
 /// A store that wraps ``InMemoryTokenStore`` and can be told to fail.
-final class FaultyTokenStore: TokenStore {
+final class FaultyTokenStore: ForwardingTokenStore {
     struct Faults {
         var load: UserSessionError?
         var save: UserSessionError?
         var loadCurrentIdentifier: UserSessionError?
     }
     let base = InMemoryTokenStore()
+    var forwardedTo: any TokenStore { base }
     private let faults = Locked(Faults())
 
     init() {}
@@ -153,18 +154,10 @@ final class FaultyTokenStore: TokenStore {
         try await base.save(session, identifier: identifier)
     }
 
-    func remove(identifier: String) async throws { try await base.remove(identifier: identifier) }
-
     func loadCurrentIdentifier() async throws -> String? {
         if let error = faults.withLock({ $0.loadCurrentIdentifier }) { throw error }
         return try await base.loadCurrentIdentifier()
     }
-
-    func saveCurrentIdentifier(_ identifier: String?) async throws {
-        try await base.saveCurrentIdentifier(identifier)
-    }
-
-    func storedIdentifiers() async throws -> [String] { try await base.storedIdentifiers() }
 }
 
 /// A prototype for user `id` with credentials that are valid for an hour from `now`.

@@ -101,8 +101,9 @@ final class TokenFamilyServer: TokenRefresher {
 }
 
 /// An in-memory store whose writes fail while ``failWrites`` is set: a store that is down.
-final class OutageStore: TokenStore {
+final class OutageStore: ForwardingTokenStore {
     let base = InMemoryTokenStore()
+    var forwardedTo: any TokenStore { base }
     private let failing = Locked(false)
     let saves = ArrivalCounter()
 
@@ -110,16 +111,11 @@ final class OutageStore: TokenStore {
 
     func failWrites(_ fail: Bool) { failing.withLock { $0 = fail } }
 
-    func load(identifier: String) async throws -> StoredSession? { try await base.load(identifier: identifier) }
     func save(_ session: StoredSession, identifier: String) async throws {
         defer { saves.arrive() }
         if failing.withLock({ $0 }) { throw UserSessionError(.storeFailure, "the store is down") }
         try await base.save(session, identifier: identifier)
     }
-    func remove(identifier: String) async throws { try await base.remove(identifier: identifier) }
-    func loadCurrentIdentifier() async throws -> String? { try await base.loadCurrentIdentifier() }
-    func saveCurrentIdentifier(_ identifier: String?) async throws { try await base.saveCurrentIdentifier(identifier) }
-    func storedIdentifiers() async throws -> [String] { try await base.storedIdentifiers() }
 
     /// The refresh token stored for `identifier`.
     func storedToken(_ identifier: String) async -> String? {
