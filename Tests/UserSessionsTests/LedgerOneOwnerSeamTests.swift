@@ -448,6 +448,29 @@ struct LedgerOneOwnerSeamTests {
         await busy.close()
         await idle.close()
     }
+
+    /// The server refuses the user's refresh token for good on one controller. Every other controller of the user in
+    /// the process holds the same token, dead as well: its session ends at once, as the refusing one's does
+    /// (`.invalidated(.credentialsRevoked)`), instead of reporting her signed in until its own next refresh presents
+    /// the token again.
+    @Test func aRefusalOnOneControllerEndsTheSessionOfAnIdleControllerHoldingTheSameToken() async throws {
+        let bench = Bench()
+        let (refusing, idle) = (bench.controller(), bench.controller())
+        _ = try await refusing.open(bench.server.signIn("alice", expiresIn: 3600))
+        _ = try await idle.restore(identifier: "alice")
+        let events = EventProbe(idle)
+        bench.server.revoke("alice")
+        await #expect(throws: UserSessionError.self) { try await refusing.refreshCredentials() }
+        try await withHangGuard("the idle controller's session ends") {
+            await events.wait { $0.contains { $0.kind == .invalidated(.credentialsRevoked) } }
+        }
+        #expect(idle.session.state == .invalid)
+        await #expect(throws: UserSessionError.self) { try await idle.accessToken() }
+        #expect(bench.server.calls == 1, "the refused token was presented again")
+        await refusing.close()
+        await idle.close()
+    }
+
     /// Credentials handed over on one controller replace what every controller of the user holds: the other, idle
     /// one is told and serves them, and at the next expiry the user's one family is refreshed once. Before, the idle
     /// controller kept the older family and refreshed it, its commit wrote that family over the update in the store,

@@ -24,7 +24,9 @@ public struct UserSessionEvent: Sendable, Hashable, CustomStringConvertible {
     public enum InvalidationReason: Sendable, Hashable {
         /// A service failed or was cancelled while starting.
         case serviceStartFailed(service: String)
-        /// The refresh token was rejected (`invalid_grant`): the credentials were revoked.
+        /// The refresh token was rejected (`invalid_grant`): the credentials were revoked. Also when another
+        /// controller of the same process (over a plain store) had the same user's newest refresh token rejected:
+        /// every session holding it ends at once, without presenting it again.
         case credentialsRevoked
         /// The credentials expired and could not be refreshed.
         case credentialsExpired

@@ -531,9 +531,19 @@ extension CredentialsGate {
             else { return nil }
             return (credentials, machine.generation, machine.ledgerFence)
         }
-        guard let holding,
-            let newest = ledger.newest(of: holding.credentials, identifier: identifier, fence: holding.fence)
-        else { return }
+        guard let holding else { return }
+        guard let newest = ledger.newest(of: holding.credentials, identifier: identifier, fence: holding.fence) else {
+            // Refused for good on another controller: this session's refreshes end as after its own refusal, and the
+            // controller invalidates it.
+            guard ledger.refuses(holding.credentials, identifier: identifier, fence: holding.fence),
+                let generation = modifyStateAndRunActions({
+                    $0.entryRefused(holding.credentials, generation: holding.generation)
+                }),
+                let owner = currentOwner
+            else { return }
+            Task { await owner.credentialsRevoked(generation: generation) }
+            return
+        }
         // Ordered against `deactivate()`: the event never follows the session's `.closed`.
         modifyStateAndRunActions(ordered: true) {
             $0.entryAdvanced(

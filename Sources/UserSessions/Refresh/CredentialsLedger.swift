@@ -686,7 +686,8 @@ final class CredentialsLedger: Sendable {
                 // commit leaves the turn it waits for without writing (`leaveIfNothingToWrite`).
                 let succeeded = (try? result.get()) != nil
                 let turn = takingTurn && entry.turn == nil && succeeded && !replaced ? entry.grantTurn() : nil
-                return (waiters, refusalFence, turn, advanced(entry, to: result) ? viewsToTell(entry) : [])
+                let told = advanced(entry, to: result) || refusalFence != nil
+                return (waiters, refusalFence, turn, told ? viewsToTell(entry) : [])
             }
             waiters.forEachWaiting { $0.resume(returning: result) }
             for view in views { view.ledgerAdvanced(identifier) }
@@ -697,7 +698,8 @@ final class CredentialsLedger: Sendable {
 
     /// Whether `result`, a refresh that just returned, is now the identifier's newest credentials, to tell the views
     /// holding it: each view then takes it instead of presenting a refresh token it spent, however long it stays idle
-    /// (the rotations the ledger remembers are a bounded window).
+    /// (the rotations the ledger remembers are a bounded window). A refusal of the newest is told too: each view
+    /// holding them ends its session (``refuses(_:identifier:fence:)``).
     private func advanced(_ entry: Entry, to result: Result<Credentials, UserSessionError>) -> Bool {
         guard case .success(let credentials) = result else { return false }
         return entry.current?.credentials == credentials
@@ -722,6 +724,18 @@ final class CredentialsLedger: Sendable {
                 case .rotated = entry.known(held)
             else { return nil }
             return entry.newestReached(from: held)
+        }
+    }
+
+    /// Whether the server refused for good the newest credentials `held` leads to, which a view of `identifier`
+    /// holds under `fence` (never across a sign-in or a sign-out: the fence changed): the view's session ends as the
+    /// refusing one's did, without presenting the token again.
+    func refuses(_ held: Credentials, identifier: String, fence: UInt64) -> Bool {
+        entries.withLock { entries in
+            guard let entry = entries[ExactIdentifier(identifier)], entry.fence == fence, !entry.fencingWrite,
+                case .refused = entry.known(held)
+            else { return false }
+            return true
         }
     }
 

@@ -722,6 +722,19 @@ extension RefreshStateMachine {
         return (true, actions)
     }
 
+    /// Another controller of this process had the credentials `held` (or the newest they lead to) refused for good,
+    /// and the session of `generation` holds them: its refreshes end as after its own terminal failure (every later
+    /// request fails with ``CredentialsLedger/refusedError``). Returns the generation whose session the gate must
+    /// invalidate: `nil` when the session changed, holds other credentials now, has a flight of its own (it fails
+    /// the same way from the same ledger entry) or its refreshes already ended.
+    mutating func entryRefused(_ held: Credentials, generation: UInt64) -> (UInt64?, Actions) {
+        guard active, self.generation == generation, !flights.isRefreshing, !flights.isTerminated, credentials == held
+        else { return (nil, .none) }
+        let waiters = flights.terminated(by: CredentialsLedger.refusedError)
+        recomputeDeadline()
+        return (generation, .resume(waiters, with: .failure(CredentialsLedger.refusedError)))
+    }
+
     /// The session of `generation` found its record removed from the coordinated store by someone else (signed out
     /// elsewhere): it stops refreshing and writes nothing back; the flight in progress, if any, is dropped and its
     /// waiters fail. Returns whether it was the active session (which the controller must then close).
