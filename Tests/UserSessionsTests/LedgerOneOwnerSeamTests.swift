@@ -471,6 +471,35 @@ struct LedgerOneOwnerSeamTests {
         await idle.close()
     }
 
+    /// The user signs out on one controller (`closeAndClear()`), or through a registry that holds no controller of
+    /// hers. Every other controller of the process holding her closes, as one over a coordinated store closes when
+    /// another instance removed her record (`.closed(.clearedElsewhere)`), instead of reporting her signed in and
+    /// serving her tokens until it closes.
+    @Test(arguments: [false, true])
+    func aSignOutElsewhereInTheProcessClosesEveryOtherControllerHoldingTheUser(_ throughARegistry: Bool) async throws {
+        let bench = Bench()
+        let (signingOut, other) = (bench.controller(), bench.controller())
+        _ = try await signingOut.open(bench.server.signIn("alice", expiresIn: 3600))
+        _ = try await other.restore(identifier: "alice")
+        let events = EventProbe(other)
+        if throughARegistry {
+            await signingOut.close()
+            let registry = UserSessionRegistry(
+                store: bench.store, refresher: bench.server, configuration: bench.configuration)
+            try await registry.closeAndClear(identifier: "alice")
+        } else {
+            try await signingOut.closeAndClear()
+        }
+        try await withHangGuard("the other controller's session closes") {
+            await events.wait { $0.contains { $0.kind == .closed(.clearedElsewhere) } }
+        }
+        #expect(other.session.state == .closed)
+        await #expect(throws: UserSessionError.self) { try await other.accessToken() }
+        #expect(await bench.store.stored("alice") == nil)
+        #expect(bench.ledger.entryCount == 0)
+        #expect(bench.server.calls == 0)
+    }
+
     /// Credentials handed over on one controller replace what every controller of the user holds: the other, idle
     /// one is told and serves them, and at the next expiry the user's one family is refreshed once. Before, the idle
     /// controller kept the older family and refreshed it, its commit wrote that family over the update in the store,

@@ -16,7 +16,8 @@ public struct UserSessionEvent: Sendable, Hashable, CustomStringConvertible {
         /// The controller was shut down.
         case shutdown
         /// The session's stored record was removed by another process or store instance sharing a
-        /// ``CoordinatedTokenStore`` (for example by `closeAndClear()` there). Nothing was written back.
+        /// ``CoordinatedTokenStore`` (for example by `closeAndClear()` there), or the user signed out on another
+        /// controller or registry of this process sharing the store (any store). Nothing was written back.
         case clearedElsewhere
     }
 

@@ -524,10 +524,27 @@ extension CredentialsGate {
     /// presents the refresh token spent since, however many refreshes the other controllers make while it stays idle.
     /// One read of the machine, one of the ledger, and the transition; a session with a flight of its own gets the
     /// newest from that flight (the ledger joins it or answers it with the rotation).
+    ///
+    /// Also told when the newest was refused (the session ends as after its own refusal) and when the user signed out
+    /// on another controller (the session closes, `.closed(.clearedElsewhere)`).
     func ledgerAdvanced(_ identifier: String) {
+        let session = inspect { machine -> (generation: UInt64, fence: UInt64)? in
+            guard machine.active, ExactIdentifier.areEqual(machine.identifier, identifier) else { return nil }
+            return (machine.generation, machine.ledgerFence)
+        }
+        guard let session else { return }
+        if ledger.signedOut(identifier, since: session.fence) {
+            // Signed out on another controller of this process: the session closes as when a coordinated store's
+            // record was removed elsewhere (its flight, if any, is dropped; nothing is written back).
+            let ended = modifyStateAndRunActions { $0.recordRemoved(generation: session.generation) }
+            if ended, let owner = currentOwner {
+                Task { await owner.recordRemovedElsewhere(generation: session.generation) }
+            }
+            return
+        }
         let holding = inspect { machine -> (credentials: Credentials, generation: UInt64, fence: UInt64)? in
-            guard machine.active, !machine.flights.isRefreshing, let credentials = machine.credentials,
-                ExactIdentifier.areEqual(machine.identifier, identifier)
+            guard machine.active, machine.generation == session.generation, !machine.flights.isRefreshing,
+                let credentials = machine.credentials
             else { return nil }
             return (credentials, machine.generation, machine.ledgerFence)
         }

@@ -207,15 +207,21 @@ final class CredentialsLedger: Sendable {
         /// Every view still there, each once, when there are two or more: a refresh's result is news only to a view
         /// other than the one whose flight led it, so an identifier held by one view has nobody to tell.
         var viewsToTell: [any CredentialsLedgerView] {
-            guard let others = detail?.otherViews, !others.isEmpty else { return [] }
-            var told: [any CredentialsLedgerView] = []
-            for object in [firstView] + others.map(\.view) {
-                guard let view = object as? any CredentialsLedgerView, !told.contains(where: { $0 === view }) else {
+            guard detail?.otherViews.isEmpty == false else { return [] }
+            let views = self.views
+            return views.count > 1 ? views : []
+        }
+
+        /// Every view still there, each once.
+        var views: [any CredentialsLedgerView] {
+            var views: [any CredentialsLedgerView] = []
+            for object in [firstView] + (detail?.otherViews ?? []).map(\.view) {
+                guard let view = object as? any CredentialsLedgerView, !views.contains(where: { $0 === view }) else {
                     continue
                 }
-                told.append(view)
+                views.append(view)
             }
-            return told.count > 1 ? told : []
+            return views
         }
 
         /// The write turn goes to a new holder (the turn is free, or handed on to it).
@@ -1290,7 +1296,23 @@ final class CredentialsLedger: Sendable {
     /// (``signedOut(identifier:)``): every write waiting or taken before is refused. A sign-out the store refused
     /// changes nothing, so it loses nothing: the user is still signed in, with the newest credentials.
     func signOut(_ identifier: String, remove: () async throws -> Void) async throws {
-        _ = try await withFencingWrite(identifier, remove) { $0.signOut() }
+        let (_, views) = try await withFencingWrite(identifier, remove) { entry in
+            entry.signOut()
+            return entry.views
+        }
+        // Every controller still holding the user closes, as over a coordinated store when her record is removed.
+        for view in views { view.ledgerAdvanced(identifier) }
+    }
+
+    /// Whether `identifier` signed out since `fence`, a fence of a session of it that signed in or was restored:
+    /// that session is a view that must close (``signOut(_:remove:)`` tells it). Never for a session still signing
+    /// in (its sign-in lands after the sign-out, under a fence of its own) nor after a sign-in since.
+    func signedOut(_ identifier: String, since fence: UInt64) -> Bool {
+        guard fence != RefreshStateMachine.signingInFence else { return false }
+        return entries.withLock { entries in
+            guard let entry = entries[ExactIdentifier(identifier)] else { return false }
+            return entry.signedOut && entry.fence != fence && !entry.fencingWrite
+        }
     }
 
     /// The user signed in again with `session` (now in the store): a refusal is forgotten, a pending rotation is no
@@ -1462,10 +1484,13 @@ extension Credentials {
 }
 
 /// What holds an identifier in the ``CredentialsLedger`` besides its hold: a controller's view of the identifier's
-/// credentials (the controller, which passes it to its gate), told when the entry's newest credentials advance.
+/// credentials (the controller, which passes it to its gate), told when the entry's newest credentials advance, are
+/// refused, or the user signs out.
 protocol CredentialsLedgerView: AnyObject, Sendable {
     /// A refresh led by another holder of `identifier`, or credentials handed over to one, made the newest credentials:
     /// the view takes them (``CredentialsLedger/newest(of:identifier:fence:)``) when it still holds credentials they
-    /// replaced. Called after the ledger's lock is released.
+    /// replaced. The same call says that the newest were refused (``CredentialsLedger/refuses(_:identifier:fence:)``:
+    /// the view's session ends) or that the user signed out (``CredentialsLedger/signedOut(_:since:)``: it closes).
+    /// Called after the ledger's lock is released.
     func ledgerAdvanced(_ identifier: String)
 }
