@@ -1128,7 +1128,6 @@ extension CredentialsGate {
 /// The gate over a ``CoordinatedTokenStore``: conditional writes, adopting what another process stored, and the
 /// subscription to the store's changes. Nothing here runs on the hot path.
 extension CredentialsGate {
-    /// How a write ended.
     /// Whose credentials a write carries.
     enum WriteKind {
         /// The session's own newest credentials (a refresh's commit, the final flush): when the store refuses
@@ -1139,6 +1138,7 @@ extension CredentialsGate {
         case handedOver
     }
 
+    /// How a write ended.
     enum WriteOutcome {
         /// Written; `revision` is the coordinated store's revision of the record now, when the write was conditional.
         case written(revision: UInt64?)

@@ -726,10 +726,13 @@ final class CredentialsLedger: Sendable {
         -> (credentials: Credentials, refreshedOnly: Bool)?
     {
         entries.withLock { entries -> (credentials: Credentials, refreshedOnly: Bool)? in
+            // One walk along the rotations: what `known` answers `.rotated` for, without walking them again.
             guard let entry = entries[ExactIdentifier(identifier)], entry.fence == fence, !entry.fencingWrite,
-                case .rotated = entry.known(held)
+                let token = held.refreshToken, entry.refused != token,
+                let reached = entry.newestReached(from: held)
             else { return nil }
-            return entry.newestReached(from: held)
+            if let newest = reached.credentials.refreshToken, entry.refused == newest { return nil }
+            return reached
         }
     }
 
