@@ -252,6 +252,46 @@ struct CoordinatedLedgerSeamTests {
         await idle.close()
     }
 
+    /// Over a coordinated store too, the server's refusal of the user's refresh token on one controller ends the
+    /// session of every other controller of the process holding it, at once: a refusal needs no revision.
+    @Test func aRefusalOnOneControllerEndsTheSessionOfAnIdleControllerOverACoordinatedStoreToo() async throws {
+        let bench = Bench()
+        let (server, store) = (bench.server, bench.store)
+        let (refusing, idle) = (bench.controller(), bench.controller())
+        _ = try await refusing.open(server.signIn("alice", expiresIn: 3600))
+        _ = try await idle.restore(identifier: "alice")
+        let events = EventProbe(idle)
+        server.revoke("alice")
+        await #expect(throws: UserSessionError.self) { try await refusing.refreshCredentials() }
+        try await withHangGuard("the idle controller's session ends") {
+            await events.wait { $0.contains { $0.kind == .invalidated(.credentialsRevoked) } }
+        }
+        #expect(idle.session.state == .invalid)
+        #expect(server.calls == 1, "the refused token was presented again")
+        #expect(store.record("alice")?.session.refreshTokenRefused == true)
+        await refusing.close()
+        await idle.close()
+    }
+
+    /// A sign-out on one controller closes every other controller of the process holding the user over a
+    /// coordinated store as well, whether or not the store reports the removal to the instance that made it (this
+    /// one does not).
+    @Test func aSignOutOnOneControllerClosesAnotherOverACoordinatedStoreToo() async throws {
+        let bench = Bench()
+        let (server, store) = (bench.server, bench.store)
+        let (signingOut, other) = (bench.controller(), bench.controller())
+        _ = try await signingOut.open(server.signIn("alice", expiresIn: 3600))
+        _ = try await other.restore(identifier: "alice")
+        let events = EventProbe(other)
+        try await signingOut.closeAndClear()
+        try await withHangGuard("the other controller's session closes") {
+            await events.wait { $0.contains { $0.kind == .closed(.clearedElsewhere) } }
+        }
+        #expect(other.session.state == .closed)
+        #expect(store.record("alice") == nil)
+        await other.close()
+    }
+
     // MARK: A leased flight acts on what it read in the write turn
 
     /// A leased flight reads the record again in the write turn before it adopts. A first sign-in over a

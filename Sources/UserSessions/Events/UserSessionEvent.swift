@@ -26,7 +26,7 @@ public struct UserSessionEvent: Sendable, Hashable, CustomStringConvertible {
         /// A service failed or was cancelled while starting.
         case serviceStartFailed(service: String)
         /// The refresh token was rejected (`invalid_grant`): the credentials were revoked. Also when another
-        /// controller of the same process (over a plain store) had the same user's newest refresh token rejected:
+        /// controller of the same process sharing the store had the same user's newest refresh token rejected:
         /// every session holding it ends at once, without presenting it again.
         case credentialsRevoked
         /// The credentials expired and could not be refreshed.

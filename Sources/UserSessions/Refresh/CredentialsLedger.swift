@@ -692,8 +692,9 @@ final class CredentialsLedger: Sendable {
                 // commit leaves the turn it waits for without writing (`leaveIfNothingToWrite`).
                 let succeeded = (try? result.get()) != nil
                 let turn = takingTurn && entry.turn == nil && succeeded && !replaced ? entry.grantTurn() : nil
-                let told = advanced(entry, to: result) || refusalFence != nil
-                return (waiters, refusalFence, turn, told ? viewsToTell(entry) : [])
+                // A refusal is told over any store: it takes no revision, only the session's end.
+                let told = refusalFence != nil ? entry.views : advanced(entry, to: result) ? viewsToTell(entry) : []
+                return (waiters, refusalFence, turn, told)
             }
             waiters.forEachWaiting { $0.resume(returning: result) }
             for view in views { view.ledgerAdvanced(identifier) }
@@ -704,8 +705,8 @@ final class CredentialsLedger: Sendable {
 
     /// Whether `result`, a refresh that just returned, is now the identifier's newest credentials, to tell the views
     /// holding it: each view then takes it instead of presenting a refresh token it spent, however long it stays idle
-    /// (the rotations the ledger remembers are a bounded window). A refusal of the newest is told too: each view
-    /// holding them ends its session (``refuses(_:identifier:fence:)``).
+    /// (the rotations the ledger remembers are a bounded window). A refusal of the newest is told too, over any
+    /// store: each view holding them ends its session (``refuses(_:identifier:fence:)``).
     private func advanced(_ entry: Entry, to result: Result<Credentials, UserSessionError>) -> Bool {
         guard case .success(let credentials) = result else { return false }
         return entry.current?.credentials == credentials
