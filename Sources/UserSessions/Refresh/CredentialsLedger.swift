@@ -692,8 +692,13 @@ final class CredentialsLedger: Sendable {
                 // commit leaves the turn it waits for without writing (`leaveIfNothingToWrite`).
                 let succeeded = (try? result.get()) != nil
                 let turn = takingTurn && entry.turn == nil && succeeded && !replaced ? entry.grantTurn() : nil
-                // A refusal is told over any store: it takes no revision, only the session's end.
-                let told = refusalFence != nil ? entry.views : advanced(entry, to: result) ? viewsToTell(entry) : []
+                // A refusal is told to every view over any store: it takes no revision, only the session's end.
+                var told: [any CredentialsLedgerView] = []
+                if refusalFence != nil {
+                    told = entry.views
+                } else if advanced(entry, to: result) {
+                    told = viewsToTell(entry)
+                }
                 return (waiters, refusalFence, turn, told)
             }
             waiters.forEachWaiting { $0.resume(returning: result) }
