@@ -292,6 +292,27 @@ struct CoordinatedLedgerSeamTests {
         await other.close()
     }
 
+    /// Another process signed the user out: it removed her record without a notice this process saw. The first
+    /// controller here to read the store finds no record and closes; every other controller of the process holding
+    /// her closes with it, instead of serving her until its own next read of the store.
+    @Test func aSignOutOneControllerFindsInTheStoreClosesTheOthersHoldingTheUser() async throws {
+        let bench = Bench()
+        let (server, store) = (bench.server, bench.store)
+        let (reading, other) = (bench.controller(), bench.controller())
+        _ = try await reading.open(server.signIn("alice", expiresIn: 3600))
+        _ = try await other.restore(identifier: "alice")
+        let (events, readerEvents) = (EventProbe(other), EventProbe(reading))
+        store.removeElsewhere("alice")
+        await #expect(throws: UserSessionError.self) { try await reading.refreshCredentials() }
+        try await withHangGuard("both sessions close") {
+            await readerEvents.wait { $0.contains { $0.kind == .closed(.clearedElsewhere) } }
+            await events.wait { $0.contains { $0.kind == .closed(.clearedElsewhere) } }
+        }
+        #expect(other.session.state == .closed)
+        #expect(server.calls == 0)
+        #expect(store.record("alice") == nil)
+    }
+
     // MARK: A leased flight acts on what it read in the write turn
 
     /// A leased flight reads the record again in the write turn before it adopts. A first sign-in over a

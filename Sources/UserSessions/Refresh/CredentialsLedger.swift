@@ -1335,11 +1335,16 @@ final class CredentialsLedger: Sendable {
         modify(ExactIdentifier(identifier)) { $0.signIn(session) }
     }
 
-    /// `identifier` signed out (from ``signOut(_:remove:)``, or seen in the store: another instance removed the
-    /// record): every write taken before this point is fenced, a pending rotation is dropped, and the refresh in
-    /// flight writes nothing.
+    /// `identifier` signed out, seen in the store (another instance removed the record): every write taken before
+    /// this point is fenced, a pending rotation is dropped, and the refresh in flight writes nothing. Every view
+    /// holding it is told, as after ``signOut(_:remove:)``: each of this process's sessions of the user closes, not
+    /// only the one that found the record gone.
     func signedOut(identifier: String) {
-        modify(ExactIdentifier(identifier)) { $0.signOut() }
+        let views = modify(ExactIdentifier(identifier)) { entry in
+            entry.signOut()
+            return entry.views
+        }
+        for view in views { view.ledgerAdvanced(identifier) }
     }
 
     /// A rotation nobody else is going to write (its flight's session ended): the ledger writes it now, in the
