@@ -19,6 +19,16 @@ struct LedgerViewsTests {
         Credentials(accessToken: "at-\(version)", refreshToken: "rt-\(version)", expiresAt: nil)
     }
 
+    /// The newest credentials a view of alice holding `held` under `fence` is told to take, if any.
+    static func newest(_ ledger: CredentialsLedger, _ held: Credentials, identifier: String, fence: UInt64)
+        -> (credentials: Credentials, refreshedOnly: Bool)?
+    {
+        guard
+            case .advanced(let newest, let refreshedOnly) = ledger.news(of: held, identifier: identifier, fence: fence)
+        else { return nil }
+        return (newest, refreshedOnly)
+    }
+
     /// Refreshes version `version` of alice's credentials into the next one.
     static func refresh(_ ledger: CredentialsLedger, _ version: Int, fence: UInt64) async {
         let result = await ledger.refresh(
@@ -41,9 +51,9 @@ struct LedgerViewsTests {
         await Self.refresh(ledger, 1, fence: fence)
         #expect((first.count, second.count) == (1, 1))
         #expect(
-            ledger.newest(of: Self.credentials(1), identifier: "alice", fence: fence)?.credentials
+            Self.newest(ledger, Self.credentials(1), identifier: "alice", fence: fence)?.credentials
                 == Self.credentials(2))
-        #expect(ledger.newest(of: Self.credentials(0), identifier: "alice", fence: fence)?.refreshedOnly == true)
+        #expect(Self.newest(ledger, Self.credentials(0), identifier: "alice", fence: fence)?.refreshedOnly == true)
 
         // One release of the second view's two holds keeps it; the second lets it go.
         ledger.release("alice", view: second)
@@ -74,15 +84,15 @@ struct LedgerViewsTests {
         let handedOver = Credentials(accessToken: "at-x", refreshToken: "rt-x", expiresAt: nil)
         // Under a fence that no longer holds (a sign-in or a sign-out since): nothing is learned, nobody is told.
         #expect(ledger.updated("alice", replacing: Self.credentials(0), by: handedOver, fence: fence + 1_000).isEmpty)
-        #expect(ledger.newest(of: Self.credentials(0), identifier: "alice", fence: fence) == nil)
+        #expect(Self.newest(ledger, Self.credentials(0), identifier: "alice", fence: fence) == nil)
 
         let views = ledger.updated("alice", replacing: Self.credentials(0), by: handedOver, fence: fence)
         #expect(views.count == 2)
-        let newest = ledger.newest(of: Self.credentials(0), identifier: "alice", fence: fence)
+        let newest = Self.newest(ledger, Self.credentials(0), identifier: "alice", fence: fence)
         #expect(newest?.credentials == handedOver)
         #expect(newest?.refreshedOnly == false)
         // A view of another fence (an earlier sign-in) is never handed them.
-        #expect(ledger.newest(of: Self.credentials(0), identifier: "alice", fence: fence - 1) == nil)
+        #expect(Self.newest(ledger, Self.credentials(0), identifier: "alice", fence: fence - 1) == nil)
         // The replaced refresh token is never presented again in this process: a refresh of it gets the newest.
         let answered = await ledger.refresh(
             identifier: "alice", userInfo: Self.user, credentials: Self.credentials(0), fence: fence

@@ -522,50 +522,42 @@ extension CredentialsGate {
     /// Another controller's refresh (or credentials handed over to it) advanced the identifier's newest credentials: a
     /// session that holds credentials they replaced, with no flight of its own, takes the newest now, so it never
     /// presents the refresh token spent since, however many refreshes the other controllers make while it stays idle.
-    /// One read of the machine, one of the ledger, and the transition; a session with a flight of its own gets the
-    /// newest from that flight (the ledger joins it or answers it with the rotation).
+    /// One read of the machine, one of the ledger (``CredentialsLedger/news(of:identifier:fence:)``), and the
+    /// transition; a session with a flight of its own gets the newest from that flight (the ledger joins it or answers
+    /// it with the rotation).
     ///
     /// Also told when the newest was refused (the session ends as after its own refusal) and when the user signed out
     /// on another controller (the session closes, `.closed(.clearedElsewhere)`).
     func ledgerAdvanced(_ identifier: String) {
-        let session = inspect { machine -> (generation: UInt64, fence: UInt64)? in
+        let session = inspect { machine -> (generation: UInt64, fence: UInt64, held: Credentials?)? in
             guard machine.active, ExactIdentifier.areEqual(machine.identifier, identifier) else { return nil }
-            return (machine.generation, machine.ledgerFence)
+            return (machine.generation, machine.ledgerFence, machine.flights.isRefreshing ? nil : machine.credentials)
         }
-        guard let session else { return }
-        if ledger.signedOut(identifier, since: session.fence) {
+        guard let session, let news = ledger.news(of: session.held, identifier: identifier, fence: session.fence)
+        else { return }
+        switch news {
+        case .signedOut:
             // Signed out on another controller of this process: the session closes as when a coordinated store's
             // record was removed elsewhere (its flight, if any, is dropped; nothing is written back).
             let ended = modifyStateAndRunActions { $0.recordRemoved(generation: session.generation) }
             if ended, let owner = currentOwner {
                 Task { await owner.recordRemovedElsewhere(generation: session.generation) }
             }
-            return
-        }
-        let holding = inspect { machine -> (credentials: Credentials, generation: UInt64, fence: UInt64)? in
-            guard machine.active, machine.generation == session.generation, !machine.flights.isRefreshing,
-                let credentials = machine.credentials
-            else { return nil }
-            return (credentials, machine.generation, machine.ledgerFence)
-        }
-        guard let holding else { return }
-        guard let newest = ledger.newest(of: holding.credentials, identifier: identifier, fence: holding.fence) else {
+        case .refused:
             // Refused for good on another controller: this session's refreshes end as after its own refusal, and the
             // controller invalidates it.
-            guard ledger.refuses(holding.credentials, identifier: identifier, fence: holding.fence),
-                let generation = modifyStateAndRunActions({
-                    $0.entryRefused(holding.credentials, generation: holding.generation)
-                }),
+            guard let held = session.held,
+                let generation = modifyStateAndRunActions({ $0.entryRefused(held, generation: session.generation) }),
                 let owner = currentOwner
             else { return }
             Task { await owner.credentialsRevoked(generation: generation) }
-            return
-        }
-        // Ordered against `deactivate()`: the event never follows the session's `.closed`.
-        modifyStateAndRunActions(ordered: true) {
-            $0.entryAdvanced(
-                to: newest.credentials, from: holding.credentials, refreshedOnly: newest.refreshedOnly,
-                generation: holding.generation)
+        case .advanced(let newest, let refreshedOnly):
+            guard let held = session.held else { return }
+            // Ordered against `deactivate()`: the event never follows the session's `.closed`.
+            modifyStateAndRunActions(ordered: true) {
+                $0.entryAdvanced(
+                    to: newest, from: held, refreshedOnly: refreshedOnly, generation: session.generation)
+            }
         }
     }
 }

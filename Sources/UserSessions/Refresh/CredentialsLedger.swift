@@ -249,13 +249,16 @@ final class CredentialsLedger: Sendable {
             return fence
         }
 
-        /// The user signed out. See ``CredentialsLedger/signedOut(identifier:)``.
-        mutating func signOut() {
+        /// The user signed out; returns the views to tell (every one: each of its sessions closes). See
+        /// ``CredentialsLedger/signedOut(identifier:)``.
+        @discardableResult
+        mutating func signOut() -> [any CredentialsLedgerView] {
             renewFence()
             signedOut = true
             unwritten = false
             current = nil
             refused = nil
+            return views
         }
 
         /// How many refreshes an entry remembers once the store holds its newest credentials.
@@ -326,7 +329,8 @@ final class CredentialsLedger: Sendable {
 
         /// What presenting `credentials` gets without asking the server: `.refused` when its refresh token, or the
         /// newest one the refreshes known here reached from it, was refused for good; `.rotated` with the newest
-        /// credentials reached from it; `nil` when it is the newest known and not refused.
+        /// credentials reached from it (and whether refreshes alone led there); `nil` when it is the newest known
+        /// and not refused. One walk along the rotations.
         ///
         /// The newest is checked too: a caller holding credentials older than a refused refresh (a store that
         /// lags behind a write it failed, read back as a "replacement") must not be handed that refresh's result as
@@ -334,9 +338,9 @@ final class CredentialsLedger: Sendable {
         func known(_ credentials: Credentials) -> Known? {
             guard let token = credentials.refreshToken else { return nil }
             if refused == token { return .refused }
-            guard let rotated = latestRotation(of: credentials) else { return nil }
-            if let newest = rotated.refreshToken, refused == newest { return .refused }
-            return .rotated(rotated)
+            guard let reached = newestReached(from: credentials) else { return nil }
+            if let newest = reached.credentials.refreshToken, refused == newest { return .refused }
+            return .rotated(reached.credentials, refreshedOnly: reached.refreshedOnly)
         }
 
         /// The newest credentials the refreshes known here reached from `credentials`, or `nil` when `credentials`
@@ -367,7 +371,8 @@ final class CredentialsLedger: Sendable {
     /// What the ledger already knows of presented credentials (``Entry/known(_:)``).
     enum Known {
         case refused
-        case rotated(Credentials)
+        /// The newest credentials reached, and whether every step to them was a refresh (no replacement).
+        case rotated(Credentials, refreshedOnly: Bool)
     }
 
     /// A refresh the server answered (what it was sent and what it returned), or a replacement of the newest
@@ -594,7 +599,7 @@ final class CredentialsLedger: Sendable {
             guard let credentials = stored.credentials else { return stored }
             switch entry.known(credentials) {
             case .refused: return stored.markedRefused()
-            case .rotated(let rotated): return StoredSession(userInfo: stored.userInfo, credentials: rotated)
+            case .rotated(let rotated, _): return StoredSession(userInfo: stored.userInfo, credentials: rotated)
             case nil: return stored
             }
         }
@@ -651,7 +656,7 @@ final class CredentialsLedger: Sendable {
         let step = modify(key) { entry -> Step in
             switch entry.known(credentials) {
             case .refused: return .answered(.failure(Self.refusedError))
-            case .rotated(let rotated): return .answered(.success(rotated))
+            case .rotated(let rotated, _): return .answered(.success(rotated))
             case nil: break
             }
             if entry.flights.isRunning(sent) { return .join }
@@ -711,7 +716,7 @@ final class CredentialsLedger: Sendable {
     /// Whether `result`, a refresh that just returned, is now the identifier's newest credentials, to tell the views
     /// holding it: each view then takes it instead of presenting a refresh token it spent, however long it stays idle
     /// (the rotations the ledger remembers are a bounded window). A refusal of the newest is told too, over any
-    /// store: each view holding them ends its session (``refuses(_:identifier:fence:)``).
+    /// store: each view holding them ends its session (``news(of:identifier:fence:)``).
     private func advanced(_ entry: Entry, to result: Result<Credentials, UserSessionError>) -> Bool {
         guard case .success(let credentials) = result else { return false }
         return entry.current?.credentials == credentials
@@ -724,34 +729,32 @@ final class CredentialsLedger: Sendable {
         coordinatedStore == nil ? entry.viewsToTell : []
     }
 
-    /// The newest credentials the refreshes and replacements known here reached from `held`, which a view of
-    /// `identifier` holds under `fence`: `nil` when `held` are the newest known, when the fence changed (a sign-in or a
-    /// sign-out since, or under way), or when the newest was refused (the view's own next refresh fails at once).
-    /// `refreshedOnly` says whether refreshes alone led there (no credentials handed over or adopted on the way).
-    func newest(of held: Credentials, identifier: String, fence: UInt64)
-        -> (credentials: Credentials, refreshedOnly: Bool)?
-    {
-        entries.withLock { entries -> (credentials: Credentials, refreshedOnly: Bool)? in
-            // One walk along the rotations: what `known` answers `.rotated` for, without walking them again.
-            guard let entry = entries[ExactIdentifier(identifier)], entry.fence == fence, !entry.fencingWrite,
-                let token = held.refreshToken, entry.refused != token,
-                let reached = entry.newestReached(from: held)
-            else { return nil }
-            if let newest = reached.credentials.refreshToken, entry.refused == newest { return nil }
-            return reached
+    /// What a view of `identifier`, told by ``CredentialsLedgerView/ledgerAdvanced(_:)``, must do, holding `held` (`nil`
+    /// while it has a flight of its own, which the entry answers anyway) under `fence`. One critical section:
+    /// - `.signedOut`: the user signed out since the view's fence (never for a session still signing in, whose sign-in
+    ///   lands after, nor after a sign-in since); its session closes;
+    /// - `.refused`: the newest credentials `held` leads to were refused for good; its session ends;
+    /// - `.advanced`: the newest credentials the refreshes and replacements known here reached from `held`, and whether
+    ///   refreshes alone led there (no credentials handed over or adopted on the way); it takes them;
+    /// - `nil`: nothing to do (`held` are the newest known, or the fence changed by a sign-in, or one is under way).
+    func news(of held: Credentials?, identifier: String, fence: UInt64) -> ViewNews? {
+        entries.withLock { entries -> ViewNews? in
+            guard let entry = entries[ExactIdentifier(identifier)], !entry.fencingWrite else { return nil }
+            if entry.signedOut, entry.fence != fence, fence != RefreshStateMachine.signingInFence { return .signedOut }
+            guard entry.fence == fence, let held else { return nil }
+            switch entry.known(held) {
+            case .refused: return .refused
+            case .rotated(let newest, let refreshedOnly): return .advanced(newest, refreshedOnly: refreshedOnly)
+            case nil: return nil
+            }
         }
     }
 
-    /// Whether the server refused for good the newest credentials `held` leads to, which a view of `identifier`
-    /// holds under `fence` (never across a sign-in or a sign-out: the fence changed): the view's session ends as the
-    /// refusing one's did, without presenting the token again.
-    func refuses(_ held: Credentials, identifier: String, fence: UInt64) -> Bool {
-        entries.withLock { entries in
-            guard let entry = entries[ExactIdentifier(identifier)], entry.fence == fence, !entry.fencingWrite,
-                case .refused = entry.known(held)
-            else { return false }
-            return true
-        }
+    /// What a view must do when told (``news(of:identifier:fence:)``).
+    enum ViewNews: Equatable {
+        case signedOut
+        case refused
+        case advanced(Credentials, refreshedOnly: Bool)
     }
 
     /// Credentials handed over (`newer`) landed for `identifier` under `fence`, replacing `held`, what the session
@@ -775,7 +778,7 @@ final class CredentialsLedger: Sendable {
         let answer = modify(key) { entry -> Result<Credentials, UserSessionError>? in
             switch entry.known(credentials) {
             case .refused: return .failure(Self.refusedError)
-            case .rotated(let rotated): return .success(rotated)
+            case .rotated(let rotated, _): return .success(rotated)
             case nil: return nil
             }
         }
@@ -1305,23 +1308,9 @@ final class CredentialsLedger: Sendable {
     /// (``signedOut(identifier:)``): every write waiting or taken before is refused. A sign-out the store refused
     /// changes nothing, so it loses nothing: the user is still signed in, with the newest credentials.
     func signOut(_ identifier: String, remove: () async throws -> Void) async throws {
-        let (_, views) = try await withFencingWrite(identifier, remove) { entry in
-            entry.signOut()
-            return entry.views
-        }
+        let (_, views) = try await withFencingWrite(identifier, remove) { $0.signOut() }
         // Every controller still holding the user closes, as over a coordinated store when her record is removed.
         for view in views { view.ledgerAdvanced(identifier) }
-    }
-
-    /// Whether `identifier` signed out since `fence`, a fence of a session of it that signed in or was restored:
-    /// that session is a view that must close (``signOut(_:remove:)`` tells it). Never for a session still signing
-    /// in (its sign-in lands after the sign-out, under a fence of its own) nor after a sign-in since.
-    func signedOut(_ identifier: String, since fence: UInt64) -> Bool {
-        guard fence != RefreshStateMachine.signingInFence else { return false }
-        return entries.withLock { entries in
-            guard let entry = entries[ExactIdentifier(identifier)] else { return false }
-            return entry.signedOut && entry.fence != fence && !entry.fencingWrite
-        }
     }
 
     /// The user signed in again with `session` (now in the store): a refusal is forgotten, a pending rotation is no
@@ -1340,10 +1329,7 @@ final class CredentialsLedger: Sendable {
     /// holding it is told, as after ``signOut(_:remove:)``: each of this process's sessions of the user closes, not
     /// only the one that found the record gone.
     func signedOut(identifier: String) {
-        let views = modify(ExactIdentifier(identifier)) { entry in
-            entry.signOut()
-            return entry.views
-        }
+        let views = modify(ExactIdentifier(identifier)) { $0.signOut() }
         for view in views { view.ledgerAdvanced(identifier) }
     }
 
@@ -1502,9 +1488,8 @@ extension Credentials {
 /// refused, or the user signs out.
 protocol CredentialsLedgerView: AnyObject, Sendable {
     /// A refresh led by another holder of `identifier`, or credentials handed over to one, made the newest credentials:
-    /// the view takes them (``CredentialsLedger/newest(of:identifier:fence:)``) when it still holds credentials they
-    /// replaced. The same call says that the newest were refused (``CredentialsLedger/refuses(_:identifier:fence:)``:
-    /// the view's session ends) or that the user signed out (``CredentialsLedger/signedOut(_:since:)``: it closes).
-    /// Called after the ledger's lock is released.
+    /// the view takes them when it still holds credentials they
+    /// replaced (``CredentialsLedger/news(of:identifier:fence:)``). The same call says that the newest were refused
+    /// (the view's session ends) or that the user signed out (it closes). Called after the ledger's lock is released.
     func ledgerAdvanced(_ identifier: String)
 }
