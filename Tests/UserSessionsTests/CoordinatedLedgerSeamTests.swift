@@ -42,6 +42,15 @@ struct CoordinatedLedgerSeamTests {
             UserSessionController(store: store, refresher: server, configuration: configuration)
         }
 
+        /// Alice signed in (tokens valid for an hour) on one controller and restored on another: two views of her.
+        func aliceOnTwoControllers() async throws -> (signedIn: UserSessionController, restored: UserSessionController)
+        {
+            let (signedIn, restored) = (controller(), controller())
+            _ = try await signedIn.open(server.signIn("alice", expiresIn: 3600))
+            _ = try await restored.restore(identifier: "alice")
+            return (signedIn, restored)
+        }
+
         /// Advances the clock at each sleep until the ledger has nothing left to do for alice.
         func waitUntilTheLedgerIsDone() async throws {
             let (ledger, time) = (CredentialsLedger.shared(for: store), self.time)
@@ -235,9 +244,7 @@ struct CoordinatedLedgerSeamTests {
     @Test func anIdleControllerOverACoordinatedStoreAdoptsTheNewestRecordHoweverManyRefreshesAgo() async throws {
         let bench = Bench()
         let (time, server, store) = (bench.time, bench.server, bench.store)
-        let (busy, idle) = (bench.controller(), bench.controller())
-        _ = try await busy.open(server.signIn("alice", expiresIn: 3600))
-        _ = try await idle.restore(identifier: "alice")
+        let (busy, idle) = try await bench.aliceOnTwoControllers()
         let refreshes = CredentialsLedger.Entry.rotationWindow + 4
         for round in 1...refreshes {
             time.advance(by: 3600)
@@ -257,9 +264,7 @@ struct CoordinatedLedgerSeamTests {
     @Test func aRefusalOnOneControllerEndsTheSessionOfAnIdleControllerOverACoordinatedStoreToo() async throws {
         let bench = Bench()
         let (server, store) = (bench.server, bench.store)
-        let (refusing, idle) = (bench.controller(), bench.controller())
-        _ = try await refusing.open(server.signIn("alice", expiresIn: 3600))
-        _ = try await idle.restore(identifier: "alice")
+        let (refusing, idle) = try await bench.aliceOnTwoControllers()
         let events = EventProbe(idle)
         server.revoke("alice")
         await #expect(throws: UserSessionError.self) { try await refusing.refreshCredentials() }
@@ -278,10 +283,8 @@ struct CoordinatedLedgerSeamTests {
     /// one does not).
     @Test func aSignOutOnOneControllerClosesAnotherOverACoordinatedStoreToo() async throws {
         let bench = Bench()
-        let (server, store) = (bench.server, bench.store)
-        let (signingOut, other) = (bench.controller(), bench.controller())
-        _ = try await signingOut.open(server.signIn("alice", expiresIn: 3600))
-        _ = try await other.restore(identifier: "alice")
+        let store = bench.store
+        let (signingOut, other) = try await bench.aliceOnTwoControllers()
         let events = EventProbe(other)
         try await signingOut.closeAndClear()
         try await withHangGuard("the other controller's session closes") {
@@ -298,9 +301,7 @@ struct CoordinatedLedgerSeamTests {
     @Test func aSignOutOneControllerFindsInTheStoreClosesTheOthersHoldingTheUser() async throws {
         let bench = Bench()
         let (server, store) = (bench.server, bench.store)
-        let (reading, other) = (bench.controller(), bench.controller())
-        _ = try await reading.open(server.signIn("alice", expiresIn: 3600))
-        _ = try await other.restore(identifier: "alice")
+        let (reading, other) = try await bench.aliceOnTwoControllers()
         let (events, readerEvents) = (EventProbe(other), EventProbe(reading))
         store.removeElsewhere("alice")
         await #expect(throws: UserSessionError.self) { try await reading.refreshCredentials() }

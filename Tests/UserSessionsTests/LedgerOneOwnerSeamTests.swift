@@ -25,6 +25,15 @@ struct LedgerOneOwnerSeamTests {
             UserSessionController(store: store, refresher: server, configuration: configuration)
         }
 
+        /// Alice signed in (tokens valid for an hour) on one controller and restored on another: two views of her.
+        func aliceOnTwoControllers() async throws -> (signedIn: UserSessionController, restored: UserSessionController)
+        {
+            let (signedIn, restored) = (controller(), controller())
+            _ = try await signedIn.open(server.signIn("alice", expiresIn: 3600))
+            _ = try await restored.restore(identifier: "alice")
+            return (signedIn, restored)
+        }
+
         var ledger: CredentialsLedger { CredentialsLedger.shared(for: store) }
 
         /// Waits until `task` finished, or until a write of `identifier` waits for the identifier's write turn (held
@@ -365,9 +374,7 @@ struct LedgerOneOwnerSeamTests {
     /// commit, which waits for the write turn behind the first's, finds the rotation in the store and writes nothing.
     @Test func aControllerThatJoinedAnotherControllersRefreshDoesNotWriteTheRotationAgain() async throws {
         let bench = Bench()
-        let (first, second) = (bench.controller(), bench.controller())
-        _ = try await first.open(bench.server.signIn("alice", expiresIn: 3600))
-        _ = try await second.restore(identifier: "alice")
+        let (first, second) = try await bench.aliceOnTwoControllers()
         bench.time.advance(by: 3595)
         bench.server.holdRefreshes()
         let leader = Task { try await first.accessToken() }
@@ -393,9 +400,7 @@ struct LedgerOneOwnerSeamTests {
     @Test(arguments: [false, true])
     func aControllerAnsweredWithARotationWritesItOnlyWhenTheStoreLacksIt(_ firstWriteFails: Bool) async throws {
         let bench = Bench()
-        let (first, second) = (bench.controller(), bench.controller())
-        _ = try await first.open(bench.server.signIn("alice", expiresIn: 3600))
-        _ = try await second.restore(identifier: "alice")
+        let (first, second) = try await bench.aliceOnTwoControllers()
         bench.time.advance(by: 3595)
         bench.store.failWrites(firstWriteFails)
         #expect(try await first.accessToken() == "alice/at-1")
@@ -421,9 +426,7 @@ struct LedgerOneOwnerSeamTests {
     /// the family.
     @Test func anIdleControllerNeverPresentsATokenAnotherControllerSpentHoweverManyRefreshesAgo() async throws {
         let bench = Bench()
-        let (busy, idle) = (bench.controller(), bench.controller())
-        _ = try await busy.open(bench.server.signIn("alice", expiresIn: 3600))
-        _ = try await idle.restore(identifier: "alice")
+        let (busy, idle) = try await bench.aliceOnTwoControllers()
         let (events, leaderEvents) = (EventProbe(idle), EventProbe(busy))
         let refreshes = CredentialsLedger.Entry.rotationWindow + 4
         for round in 1...refreshes {
@@ -455,9 +458,7 @@ struct LedgerOneOwnerSeamTests {
     /// the token again.
     @Test func aRefusalOnOneControllerEndsTheSessionOfAnIdleControllerHoldingTheSameToken() async throws {
         let bench = Bench()
-        let (refusing, idle) = (bench.controller(), bench.controller())
-        _ = try await refusing.open(bench.server.signIn("alice", expiresIn: 3600))
-        _ = try await idle.restore(identifier: "alice")
+        let (refusing, idle) = try await bench.aliceOnTwoControllers()
         let events = EventProbe(idle)
         bench.server.revoke("alice")
         await #expect(throws: UserSessionError.self) { try await refusing.refreshCredentials() }
@@ -478,9 +479,7 @@ struct LedgerOneOwnerSeamTests {
     @Test(arguments: [false, true])
     func aSignOutElsewhereInTheProcessClosesEveryOtherControllerHoldingTheUser(_ throughARegistry: Bool) async throws {
         let bench = Bench()
-        let (signingOut, other) = (bench.controller(), bench.controller())
-        _ = try await signingOut.open(bench.server.signIn("alice", expiresIn: 3600))
-        _ = try await other.restore(identifier: "alice")
+        let (signingOut, other) = try await bench.aliceOnTwoControllers()
         let events = EventProbe(other)
         if throughARegistry {
             await signingOut.close()
