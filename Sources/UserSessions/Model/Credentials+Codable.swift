@@ -32,17 +32,19 @@ extension Credentials: Codable {
         guard version >= 1, version <= Self.formatVersion else {
             throw UserSessionError(.unsupportedFormatVersion, "credentials format version \(version) is not supported")
         }
-        accessToken = try container.decode(String.self, forKey: .accessToken)
-        refreshToken = try container.decodeIfPresent(String.self, forKey: .refreshToken)
-        tokenType = try container.decodeIfPresent(String.self, forKey: .tokenType)
-        expiresAt = try container.decodeIfPresent(Date.self, forKey: .expiresAt)
-        lastRefreshedAt = try container.decodeIfPresent(Date.self, forKey: .lastRefreshedAt)
-        source = try container.decodeIfPresent(Source.self, forKey: .source) ?? .external
-        grantedPermissions = Set(try container.decodeIfPresent([String].self, forKey: .grantedPermissions) ?? [])
-        declinedPermissions = Set(try container.decodeIfPresent([String].self, forKey: .declinedPermissions) ?? [])
-        // Absent in files written before sign-in with OpenID Connect existed: no ID token.
-        idToken = try container.decodeIfPresent(String.self, forKey: .idToken)
-        dpopKey = try container.decodeIfPresent(DPoPKey.self, forKey: .dpopKey)
+        self.init(
+            accessToken: try container.decode(String.self, forKey: .accessToken),
+            refreshToken: try container.decodeIfPresent(String.self, forKey: .refreshToken),
+            tokenType: try container.decodeIfPresent(String.self, forKey: .tokenType),
+            expiresAt: try container.decodeIfPresent(Date.self, forKey: .expiresAt),
+            lastRefreshedAt: try container.decodeIfPresent(Date.self, forKey: .lastRefreshedAt),
+            source: try container.decodeIfPresent(Source.self, forKey: .source) ?? .external,
+            grantedPermissions: Set(try container.decodeIfPresent([String].self, forKey: .grantedPermissions) ?? []),
+            declinedPermissions: Set(
+                try container.decodeIfPresent([String].self, forKey: .declinedPermissions) ?? []),
+            // Absent in files written before sign-in with OpenID Connect existed: no ID token.
+            idToken: try container.decodeIfPresent(String.self, forKey: .idToken),
+            dpopKey: try container.decodeIfPresent(DPoPKey.self, forKey: .dpopKey))
     }
 
     public func encode(to encoder: any Encoder) throws {
