@@ -136,8 +136,8 @@ final class CredentialsLedger: Sendable {
         }
         /// The schedule the write loop follows, from the last controller that held the identifier.
         var schedule: Schedule? {
-            get { detail?.schedule }
-            set { made().schedule = newValue }
+            get { detail?.kept?.schedule }
+            set { made().kept = newValue.map(KeptSchedule.init) }
         }
         /// Keeps `schedule` for the write loop unless the entry has one already (the first writer's stays; the
         /// writer whose write failed last replaces it by assigning ``schedule`` itself). `schedule` is made only
@@ -418,23 +418,27 @@ final class CredentialsLedger: Sendable {
 
     /// The part of an ``Entry`` beyond its fence and holders. A class, so that an entry stays small in the
     /// dictionary; it is read and changed only inside the ledger's critical sections, like the entry that holds it.
+    ///
+    /// A session opened by a sign-in keeps one while it is open (the sign-in's fence and record), so its fields are
+    /// laid out by size, words first and flags last, leaving no padding between them; the write loop's schedule,
+    /// kept only while a write is owed, is referenced rather than held (see ``KeptSchedule``).
     final class Detail {
         var flights = SingleFlight<String, Joiner>()
-        var current: StoredSession?
-        var unwritten = false
         var rotations: [Rotation] = []
         var refused: String?
         var reservedWrites = 0
-        var retrying = false
-        var schedule: Schedule?
-        var signedOut = false
-        var bornFence: UInt64?
-        var fencingWrite = false
-        var turn: UInt64?
+        var kept: KeptSchedule?
         var turnQueue: [TurnWaiter] = []
         var lateWrites = 0
         /// The views of the holders beyond ``Entry``'s first.
         var otherViews: [WeakView] = []
+        var current: StoredSession?
+        var bornFence: UInt64?
+        var turn: UInt64?
+        var unwritten = false
+        var retrying = false
+        var signedOut = false
+        var fencingWrite = false
 
         init() {}
 
@@ -442,6 +446,13 @@ final class CredentialsLedger: Sendable {
             flights.isEmpty && !unwritten && reservedWrites == 0 && !retrying && turn == nil && turnQueue.isEmpty
                 && lateWrites == 0
         }
+    }
+
+    /// A ``Schedule`` the entry keeps for its write loop, in an object of its own: an entry keeps one only while it
+    /// owes a write, so the detail of every other entry holds a word for it instead of the schedule.
+    final class KeptSchedule {
+        let schedule: Schedule
+        init(_ schedule: Schedule) { self.schedule = schedule }
     }
 
     /// A view held weakly (a controller that is gone is skipped).
