@@ -77,8 +77,8 @@ public actor UserSessionController: CredentialsGateOwner {
     init(settings: ControllerSettings, services: [any UserSessionService]) {
         self.settings = settings
         self.services = services
-        let configuration = settings.configuration
-        let hub = EventHub(defaultBufferSize: configuration.eventBufferSize, observers: configuration.observers)
+        let hub = EventHub(
+            defaultBufferSize: settings.configuration.eventBufferSize, observers: settings.configuration.observers)
         self.hub = hub
         self.gate = CredentialsGate(settings: settings, events: hub)
         gate.setOwner(self)
@@ -151,7 +151,7 @@ public actor UserSessionController: CredentialsGateOwner {
         let services = self.services
         await endRunningSession(state: .closed, event: .closed(.replaced))
         return try await openInTurn(
-            .prototype(prototype), services: services, openedAt: configuration.clock.now())
+            .prototype(prototype), services: services, openedAt: settings.configuration.clock.now())
     }
 
     // MARK: - Close
@@ -202,7 +202,7 @@ public actor UserSessionController: CredentialsGateOwner {
             guard let target = knownIdentifier ?? persisted else { return }
             await revokeBeforeClearing(target, sessionWasOpen: wasOpen)
             try await gate.clear(identifier: target)
-            try await configuration.dataDirectories?.removeDirectories(for: target)
+            try await settings.configuration.dataDirectories?.removeDirectories(for: target)
             if let persisted, ExactIdentifier.areEqual(persisted, target) { try await store.saveCurrentIdentifier(nil) }
         } catch {
             throw Self.storeError(error, "could not clear the stored session")
@@ -311,7 +311,7 @@ public actor UserSessionController: CredentialsGateOwner {
     /// this returns within roughly `started.count × serviceStopTimeout`.
     func stopServices(_ started: [any UserSessionService], session: UserSession) async {
         guard !started.isEmpty else { return }
-        let (timeout, clock) = (configuration.serviceStopTimeout, configuration.deadlineClock)
+        let (timeout, clock) = (settings.configuration.serviceStopTimeout, settings.configuration.deadlineClock)
         let hub = self.hub
         let stopping = Task {
             await ServiceRunner.stopInReverse(started, session: session, timeout: timeout, clock: clock, hub: hub)
@@ -391,12 +391,13 @@ extension UserSessionController {
         } catch {
             throw await unwindOpening(session, failure: error)
         }
-        let (store, configuration) = (self.store, self.configuration)
-        if Self.persistsOnOpening(configuration) {
+        // The shared settings, not a copy of the configuration: a registry's first request for a user gets here.
+        let settings = self.settings
+        if Self.persistsOnOpening(settings.configuration) {
             do {
                 try await runOpeningStep {
                     try await Self.persistCurrentIdentifierAndCreateDirectories(
-                        identifier, store: store, configuration: configuration)
+                        identifier, store: settings.store, configuration: settings.configuration)
                 }
             } catch {
                 throw await unwindOpening(session, failure: Self.storeError(error, source.persistFailure))
@@ -642,14 +643,14 @@ extension UserSessionController {
                 let stored = try? await store.load(identifier: identifier)
             else { return false }
             guard let credentials = stored.credentials else { return true }
-            return !credentials.isExpired(at: configuration.clock.now()) || credentials.isRefreshable
+            return !credentials.isExpired(at: settings.configuration.clock.now()) || credentials.isRefreshable
         }
     }
 
     /// The part of restore that runs in the caller's turn, once no session is opened: reads and checks the stored
     /// session, then opens it through ``openInTurn(_:services:openedAt:)``.
     func restoreInTurn(identifier: String) async throws -> UserSession {
-        try await configuration.instrumentation.measure(.restore) {
+        try await settings.configuration.instrumentation.measure(.restore) {
             try await restoreStoredSession(identifier: identifier)
         }
     }
@@ -703,7 +704,7 @@ extension UserSessionController {
         guard let stored = readThrough else {
             throw UserSessionError(.storeFailure, "the stored session changed while it was read")
         }
-        let now = configuration.clock.now()
+        let now = settings.configuration.clock.now()
         var needsRefresh = false
         if let credentials = stored.credentials, credentials.isExpired(at: now) {
             guard credentials.isRefreshable else {
