@@ -278,6 +278,55 @@ struct CoordinatedLedgerSeamTests {
         await idle.close()
     }
 
+    /// Another process had alice's refresh token refused for good and marked her record refused: the store's change
+    /// notice ends her session here at once, as a refusal on a controller of this process does, instead of serving her
+    /// until its next refresh finds the mark. Nothing is presented to the server from here.
+    @Test func aRefusalAnotherProcessRecordedEndsTheSessionAsSoonAsTheStoreReportsIt() async throws {
+        let bench = Bench()
+        let (server, store) = (bench.server, bench.store)
+        let controller = bench.controller()
+        let signIn = server.signIn("alice", expiresIn: 3600)
+        _ = try await controller.open(signIn)
+        await store.subscriptions.wait(for: 1)
+        let events = EventProbe(controller)
+        let refused = StoredSession(userInfo: UserInfo(id: "alice"), credentials: signIn.credentials)
+        store.writeElsewhere(refused.markedRefused(), identifier: "alice", notify: true)
+        try await withHangGuard("the session ends on the store's notice") {
+            await events.wait { $0.contains { $0.kind == .invalidated(.credentialsRevoked) } }
+        }
+        #expect(controller.session.state == .invalid)
+        await #expect(throws: UserSessionError.self) { try await controller.accessToken() }
+        #expect(server.calls == 0, "nothing was presented from this process")
+        #expect(store.record("alice")?.session.refreshTokenRefused == true, "the mark stays")
+        await controller.close()
+    }
+
+    /// The same when the other process had rotated alice's credentials before their refusal: the record holds newer
+    /// credentials than this session's, marked refused. This session's refresh token is spent and the family's newest
+    /// refused, so the session ends too, and so does every other controller of this process holding her.
+    @Test func aRefusalOfCredentialsAnotherProcessRotatedEndsEverySessionOfTheUserHere() async throws {
+        let bench = Bench()
+        let (server, store) = (bench.server, bench.store)
+        let (first, second) = try await bench.aliceOnTwoControllers()
+        await store.subscriptions.wait(for: 2)
+        let (firstEvents, secondEvents) = (EventProbe(first), EventProbe(second))
+        let held = try #require(first.credentials)
+        let rotated = try await server.refresh(held)
+        let presented = server.calls
+        store.writeElsewhere(
+            StoredSession(userInfo: UserInfo(id: "alice"), credentials: rotated).markedRefused(), identifier: "alice",
+            notify: true)
+        try await withHangGuard("both sessions end on the store's notice") {
+            await firstEvents.wait { $0.contains { $0.kind == .invalidated(.credentialsRevoked) } }
+            await secondEvents.wait { $0.contains { $0.kind == .invalidated(.credentialsRevoked) } }
+        }
+        #expect(first.session.state == .invalid && second.session.state == .invalid)
+        #expect(server.calls == presented, "nothing was presented from this process")
+        #expect(store.record("alice")?.session.refreshTokenRefused == true)
+        await first.close()
+        await second.close()
+    }
+
     /// A sign-out on one controller closes every other controller of the process holding the user over a
     /// coordinated store as well, whether or not the store reports the removal to the instance that made it (this
     /// one does not).

@@ -27,7 +27,8 @@ public struct UserSessionEvent: Sendable, Hashable, CustomStringConvertible {
         case serviceStartFailed(service: String)
         /// The refresh token was rejected (`invalid_grant`): the credentials were revoked. Also when another
         /// controller of the same process sharing the store had the same user's newest refresh token rejected:
-        /// every session holding it ends at once, without presenting it again.
+        /// every session holding it ends at once, without presenting it again; and when a coordinated store reports
+        /// that another instance had it rejected (the record is marked refused).
         case credentialsRevoked
         /// The credentials expired and could not be refreshed.
         case credentialsExpired

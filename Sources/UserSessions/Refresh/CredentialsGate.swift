@@ -670,8 +670,7 @@ extension CredentialsGate {
     /// that very token, or credentials that replace the ones `job` holds (another process rotated them, and the
     /// rotation was refused).
     private func recordsRefusal(_ record: RevisedSession, _ job: RefreshStateMachine.RefreshJob) -> Bool {
-        guard record.session.refreshTokenRefused else { return false }
-        return record.session.credentials?.refreshToken == job.credentials.refreshToken || storeReplaces(record, job)
+        inspect { $0.storeRefuses(record, job.credentials, generation: job.generation) }
     }
 
     /// Whether `job` is still the session's flight; a superseded or ended one is forgotten (it has sent nothing).
@@ -1234,6 +1233,9 @@ extension CredentialsGate {
         case adopted
         /// The record was removed elsewhere (the waiters failed): the session must close.
         case removed
+        /// The record says the session's credentials were refused for good elsewhere (the waiters failed): the
+        /// session must be invalidated when `invalidates`, and `views`, the identifier's views in this process, told.
+        case refused(identifier: String, invalidates: Bool, views: [any CredentialsLedgerView])
     }
 
     /// While holding the identifier's write `turn`: adopts `record` (newer credentials another process stored) for
@@ -1256,6 +1258,19 @@ extension CredentialsGate {
             let removed = modifyStateAndRunActions { $0.recordRemoved(generation: generation) }
             return removed ? .removed : .none
         }
+        let refusal = inspect { machine -> (identifier: String, fence: UInt64, held: Credentials?)? in
+            guard machine.storeRefuses(record, machine.credentials, generation: generation) else { return nil }
+            return (machine.identifier, machine.ledgerFence, machine.credentials)
+        }
+        if let refusal {
+            // Another instance had these credentials (or the ones it rotated them to) refused for good and marked the
+            // record: the ledger learns the refusal as if this process had met it, and this session ends as after its
+            // own refusal, now rather than at its next refresh.
+            let views = ledger.refusedElsewhere(
+                refusal.identifier, record.session, replacing: refusal.held, fence: refusal.fence, turn: turn.token)
+            let invalidates = modifyStateAndRunActions { $0.recordRefused(generation: generation) }
+            return .refused(identifier: refusal.identifier, invalidates: invalidates, views: views)
+        }
         let adopting = inspect { machine -> (identifier: String, fence: UInt64)? in
             guard machine.storeIsNewer(record, than: machine.credentials, generation: generation) else { return nil }
             return (machine.identifier, machine.ledgerFence)
@@ -1271,8 +1286,15 @@ extension CredentialsGate {
 
     /// After the write turn is left: a session whose record was removed elsewhere is closed by its controller.
     func finishAdoption(_ adoption: Adoption, generation: UInt64) async {
-        guard case .removed = adoption, let owner = currentOwner else { return }
-        await owner.recordRemovedElsewhere(generation: generation)
+        switch adoption {
+        case .none, .adopted:
+            return
+        case .removed:
+            await currentOwner?.recordRemovedElsewhere(generation: generation)
+        case .refused(let identifier, let invalidates, let views):
+            for view in views { view.ledgerAdvanced(identifier) }
+            if invalidates { await currentOwner?.credentialsRevoked(generation: generation) }
+        }
     }
 
     /// Reads the record of the active session of `generation` and adopts it when it is newer than what the
@@ -1300,8 +1322,12 @@ extension CredentialsGate {
                         + RefreshStateMachine.describePersistFailure(error))
                 return nil
             }
+            // A record marked refused is acted on even when it holds the very credentials the session holds.
             let newer = record.map { record in
-                inspect { $0.storeIsNewer(record, than: held, generation: generation) }
+                inspect {
+                    $0.storeIsNewer(record, than: held, generation: generation)
+                        || $0.storeRefuses(record, held, generation: generation)
+                }
             }
             guard newer ?? true else { return nil }
             return adoptHoldingTurn(record, generation: generation, turn: turn)

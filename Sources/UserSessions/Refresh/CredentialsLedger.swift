@@ -1211,6 +1211,30 @@ final class CredentialsLedger: Sendable {
         if rewrite { Task { await self.rewriteNow(identifier) } }
     }
 
+    /// A session of `identifier` holding the write turn `turn` read `session` from the store in that turn, marked
+    /// refused: another instance had its refresh token refused for good. The ledger learns the refusal as it learns
+    /// one of this process (``flightReturned(_:flight:userInfo:result:)``): the refused token answers every later
+    /// presentation at once, and the record, already in the store, is the newest. What it replaced (the newest known
+    /// here, and `held`, what the reading session holds, when the other instance rotated them first) is answered with
+    /// it, so whoever holds them is refused too. Returns every view to tell (each holding them ends its session):
+    /// none when the fence is no longer `fence` or the caller lost the turn to a close's deadline.
+    func refusedElsewhere(
+        _ identifier: String, _ session: StoredSession, replacing held: Credentials?, fence: UInt64, turn: UInt64
+    ) -> [any CredentialsLedgerView] {
+        modify(ExactIdentifier(identifier)) { entry in
+            guard entry.fence == fence, entry.turn == turn, let credentials = session.credentials,
+                let token = credentials.refreshToken
+            else { return [] }
+            for replaced in [entry.current?.credentials, held].compactMap({ $0 }) where replaced != credentials {
+                entry.recordReplacement(of: replaced, by: credentials)
+            }
+            entry.current = session
+            entry.unwritten = false
+            entry.refused = token
+            return entry.views
+        }
+    }
+
     /// Removes `identifier`'s record once more: a write from before its sign-out landed after it. In the write turn,
     /// under the fence the sign-out made (a sign-in since is never removed), spending the reservation that kept the
     /// entry alive until now.

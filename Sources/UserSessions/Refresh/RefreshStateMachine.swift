@@ -745,6 +745,18 @@ extension RefreshStateMachine {
         return (true, .resume(waiters, with: .failure(Self.clearedElsewhereError)))
     }
 
+    /// The session of `generation` found its credentials refused for good in the coordinated store: another
+    /// instance's refresh of them, or of the credentials it rotated them to, was refused, and its record says so
+    /// (``storeRefuses(_:_:generation:)``). Its refreshes end as after its own refusal; the flight in progress, if
+    /// any, is dropped and its waiters fail. Returns whether it was the active session (which the controller must then
+    /// invalidate).
+    mutating func recordRefused(generation: UInt64) -> (Bool, Actions) {
+        guard active, self.generation == generation, !flights.isTerminated else { return (false, .none) }
+        let waiters = flights.terminated(by: CredentialsLedger.refusedError)
+        recomputeDeadline()
+        return (true, .resume(waiters, with: .failure(CredentialsLedger.refusedError)))
+    }
+
     static let clearedElsewhereError = UserSessionError(
         .sessionNotOpen, "the session's stored record was removed elsewhere; the session is closing")
 
@@ -754,6 +766,15 @@ extension RefreshStateMachine {
         guard active, self.generation == generation, let stored = record.session.credentials else { return false }
         if let heldRevision, record.revision <= heldRevision { return false }
         return stored != held
+    }
+
+    /// Whether `record` says the refresh token of `held` was refused for good: it is marked refused and holds that
+    /// very token, or credentials that replace `held` for the session of `generation` (another instance rotated them,
+    /// and the rotation was refused).
+    func storeRefuses(_ record: RevisedSession, _ held: Credentials?, generation: UInt64) -> Bool {
+        guard record.session.refreshTokenRefused else { return false }
+        return record.session.credentials?.refreshToken == held?.refreshToken
+            || storeIsNewer(record, than: held, generation: generation)
     }
 
     /// The fallback for stores without coordination: a refresh of `flightID` that sent `sent` was refused as
