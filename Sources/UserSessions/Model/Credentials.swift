@@ -20,56 +20,56 @@ public struct Credentials: Sendable, Hashable {
 
     /// The access token. A secret.
     public var accessToken: String {
-        get { box.fields.accessToken }
-        set { change { $0.accessToken = newValue } }
+        get { shared.fields.accessToken }
+        set { shared.fields.accessToken = newValue }
     }
     /// The refresh token, if any. A secret.
     public var refreshToken: String? {
-        get { box.fields.refreshToken }
-        set { change { $0.refreshToken = newValue } }
+        get { shared.fields.refreshToken }
+        set { shared.fields.refreshToken = newValue }
     }
     /// The token type, usually `Bearer`.
     public var tokenType: String? {
-        get { box.fields.tokenType }
-        set { change { $0.tokenType = newValue } }
+        get { shared.fields.tokenType }
+        set { shared.fields.tokenType = newValue }
     }
     /// When the access token expires; `nil` means it does not expire.
     public var expiresAt: Date? {
-        get { box.fields.expiresAt }
-        set { change { $0.expiresAt = newValue } }
+        get { shared.fields.expiresAt }
+        set { shared.fields.expiresAt = newValue }
     }
     /// When the credentials were last obtained or refreshed.
     public var lastRefreshedAt: Date? {
-        get { box.fields.lastRefreshedAt }
-        set { change { $0.lastRefreshedAt = newValue } }
+        get { shared.fields.lastRefreshedAt }
+        set { shared.fields.lastRefreshedAt = newValue }
     }
     /// How the credentials were obtained.
     public var source: Source {
-        get { box.fields.source }
-        set { change { $0.source = newValue } }
+        get { shared.fields.source }
+        set { shared.fields.source = newValue }
     }
     /// Permissions (scopes) granted.
     public var grantedPermissions: Set<String> {
-        get { box.fields.grantedPermissions }
-        set { change { $0.grantedPermissions = newValue } }
+        get { shared.fields.grantedPermissions }
+        set { shared.fields.grantedPermissions = newValue }
     }
     /// Permissions (scopes) the user declined.
     public var declinedPermissions: Set<String> {
-        get { box.fields.declinedPermissions }
-        set { change { $0.declinedPermissions = newValue } }
+        get { shared.fields.declinedPermissions }
+        set { shared.fields.declinedPermissions = newValue }
     }
     /// The OpenID Connect ID token the session was signed in with, if any: kept for RP-initiated logout
     /// (`id_token_hint`). A secret, stored with the other tokens; refreshes keep it.
     public var idToken: String? {
-        get { box.fields.idToken }
-        set { change { $0.idToken = newValue } }
+        get { shared.fields.idToken }
+        set { shared.fields.idToken = newValue }
     }
     /// The key the tokens are bound to with DPoP (RFC 9449), when the session was signed in with it: made at
     /// sign-in, kept by every store beside the tokens and by every refresh, so proofs are always signed with it. A
     /// secret; `nil` for bearer tokens.
     public var dpopKey: DPoPKey? {
-        get { box.fields.dpopKey }
-        set { change { $0.dpopKey = newValue } }
+        get { shared.fields.dpopKey }
+        set { shared.fields.dpopKey = newValue }
     }
 
     /// The fields, as one value.
@@ -86,23 +86,8 @@ public struct Credentials: Sendable, Hashable {
         var dpopKey: DPoPKey?
     }
 
-    /// The fields in one immutable object that every copy shares. A session's credentials are held at once by
-    /// its view (the gate's machine), by the ledger's entry as the identifier's newest, and by the refresh in
-    /// flight; each copy is one word and one reference count, not ten fields and eight counts. A setter makes a new
-    /// object: credentials change as a whole, at a refresh or a sign-in, not field by field.
-    final class Box: Sendable {
-        let fields: Fields
-        init(_ fields: Fields) { self.fields = fields }
-    }
-
-    private var box: Box
-
-    /// Replaces the fields with `body`'s change of them (copies never see it).
-    private mutating func change(_ body: (inout Fields) -> Void) {
-        var fields = box.fields
-        body(&fields)
-        box = Box(fields)
-    }
+    /// The fields, shared by every copy (see ``SharedFields``).
+    private var shared: SharedFields<Fields>
 
     /// Creates credentials.
     public init(
@@ -117,20 +102,11 @@ public struct Credentials: Sendable, Hashable {
         idToken: String? = nil,
         dpopKey: DPoPKey? = nil
     ) {
-        box = Box(
+        shared = SharedFields(
             Fields(
                 accessToken: accessToken, refreshToken: refreshToken, tokenType: tokenType, expiresAt: expiresAt,
                 lastRefreshedAt: lastRefreshedAt, source: source, grantedPermissions: grantedPermissions,
                 declinedPermissions: declinedPermissions, idToken: idToken, dpopKey: dpopKey))
-    }
-
-    /// Equal when every field is: copies of one value compare without looking at a field.
-    public static func == (lhs: Credentials, rhs: Credentials) -> Bool {
-        lhs.box === rhs.box || lhs.box.fields == rhs.box.fields
-    }
-
-    public func hash(into hasher: inout Hasher) {
-        box.fields.hash(into: &hasher)
     }
 
     /// Whether the access token has expired at `date`.
