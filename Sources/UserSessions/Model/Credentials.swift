@@ -109,6 +109,11 @@ public struct Credentials: Sendable, Hashable {
                 declinedPermissions: declinedPermissions, idToken: idToken, dpopKey: dpopKey))
     }
 
+    /// Changes several fields at once: one new shared object, where setting them one by one makes one per field.
+    mutating func change(_ body: (inout Fields) throws -> Void) rethrows {
+        try body(&shared.fields)
+    }
+
     /// Whether the access token has expired at `date`.
     public func isExpired(at date: Date) -> Bool {
         guard let expiresAt else { return false }

@@ -132,29 +132,36 @@ package enum OAuth2TokenResponse {
             throw malformed("has no access_token string")
         }
         var refreshed = previous ?? Credentials(accessToken: accessToken)
-        refreshed.accessToken = accessToken
-        if let tokenType = object["token_type"] {
-            guard let tokenType = tokenType as? String else { throw malformed("has a token_type that is not a string") }
-            refreshed.tokenType = tokenType
-        }
-        if let refreshToken = object["refresh_token"], !(refreshToken is NSNull) {
-            guard let refreshToken = refreshToken as? String, !refreshToken.isEmpty else {
-                throw malformed("has a refresh_token that is not a string")
+        // Every field in one change: one new shared object of fields, not one per field set.
+        try refreshed.change { fields in
+            fields.accessToken = accessToken
+            if let tokenType = object["token_type"] {
+                guard let tokenType = tokenType as? String else {
+                    throw malformed("has a token_type that is not a string")
+                }
+                fields.tokenType = tokenType
             }
-            refreshed.refreshToken = refreshToken
+            if let refreshToken = object["refresh_token"], !(refreshToken is NSNull) {
+                guard let refreshToken = refreshToken as? String, !refreshToken.isEmpty else {
+                    throw malformed("has a refresh_token that is not a string")
+                }
+                fields.refreshToken = refreshToken
+            }
+            if let expiresIn = object["expires_in"], !(expiresIn is NSNull) {
+                guard let seconds = lifetime(expiresIn) else { throw malformed("has an invalid expires_in") }
+                fields.expiresAt = sentAt.addingTimeInterval(seconds)
+            } else {
+                // No lifetime given: the old expiry says nothing about the new token.
+                fields.expiresAt = nil
+            }
+            if let scope = object["scope"], !(scope is NSNull) {
+                guard let scope = scope as? String else { throw malformed("has a scope that is not a string") }
+                fields.grantedPermissions = Set(scope.split(separator: " ").map(String.init))
+            }
+            if let dpopKey { fields.dpopKey = dpopKey }
+            fields.lastRefreshedAt = sentAt
+            fields.source = source
         }
-        if let expiresIn = object["expires_in"], !(expiresIn is NSNull) {
-            guard let seconds = lifetime(expiresIn) else { throw malformed("has an invalid expires_in") }
-            refreshed.expiresAt = sentAt.addingTimeInterval(seconds)
-        } else {
-            // No lifetime given: the old expiry says nothing about the new token.
-            refreshed.expiresAt = nil
-        }
-        if let scope = object["scope"], !(scope is NSNull) {
-            guard let scope = scope as? String else { throw malformed("has a scope that is not a string") }
-            refreshed.grantedPermissions = Set(scope.split(separator: " ").map(String.init))
-        }
-        if let dpopKey { refreshed.dpopKey = dpopKey }
         // RFC 9449 §5: a client that asked for bound tokens does not use bearer ones; a server (or whoever stands in
         // between) that answers `Bearer` has not bound them, or says it has not.
         if refreshed.dpopKey != nil, refreshed.tokenType?.lowercased() != "dpop" {
@@ -165,8 +172,6 @@ package enum OAuth2TokenResponse {
                     + " where DPoP was asked",
                 failureClass: .terminal)
         }
-        refreshed.lastRefreshedAt = sentAt
-        refreshed.source = source
         return refreshed
     }
 
