@@ -1239,10 +1239,13 @@ extension CredentialsGate {
     }
 
     /// While holding the identifier's write `turn`: adopts `record` (newer credentials another process stored) for
-    /// the session of `generation`, or, for `nil`, stops that session because its record was removed elsewhere.
-    /// Hand the result to ``finishAdoption(_:generation:)`` after leaving the turn.
+    /// the session of `generation`; for `nil`, stops that session because its record was removed elsewhere; for a
+    /// record marked refused that holds the session's refresh token or replaces its credentials
+    /// (``RefreshStateMachine/storeRefuses(_:_:generation:)``), ends it as after its own refusal. Hand the result to
+    /// ``finishAdoption(_:generation:)`` after leaving the turn.
     ///
-    /// Either way the ledger learns it first, like a write that landed: a removed record is a sign-out, and adopted
+    /// Either way the ledger learns it first, like a write that landed: a removed record is a sign-out, a refusal is
+    /// recorded as if met here (``CredentialsLedger/refusedElsewhere(_:_:replacing:fence:turn:)``), and adopted
     /// credentials are what the store holds (``CredentialsLedger/adopted(_:_:fence:turn:schedule:)``, under the
     /// session's fence), so a refresh of them is a refresh of the identifier's newest, never taken for one of
     /// replaced credentials (its rotation unwritten, its refusal unrecorded). The ledger learns it before the session
@@ -1284,7 +1287,8 @@ extension CredentialsGate {
         return adopted ? .adopted : .none
     }
 
-    /// After the write turn is left: a session whose record was removed elsewhere is closed by its controller.
+    /// After the write turn is left: a session whose record was removed elsewhere is closed by its controller; one
+    /// whose credentials the record says were refused is invalidated, and the identifier's other views are told.
     func finishAdoption(_ adoption: Adoption, generation: UInt64) async {
         switch adoption {
         case .none, .adopted:
