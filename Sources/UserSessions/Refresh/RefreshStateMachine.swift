@@ -730,9 +730,7 @@ extension RefreshStateMachine {
     mutating func entryRefused(_ held: Credentials, generation: UInt64) -> (UInt64?, Actions) {
         guard active, self.generation == generation, !flights.isRefreshing, !flights.isTerminated, credentials == held
         else { return (nil, .none) }
-        let waiters = flights.terminated(by: CredentialsLedger.refusedError)
-        recomputeDeadline()
-        return (generation, .resume(waiters, with: .failure(CredentialsLedger.refusedError)))
+        return (generation, endRefreshes(with: CredentialsLedger.refusedError))
     }
 
     /// The session of `generation` found its record removed from the coordinated store by someone else (signed out
@@ -740,9 +738,7 @@ extension RefreshStateMachine {
     /// waiters fail. Returns whether it was the active session (which the controller must then close).
     mutating func recordRemoved(generation: UInt64) -> (Bool, Actions) {
         guard active, self.generation == generation else { return (false, .none) }
-        let waiters = flights.terminated(by: Self.clearedElsewhereError)
-        recomputeDeadline()
-        return (true, .resume(waiters, with: .failure(Self.clearedElsewhereError)))
+        return (true, endRefreshes(with: Self.clearedElsewhereError))
     }
 
     /// The session of `generation` found its credentials refused for good in the coordinated store: another
@@ -752,9 +748,15 @@ extension RefreshStateMachine {
     /// invalidate).
     mutating func recordRefused(generation: UInt64) -> (Bool, Actions) {
         guard active, self.generation == generation, !flights.isTerminated else { return (false, .none) }
-        let waiters = flights.terminated(by: CredentialsLedger.refusedError)
+        return (true, endRefreshes(with: CredentialsLedger.refusedError))
+    }
+
+    /// The session's refreshes end for good with `error` (a refusal the entry told of, or a refusal or a removal
+    /// found in the store): the flight in progress, if any, is dropped, no token is served, and its waiters fail.
+    private mutating func endRefreshes(with error: UserSessionError) -> Actions {
+        let waiters = flights.terminated(by: error)
         recomputeDeadline()
-        return (true, .resume(waiters, with: .failure(CredentialsLedger.refusedError)))
+        return .resume(waiters, with: .failure(error))
     }
 
     static let clearedElsewhereError = UserSessionError(
