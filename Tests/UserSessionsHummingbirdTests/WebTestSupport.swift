@@ -149,7 +149,7 @@ struct Provider {
     var issuer: URL { server.baseURL }
 
     static func with<R>(_ body: (Provider) async throws -> R) async throws -> R {
-        try await FixtureServer.run(script: "oidc_provider.py", in: directory, timeout: .seconds(120)) {
+        try await FixtureServer.run(script: "oidc_provider.py", in: directory, timeout: .seconds(60)) {
             try await body(Provider(server: $0))
         }
     }

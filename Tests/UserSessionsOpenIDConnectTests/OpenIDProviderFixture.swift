@@ -42,7 +42,7 @@ final class OpenIDProviderFixture: Sendable {
     static func with<R>(_ body: (OpenIDProviderFixture) async throws -> R) async throws -> R {
         await slots.acquire()
         defer { slots.release() }
-        return try await FixtureServer.run(script: "oidc_provider.py", in: directory, timeout: .seconds(120)) {
+        return try await FixtureServer.run(script: "oidc_provider.py", in: directory, timeout: .seconds(60)) {
             try await body(OpenIDProviderFixture($0))
         }
     }

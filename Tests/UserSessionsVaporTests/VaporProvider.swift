@@ -20,7 +20,7 @@ struct VaporProvider {
     let server: FixtureServer
 
     static func with<R>(_ body: (VaporProvider) async throws -> R) async throws -> R {
-        try await FixtureServer.run(script: "oidc_provider.py", in: directory, timeout: .seconds(120)) {
+        try await FixtureServer.run(script: "oidc_provider.py", in: directory, timeout: .seconds(60)) {
             try await body(VaporProvider(server: $0))
         }
     }
