@@ -1018,7 +1018,10 @@ extension CredentialsGate {
         }
         var outcome: WriteOutcome
         do {
-            if let coordinated = coordinatedStore, kind == .handedOver || target.baseRevision != nil {
+            if let coordinated = coordinatedStore {
+                // Every write to a coordinated store is conditional: on the revision the session holds, or, with
+                // none, on there being no record. A record the session never saw is read back before anything is
+                // written over it.
                 outcome = try await conditionalWrite(target, store: coordinated, overwrite: kind == .handedOver)
             } else {
                 try await store.save(target.stored, identifier: target.identifier)
