@@ -61,11 +61,15 @@ package final class FixtureServer: Sendable {
         process.standardError = FileHandle.nullDevice
         do {
             try process.run()
-            process.waitUntilExit()
-            return process.terminationStatus == 0
         } catch {
             return false
         }
+        let box = ProcessBox(process)
+        guard box.waitForExit(upTo: .seconds(60)) else {
+            box.signal(SIGKILL)
+            return false
+        }
+        return process.terminationReason == .exit && process.terminationStatus == 0
     }
 
     /// `Tests/UserSessionsTests/Fixtures`, found from this file's path at build time.
@@ -351,13 +355,26 @@ private final class ProcessBox: @unchecked Sendable {
         self.signal(signal)
         await withVisibleCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             DispatchQueue.global().async {
-                let deadline = DispatchTime.now() + grace.seconds
-                while self.process.isRunning, DispatchTime.now() < deadline { usleep(20_000) }
-                self.signal(SIGKILL)
-                self.process.waitUntilExit()
+                if !self.waitForExit(upTo: grace) {
+                    self.signal(SIGKILL)
+                    _ = self.waitForExit(upTo: .seconds(10))
+                }
                 continuation.resumeVisibly()
             }
         }
+    }
+
+    /// Blocks the calling thread until the process has exited or `limit` has passed; returns whether it exited.
+    ///
+    /// Polls `isRunning` rather than calling `waitUntilExit()`, which waits without a limit in a run loop: a fixture
+    /// that will not die must fail its test, not hang the suite.
+    func waitForExit(upTo limit: Duration) -> Bool {
+        let deadline = DispatchTime.now() + limit.seconds
+        while process.isRunning {
+            guard DispatchTime.now() < deadline else { return false }
+            usleep(10_000)
+        }
+        return true
     }
 
     /// How the process ended, or that it has not.

@@ -269,7 +269,9 @@ final class WebOverheadChild {
         }
         let watchdog = Task.detached {
             try await Task.sleep(for: .seconds(60))
-            process.terminate()
+            // SIGKILL, not terminate()'s SIGTERM: the child inherits the signal mask of the dispatch thread that
+            // spawned it, which blocks SIGTERM.
+            kill(process.processIdentifier, SIGKILL)
         }
         let line = await reading.value
         watchdog.cancel()
