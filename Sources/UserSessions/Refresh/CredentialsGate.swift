@@ -1158,7 +1158,7 @@ extension CredentialsGate {
     /// reloads the revision and tries again).
     static let conditionalWriteAttempts = 4
 
-    /// Writes `target` conditionally on the revision the session holds.
+    /// Writes `target` conditionally on the revision the session holds (holding none: on there being no record).
     ///
     /// On a conflict the record is read back: a record equal to the target counts as written; a record that
     /// still holds the refresh token the session's write was based on (rewritten by someone who held nothing
