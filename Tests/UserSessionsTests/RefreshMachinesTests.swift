@@ -37,6 +37,44 @@ struct RefreshMachinesTests {
         #expect(flights.retryAt == -.infinity)
     }
 
+    @Test func aBackoffSharedByTheLedgerIsTakenWhenNothingRunsOrBacksOffLonger() {
+        let shared = FlightMachine.Backoff(
+            failures: 2, retryAt: 50, lastFailure: Self.error, blocksAutomaticRefresh: false)
+        var flights = FlightMachine()
+        let taken = flights.backedOffElsewhere(shared)
+        #expect(taken && flights.backoff === shared && flights.retryAt == 50)
+
+        // A refresh of its own that runs, or a backoff of its own that lasts longer, is kept.
+        var running = FlightMachine()
+        _ = running.started(.demand, now: 0)
+        let takenWhileRunning = running.backedOffElsewhere(shared)
+        #expect(!takenWhileRunning && running.isRefreshing)
+        var longer = FlightMachine()
+        _ = longer.started(.demand, now: 45)
+        _ = longer.failed(Self.error, failureClass: .transient, now: 45, delay: Self.delay)
+        let takenOverLonger = longer.backedOffElsewhere(shared)
+        #expect(!takenOverLonger && longer.retryAt == 55)
+
+        // A session's own transient failure backs off by the shared backoff, not a count of its own.
+        var failing = FlightMachine()
+        _ = failing.started(.demand, now: 0)
+        _ = failing.failed(Self.error, failureClass: .transient, now: 0, shared: shared, delay: Self.delay)
+        #expect(failing.backoff === shared)
+    }
+
+    @Test func aSharedBackoffNeverLiftsAMisconfigurationsBlock() {
+        let shared = FlightMachine.Backoff(
+            failures: 1, retryAt: 50, lastFailure: Self.error, blocksAutomaticRefresh: false)
+        var flights = FlightMachine()
+        _ = flights.started(.demand, now: 0)
+        _ = flights.failed(Self.error, failureClass: .misconfiguration, now: 0, delay: Self.delay)
+        let taken = flights.backedOffElsewhere(shared)
+        #expect(!taken && flights.blocksAutomaticRefresh)
+        _ = flights.started(.forced, now: 1)
+        _ = flights.failed(Self.error, failureClass: .transient, now: 1, shared: shared, delay: Self.delay)
+        #expect(flights.blocksAutomaticRefresh)
+    }
+
     @Test func aMisconfigurationBlocksAutomaticRefreshesUntilTheCredentialsChange() {
         var flights = FlightMachine()
         _ = flights.started(.demand, now: 0)

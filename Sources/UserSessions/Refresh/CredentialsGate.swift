@@ -558,6 +558,11 @@ extension CredentialsGate {
                 $0.entryAdvanced(
                     to: newest, from: held, refreshedOnly: refreshedOnly, generation: session.generation)
             }
+        case .backedOff(let backoff):
+            // Another controller's refresh of the same credentials failed for a while: this session backs off with
+            // it instead of asking the failing server again.
+            guard let held = session.held else { return }
+            modifyStateAndRunActions { $0.entryBackedOff(backoff, held: held, generation: session.generation) }
         }
     }
 }
@@ -736,7 +741,9 @@ extension CredentialsGate {
     {
         await ledger.refreshTakingTurn(
             identifier: job.identifier, userInfo: job.userInfo, credentials: credentials, fence: job.ledgerFence,
-            takingTurn: true
+            takingTurn: true,
+            backoff: CredentialsLedger.BackoffTerms(
+                clock: clock, policy: policy.refresh, stopsRequest: job.kind != .forced)
         ) {
             await callRefresher(credentials)
         }
@@ -828,8 +835,12 @@ extension CredentialsGate {
     private func fail(_ job: RefreshStateMachine.RefreshJob, _ error: UserSessionError) async -> Int? {
         let now = clock.nowSeconds()
         let jitter = Double.random(in: 0...1)
+        // A transient failure backs off every holder of the credentials alike: by the backoff the ledger keeps.
+        let shared =
+            error.failureClass == .transient
+            ? ledger.backoff(job.identifier, sending: job.credentials.refreshToken) : nil
         let report = modifyStateAndRunActions(ordered: true) {
-            $0.refreshFailed(flightID: job.flightID, error: error, now: now, jitter: jitter)
+            $0.refreshFailed(flightID: job.flightID, error: error, now: now, jitter: jitter, shared: shared)
         }
         guard let report else { return nil }
         if let generation = report.invalidates, let owner = currentOwner {

@@ -123,6 +123,19 @@ final class CredentialsLedger: Sendable {
             get { detail?.refused }
             set { made().refused = newValue }
         }
+        /// The backoff every holder of the newest credentials keeps after their refresh failed for a while.
+        var backoff: SharedBackoff? {
+            get { detail?.backoff }
+            set {
+                guard newValue != nil || detail?.backoff != nil else { return }
+                made().backoff = newValue
+            }
+        }
+        /// The backoff of a failed refresh that sent `sent`, if one is kept.
+        func backoff(sending sent: String?) -> FlightMachine.Backoff? {
+            guard let backoff, let sent, backoff.sent == sent else { return nil }
+            return backoff.backoff
+        }
         /// Writes the ledger owes that have not asked for the write turn yet (each keeps the entry): a record to
         /// remove again, the repair of a write that landed late while another held the turn.
         var reservedWrites: Int {
@@ -237,6 +250,7 @@ final class CredentialsLedger: Sendable {
             renewFence()
             signedOut = false
             refused = nil
+            backoff = nil
             unwritten = false
             current = session
             // A refresh of the signed-in credentials already returned (the session refreshed while its sign-in was
@@ -258,6 +272,7 @@ final class CredentialsLedger: Sendable {
             unwritten = false
             current = nil
             refused = nil
+            backoff = nil
             return views
         }
 
@@ -428,6 +443,7 @@ final class CredentialsLedger: Sendable {
         var refused: String?
         var reservedWrites = 0
         var kept: KeptSchedule?
+        var backoff: SharedBackoff?
         var turnQueue: [TurnWaiter] = []
         var lateWrites = 0
         /// The views of the holders beyond ``Entry``'s first.
@@ -453,6 +469,18 @@ final class CredentialsLedger: Sendable {
     final class KeptSchedule {
         let schedule: Schedule
         init(_ schedule: Schedule) { self.schedule = schedule }
+    }
+
+    /// The backoff of the last refresh of the newest credentials, which failed for a while (the server or the
+    /// network was down): every holder of them backs off with it (``CredentialsLedger/BackoffTerms``).
+    final class SharedBackoff {
+        /// The refresh token the failed refresh sent.
+        let sent: String
+        let backoff: FlightMachine.Backoff
+        init(sent: String, backoff: FlightMachine.Backoff) {
+            self.sent = sent
+            self.backoff = backoff
+        }
     }
 
     /// A view held weakly (a controller that is gone is skipped).
@@ -655,7 +683,7 @@ final class CredentialsLedger: Sendable {
     /// leaves it). Joined, answered and failed refreshes take no turn.
     func refreshTakingTurn(
         identifier: String, userInfo: UserInfo, credentials: Credentials, fence: UInt64, takingTurn: Bool,
-        call: () async -> Result<Credentials, UserSessionError>
+        backoff terms: BackoffTerms? = nil, call: () async -> Result<Credentials, UserSessionError>
     ) async -> (result: Result<Credentials, UserSessionError>, turn: TurnGrant?) {
         guard let sent = credentials.refreshToken else { return (await call(), nil) }
         let key = ExactIdentifier(identifier)
@@ -664,6 +692,8 @@ final class CredentialsLedger: Sendable {
             case join
             case run(Flight)
         }
+        // The clock is the session's (its code may be the application's): read before the lock, as after the call.
+        let askedAt = terms.map { $0.clock.nowSeconds() }
         let step = modify(key) { entry -> Step in
             switch entry.known(credentials) {
             case .refused: return .answered(.failure(Self.refusedError))
@@ -671,6 +701,13 @@ final class CredentialsLedger: Sendable {
             case nil: break
             }
             if entry.flights.isRunning(sent) { return .join }
+            // Another holder's refresh of these credentials failed a moment ago: this one fails with it, unsent,
+            // until the backoff is over (a holder told of it serves a still-valid token meanwhile instead).
+            if let askedAt, terms?.stopsRequest == true, let backoff = entry.backoff(sending: sent),
+                askedAt < backoff.retryAt
+            {
+                return .answered(.failure(backoff.lastFailure))
+            }
             // Only a session that held the identifier through this entry's life leads a refresh: a fence older than
             // the entry's birth means the entry was dropped since, so nobody held it after that session let go. Its
             // refresh, which outlived it and has sent nothing yet, must not send now: its rotation would belong to nobody
@@ -701,17 +738,27 @@ final class CredentialsLedger: Sendable {
             return (result, nil)
         case .run(let flight):
             let result = await call()
+            let failedAt: Double? =
+                if case .failure(let error) = result, error.failureClass == .transient, let terms {
+                    terms.clock.nowSeconds()
+                } else {
+                    nil
+                }
             let (waiters, refusalFence, turn, views) = modify(key) { entry in
+                let backedOff = failedAt.flatMap { keepBackoff(&entry, flight: flight, result: result, at: $0, terms) }
                 let (waiters, refusalFence, replaced) = flightReturned(
                     &entry, flight: flight, userInfo: userInfo, result: result)
                 // A refresh of credentials another write replaced while it ran gets no turn: knowledge only, its
                 // commit leaves the turn it waits for without writing (`leaveIfNothingToWrite`).
                 let succeeded = (try? result.get()) != nil
                 let turn = takingTurn && entry.turn == nil && succeeded && !replaced ? entry.grantTurn() : nil
-                // A refusal is told to every view over any store: it takes no revision, only the session's end.
+                // A refusal is told to every view over any store: it takes no revision, only the session's end. So
+                // is a backoff: no store holds it.
                 var told: [any CredentialsLedgerView] = []
                 if refusalFence != nil {
                     told = entry.views
+                } else if backedOff != nil {
+                    told = entry.viewsToTell
                 } else if advanced(entry, to: result) {
                     told = viewsToTell(entry)
                 }
@@ -722,6 +769,38 @@ final class CredentialsLedger: Sendable {
             if let refusalFence { await recordRefusalInStore(identifier: identifier, fence: refusalFence) }
             return (result, turn)
         }
+    }
+
+    /// What a refresh needs to share the backoff of its failure with every holder of the identifier's credentials:
+    /// the asking session's clock and retry policy, and whether a backoff kept for the credentials stops its request
+    /// (not a forced refresh's, as the session's own backoff never stops one).
+    struct BackoffTerms {
+        var clock: SessionClock
+        var policy: RefreshStateMachine.Policy
+        var stopsRequest: Bool
+    }
+
+    /// After a refresh of the newest credentials failed for a while (transiently) at `now`: the entry keeps its
+    /// backoff, counting on from the one it kept for the same refresh token, and returns it. `nil` for a refresh of
+    /// credentials that are not the newest any more.
+    private func keepBackoff(
+        _ entry: inout Entry, flight: Flight, result: Result<Credentials, UserSessionError>, at now: Double,
+        _ terms: BackoffTerms?
+    ) -> FlightMachine.Backoff? {
+        guard case .failure(let error) = result, let terms, presentsNewest(entry, flight) else { return nil }
+        let failures = (entry.backoff(sending: flight.sent)?.failures ?? 0) + 1
+        let backoff = FlightMachine.Backoff(
+            failures: failures, retryAt: now + terms.policy.backoff(attempt: failures, jitter: .random(in: 0...1)),
+            lastFailure: error, blocksAutomaticRefresh: false)
+        entry.backoff = SharedBackoff(sent: flight.sent, backoff: backoff)
+        return backoff
+    }
+
+    /// Whether `flight` refreshed the identifier's newest credentials: what the ledger holds as current (even one
+    /// taken under an older fence: a refresh of the credentials a sign-in just wrote, its session still signing in
+    /// when it started), or, when it holds none, what was read under the fence that still holds.
+    private func presentsNewest(_ entry: Entry, _ flight: Flight) -> Bool {
+        entry.current.map { $0.credentials == flight.presented } ?? (entry.fence == flight.fence)
     }
 
     /// Whether `result`, a refresh that just returned, is now the identifier's newest credentials, to tell the views
@@ -756,7 +835,7 @@ final class CredentialsLedger: Sendable {
             switch entry.known(held) {
             case .refused: return .refused
             case .rotated(let newest, let refreshedOnly): return .advanced(newest, refreshedOnly: refreshedOnly)
-            case nil: return nil
+            case nil: return entry.backoff(sending: held.refreshToken).map { .backedOff($0) }
             }
         }
     }
@@ -766,6 +845,14 @@ final class CredentialsLedger: Sendable {
         case signedOut
         case refused
         case advanced(Credentials, refreshedOnly: Bool)
+        /// A refresh of the credentials the view holds failed for a while: it backs off with the others.
+        case backedOff(FlightMachine.Backoff)
+    }
+
+    /// The backoff the entry of `identifier` keeps for a refresh that sent `sent`, for a session whose own refresh
+    /// of them failed transiently (it backs off with the others, not on a count of its own).
+    func backoff(_ identifier: String, sending sent: String?) -> FlightMachine.Backoff? {
+        entries.withLock { $0[ExactIdentifier(identifier)]?.backoff(sending: sent) }
     }
 
     /// Credentials handed over (`newer`) landed for `identifier` under `fence`, replacing `held`, what the session
@@ -807,11 +894,9 @@ final class CredentialsLedger: Sendable {
         _ entry: inout Entry, flight: Flight, userInfo: UserInfo, result: Result<Credentials, UserSessionError>
     ) -> (FlightWaiters<Joiner>, UInt64?, Bool) {
         let waiters = entry.flights.land(flight.sent)
-        // The result is the identifier's newest when the refresh refreshed the newest: what the ledger holds as
-        // current (even one taken under an older fence: a refresh of the credentials a sign-in just wrote, its
-        // session still signing in when it started), or, when it holds none, what was read under the fence that
-        // still holds. A refresh of credentials an update, a sign-in or a sign-out replaced since is knowledge only.
-        let fenced = !(entry.current.map { $0.credentials == flight.presented } ?? (entry.fence == flight.fence))
+        // The result is the identifier's newest when the refresh refreshed the newest (`presentsNewest`). A refresh
+        // of credentials an update, a sign-in or a sign-out replaced since is knowledge only.
+        let fenced = !presentsNewest(entry, flight)
         switch result {
         case .success(let credentials):
             let replaced = fenced && flight.presentedNewest
@@ -826,6 +911,7 @@ final class CredentialsLedger: Sendable {
             entry.current = StoredSession(userInfo: userInfo, credentials: credentials)
             entry.unwritten = true
             entry.refused = nil
+            entry.backoff = nil
             return (waiters, nil, false)
         case .failure(let error):
             guard error.failureClass == .terminal, error.code != .refreshTokenRefused, !fenced else {

@@ -13,6 +13,7 @@
 ///  │                │  └──sessionEnded──▶ idle, or failed(backoff) when it started from one
 ///  │                └──failed (terminal)──▶ terminated
 ///  │   terminated(by:) ──▶ terminated, from any state
+///  │   backedOffElsewhere ──▶ failed(backoff), from idle or an earlier backoff
 ///  └── credentialsChanged ──▶ idle from any state
 /// ```
 struct FlightMachine {
@@ -168,9 +169,12 @@ struct FlightMachine {
     }
 
     /// The refresh in progress failed with `error` of `failureClass`. A terminal failure ends the session's
-    /// refreshes; any other backs off by `delay(failures)` from `now`. Returns it and its waiters.
+    /// refreshes; any other backs off by `delay(failures)` from `now`, or by `shared`, the backoff the ledger keeps
+    /// for every holder of the credentials, when it has one (a transient failure of a session whose automatic
+    /// refreshes no misconfiguration stopped). Returns it and its waiters.
     mutating func failed(
-        _ error: UserSessionError, failureClass: RefreshFailureClass, now: Double, delay: (Int) -> Double
+        _ error: UserSessionError, failureClass: RefreshFailureClass, now: Double, shared: Backoff? = nil,
+        delay: (Int) -> Double
     ) -> (flight: Flight, waiters: [RefreshStateMachine.Waiter]) {
         guard case .refreshing(let flight, let waiters, let previous) = state else {
             preconditionFailure("a refresh failed while none runs")
@@ -178,6 +182,8 @@ struct FlightMachine {
         switch failureClass {
         case .terminal:
             state = .terminated(error)
+        case .transient where shared != nil && previous?.blocksAutomaticRefresh != true:
+            state = shared.map { .failed($0) } ?? .idle
         case .misconfiguration, .transient, .cancelled:
             let failures = (previous?.failures ?? 0) + 1
             state = .failed(
@@ -187,6 +193,24 @@ struct FlightMachine {
                         || previous?.blocksAutomaticRefresh == true))
         }
         return (flight, waiters.all)
+    }
+
+    /// Another holder's refresh of the same credentials failed for a while (the ledger's `backoff`): a session with
+    /// no refresh running and no later backoff of its own backs off with it, so it does not ask the failing server
+    /// again before `backoff.retryAt`. A session whose misconfiguration stopped its automatic refreshes keeps its own
+    /// backoff (a request of it for an expired token is still answered from the shared one, by the ledger). Returns
+    /// whether it did.
+    mutating func backedOffElsewhere(_ backoff: Backoff) -> Bool {
+        switch state {
+        case .idle:
+            state = .failed(backoff)
+            return true
+        case .failed(let own) where own.retryAt < backoff.retryAt && !own.blocksAutomaticRefresh:
+            state = .failed(backoff)
+            return true
+        case .failed, .refreshing, .terminated:
+            return false
+        }
     }
 
     /// The session's refreshes were ended from outside (its record was removed elsewhere), in any state. Returns
@@ -212,4 +236,9 @@ struct FlightMachine {
         state = .idle
         return superseded
     }
+}
+
+extension FlightMachine.Backoff: Equatable {
+    /// The same backoff: one object, made once per failure (a view and the ledger share it).
+    static func == (lhs: FlightMachine.Backoff, rhs: FlightMachine.Backoff) -> Bool { lhs === rhs }
 }

@@ -598,16 +598,17 @@ extension RefreshStateMachine {
 
     /// The refresh of `flightID` failed with `error` (whose ``UserSessionError/failureClass`` is set):
     /// `.refreshFailed` is emitted and the waiters fail. A terminal failure ends the session's refreshes; any other
-    /// backs off (`jitter` in 0…1). `nil` for a stale flight (the session was deactivated, replaced, or its
+    /// backs off (`jitter` in 0…1), a transient one by `shared` when the ledger keeps one for the credentials. `nil` for a stale flight (the session was deactivated, replaced, or its
     /// credentials updated): nothing is reported.
-    mutating func refreshFailed(flightID: UInt64, error: UserSessionError, now: Double, jitter: Double)
-        -> (FailureReport?, Actions)
-    {
+    mutating func refreshFailed(
+        flightID: UInt64, error: UserSessionError, now: Double, jitter: Double,
+        shared: FlightMachine.Backoff? = nil
+    ) -> (FailureReport?, Actions) {
         // The failure of a flight whose session ended is never reported.
         guard isCurrent(flightID: flightID) else { return (nil, .none) }
         let failureClass = error.failureClass ?? .transient
         let policy = self.policy
-        let (flight, waiters) = flights.failed(error, failureClass: failureClass, now: now) {
+        let (flight, waiters) = flights.failed(error, failureClass: failureClass, now: now, shared: shared) {
             policy.backoff(attempt: $0, jitter: jitter)
         }
         recomputeDeadline()
@@ -731,6 +732,19 @@ extension RefreshStateMachine {
         guard active, self.generation == generation, !flights.isRefreshing, !flights.isTerminated, credentials == held
         else { return (nil, .none) }
         return (generation, endRefreshes(with: CredentialsLedger.refusedError))
+    }
+
+    /// Another holder's refresh of the credentials `held` failed for a while (the server or the network is down),
+    /// and the session of `generation` holds them with no flight of its own: it backs off with `backoff`, the one the
+    /// ledger keeps for every holder, so it serves a still-valid token and fails a request for an expired one at once
+    /// until `backoff.retryAt`, instead of asking the failing server again. Nothing is announced: the failure was
+    /// another session's, so there is nothing to run.
+    mutating func entryBackedOff(_ backoff: FlightMachine.Backoff, held: Credentials, generation: UInt64) -> Actions {
+        guard active, self.generation == generation, credentials == held, flights.backedOffElsewhere(backoff) else {
+            return .none
+        }
+        recomputeDeadline()
+        return .none
     }
 
     /// The session of `generation` found its record removed from the coordinated store by someone else (signed out

@@ -19,6 +19,7 @@ final class TokenFamilyServer: TokenRefresher {
         var presented: [String] = []
         var reuses = 0
         var holding = false
+        var down = false
         var gates: [AsyncGate] = []
     }
     private let state = Locked(State())
@@ -57,6 +58,9 @@ final class TokenFamilyServer: TokenRefresher {
         for gate in gates { gate.open() }
     }
 
+    /// While `down`, every refresh fails as a token endpoint that answers 503 would (transient), rotating nothing.
+    func setDown(_ down: Bool) { state.withLock { $0.down = down } }
+
     /// Revokes `family` now (as an operator, or a reuse detection elsewhere, would).
     func revoke(_ family: String) { _ = state.withLock { $0.revoked.insert(family) } }
 
@@ -75,6 +79,9 @@ final class TokenFamilyServer: TokenRefresher {
         }
         started.arrive()
         if let gate { await gate.wait() }
+        if state.withLock({ $0.down }) {
+            throw UserSessionError(.refreshFailed, "the token endpoint answered 503", failureClass: .transient)
+        }
         let family = String(token.prefix { $0 != "/" })
         let issued = state.withLock { state -> Int? in
             if state.revoked.contains(family) { return nil }
