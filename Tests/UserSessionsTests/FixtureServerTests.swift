@@ -48,18 +48,17 @@ import UserSessionsTestSupport
         #expect(failure.contains("no keys today"))
     }
 
-    @Test func aScriptThatHangsIsAbortedWithItsStackAndTriedAgain() async throws {
+    @Test func aScriptThatHangsIsAbortedForItsStack() async throws {
+        // Three seconds: long enough for python to reach `stuck()` on a loaded machine, so the stack shows it.
         let hangs = "import time\n\ndef stuck():\n    time.sleep(600)\n\nstuck()\n"
         let failure = try await withScripts(["hangs.py": hangs]) { directory in
             try await Self.failure {
-                try await FixtureServer.start(
-                    script: "hangs.py", in: directory, timeout: .milliseconds(500), attempts: 2)
+                try await FixtureServer.start(script: "hangs.py", in: directory, timeout: .seconds(3), attempts: 1)
             }
         }
-        #expect(failure.contains("hangs.py start 1 of 2 failed: printed no port within"))
+        #expect(failure.contains("hangs.py start 1 of 1 failed: printed no port within 3.0 seconds"))
         #expect(failure.contains("ended by signal \(SIGABRT)"))
         #expect(failure.contains("in stuck"), "python's fault handler wrote where it hung")
-        #expect(failure.contains("hangs.py start 2 of 2 failed"))
     }
 
     @Test func aScriptThatFailsItsFirstStartIsStartedAgain() async throws {
