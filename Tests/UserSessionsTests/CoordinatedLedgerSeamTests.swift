@@ -502,6 +502,31 @@ struct CoordinatedLedgerSeamTests {
         #expect(try await store.base.load(identifier: "alice")?.credentials?.accessToken == "alice/at-1")
         await controller.close()
     }
+
+    // MARK: One backoff per user, under the lease too
+
+    /// Over a coordinated store a refresh runs under the store's lease, and still through the ledger: a transient
+    /// failure on one controller backs off the other controller of the user too, which fails at once instead of
+    /// taking the lease and asking the failing server again.
+    @Test func aTransientFailureUnderTheLeaseBacksOffEveryControllerOfTheUser() async throws {
+        let bench = Bench()
+        let (first, second) = try await bench.aliceOnTwoControllers()
+        bench.server.setDown(true)
+        bench.time.advance(by: 3601)
+        let failure = await #expect(throws: UserSessionError.self) { try await first.accessToken() }
+        #expect(failure?.failureClass == .transient && bench.server.calls == 1)
+        let backedOff = await #expect(throws: UserSessionError.self) { try await second.accessToken() }
+        #expect(backedOff?.failureClass == .transient)
+        #expect(bench.server.calls == 1, "another controller of the user asked the failing server again")
+
+        bench.server.setDown(false)
+        bench.time.advance(by: 1)
+        #expect(try await second.accessToken() == "alice/at-1")
+        #expect(try await first.accessToken() == "alice/at-1")
+        #expect(bench.server.calls == 2 && bench.server.reuses == 0)
+        await first.close()
+        await second.close()
+    }
 }
 
 extension Result where Failure == any Error {
