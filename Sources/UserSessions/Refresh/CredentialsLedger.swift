@@ -738,14 +738,16 @@ final class CredentialsLedger: Sendable {
             return (result, nil)
         case .run(let flight):
             let result = await call()
-            let failedAt: Double? =
+            let failed: (error: UserSessionError, terms: BackoffTerms, at: Double)? =
                 if case .failure(let error) = result, error.failureClass == .transient, let terms {
-                    terms.clock.nowSeconds()
+                    (error, terms, terms.clock.nowSeconds())
                 } else {
                     nil
                 }
             let (waiters, refusalFence, turn, views) = modify(key) { entry in
-                let backedOff = failedAt.flatMap { keepBackoff(&entry, flight: flight, result: result, at: $0, terms) }
+                let backedOff = failed.flatMap {
+                    keepBackoff(&entry, flight: flight, failure: $0.error, at: $0.at, $0.terms)
+                }
                 let (waiters, refusalFence, replaced) = flightReturned(
                     &entry, flight: flight, userInfo: userInfo, result: result)
                 // A refresh of credentials another write replaced while it ran gets no turn: knowledge only, its
@@ -780,18 +782,17 @@ final class CredentialsLedger: Sendable {
         var stopsRequest: Bool
     }
 
-    /// After a refresh of the newest credentials failed for a while (transiently) at `now`: the entry keeps its
-    /// backoff, counting on from the one it kept for the same refresh token, and returns it. `nil` for a refresh of
-    /// credentials that are not the newest any more.
+    /// After a refresh of the newest credentials failed for a while (transiently, with `failure`) at `now`: the entry
+    /// keeps its backoff, counting on from the one it kept for the same refresh token, and returns it. `nil` for a
+    /// refresh of credentials that are not the newest any more.
     private func keepBackoff(
-        _ entry: inout Entry, flight: Flight, result: Result<Credentials, UserSessionError>, at now: Double,
-        _ terms: BackoffTerms?
+        _ entry: inout Entry, flight: Flight, failure: UserSessionError, at now: Double, _ terms: BackoffTerms
     ) -> FlightMachine.Backoff? {
-        guard case .failure(let error) = result, let terms, presentsNewest(entry, flight) else { return nil }
+        guard presentsNewest(entry, flight) else { return nil }
         let failures = (entry.backoff(sending: flight.sent)?.failures ?? 0) + 1
         let backoff = FlightMachine.Backoff(
             failures: failures, retryAt: now + terms.policy.backoff(attempt: failures, jitter: .random(in: 0...1)),
-            lastFailure: error, blocksAutomaticRefresh: false)
+            lastFailure: failure, blocksAutomaticRefresh: false)
         entry.backoff = SharedBackoff(sent: flight.sent, backoff: backoff)
         return backoff
     }

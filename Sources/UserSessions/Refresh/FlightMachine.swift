@@ -179,12 +179,12 @@ struct FlightMachine {
         guard case .refreshing(let flight, let waiters, let previous) = state else {
             preconditionFailure("a refresh failed while none runs")
         }
-        switch failureClass {
-        case .terminal:
+        switch (failureClass, shared) {
+        case (.terminal, _):
             state = .terminated(error)
-        case .transient where shared != nil && previous?.blocksAutomaticRefresh != true:
-            state = shared.map { .failed($0) } ?? .idle
-        case .misconfiguration, .transient, .cancelled:
+        case (.transient, let shared?) where previous?.blocksAutomaticRefresh != true:
+            state = .failed(shared)
+        case (.misconfiguration, _), (.transient, _), (.cancelled, _):
             let failures = (previous?.failures ?? 0) + 1
             state = .failed(
                 Backoff(
