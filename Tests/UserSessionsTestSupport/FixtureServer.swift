@@ -231,25 +231,18 @@ package final class FixtureServer: Sendable {
         /// Reads `pipe` on a dedicated thread: reports its first line (or its end), then keeps draining it until
         /// end of file so the child never blocks on a full pipe.
         func read(_ pipe: Pipe) {
-            let descriptor = pipe.fileHandleForReading.fileDescriptor
-            Thread { [self] in
-                var line: [UInt8] = []
-                var delivered = false
-                var byte: UInt8 = 0
-                while true {
-                    let count = readDescriptor(descriptor, &byte, 1)
-                    if count < 0, errno == EINTR { continue }
-                    if count <= 0 { break }
-                    if delivered { continue }
-                    if byte == UInt8(ascii: "\n") {
-                        delivered = true
-                        deliver(.line(String(decoding: line, as: UTF8.self)))
-                    } else {
-                        line.append(byte)
-                    }
+            readToEnd(pipe, from: (line: [UInt8](), delivered: false)) { [self] first, bytes in
+                guard !first.delivered else { return }
+                guard let newline = bytes.firstIndex(of: UInt8(ascii: "\n")) else {
+                    first.line += bytes
+                    return
                 }
-                if !delivered { deliver(.ended) }
-            }.start()
+                first.line += bytes[..<newline]
+                first.delivered = true
+                deliver(.line(String(decoding: first.line, as: UTF8.self)))
+            } end: { [self] first in
+                if !first.delivered { deliver(.ended) }
+            }
         }
 
         /// Waits for the first report, or reports `.timedOut` after `timeout`.
@@ -286,21 +279,15 @@ package final class FixtureServer: Sendable {
 
         /// Reads `pipe` on a dedicated thread until end of file.
         func drain(_ pipe: Pipe) {
-            let descriptor = pipe.fileHandleForReading.fileDescriptor
-            Thread { [self] in
-                var chunk = [UInt8](repeating: 0, count: 1_024)
-                while true {
-                    let count = chunk.withUnsafeMutableBytes { readDescriptor(descriptor, $0.baseAddress, $0.count) }
-                    if count < 0, errno == EINTR { continue }
-                    if count <= 0 { break }
-                    state.withLock { state in
-                        guard state.keeping else { return }
-                        state.tail.append(contentsOf: chunk[0..<count])
-                        if state.tail.count > Self.kept { state.tail.removeFirst(state.tail.count - Self.kept) }
-                    }
+            readToEnd(pipe, from: ()) { [self] _, bytes in
+                state.withLock { state in
+                    guard state.keeping else { return }
+                    state.tail.append(contentsOf: bytes)
+                    if state.tail.count > Self.kept { state.tail.removeFirst(state.tail.count - Self.kept) }
                 }
+            } end: { [self] _ in
                 finished.signal()
-            }.start()
+            }
         }
 
         /// Stops keeping what arrives and forgets what was kept.
@@ -320,9 +307,24 @@ package final class FixtureServer: Sendable {
     }
 }
 
-/// `read(2)`, named apart from the readers' own `read` methods.
-private func readDescriptor(_ descriptor: Int32, _ buffer: UnsafeMutableRawPointer?, _ count: Int) -> Int {
-    read(descriptor, buffer, count)
+/// Reads `pipe` to its end on a dedicated thread, never on the cooperative pool: each chunk read goes to `consume`
+/// with `state`, and `end` gets the state at end of file.
+private func readToEnd<State: Sendable>(
+    _ pipe: Pipe, from state: State, consume: @escaping @Sendable (inout State, ArraySlice<UInt8>) -> Void,
+    end: @escaping @Sendable (inout State) -> Void
+) {
+    let descriptor = pipe.fileHandleForReading.fileDescriptor
+    Thread {
+        var state = state
+        var chunk = [UInt8](repeating: 0, count: 1_024)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+            if count < 0, errno == EINTR { continue }
+            if count <= 0 { break }
+            consume(&state, chunk[0..<count])
+        }
+        end(&state)
+    }.start()
 }
 
 extension Duration {
