@@ -511,21 +511,7 @@ struct CoordinatedLedgerSeamTests {
     @Test func aTransientFailureUnderTheLeaseBacksOffEveryControllerOfTheUser() async throws {
         let bench = Bench()
         let (first, second) = try await bench.aliceOnTwoControllers()
-        bench.server.setDown(true)
-        bench.time.advance(by: 3601)
-        let failure = await #expect(throws: UserSessionError.self) { try await first.accessToken() }
-        #expect(failure?.failureClass == .transient && bench.server.calls == 1)
-        let backedOff = await #expect(throws: UserSessionError.self) { try await second.accessToken() }
-        #expect(backedOff?.failureClass == .transient)
-        #expect(bench.server.calls == 1, "another controller of the user asked the failing server again")
-
-        bench.server.setDown(false)
-        bench.time.advance(by: 1)
-        #expect(try await second.accessToken() == "alice/at-1")
-        #expect(try await first.accessToken() == "alice/at-1")
-        #expect(bench.server.calls == 2 && bench.server.reuses == 0)
-        await first.close()
-        await second.close()
+        try await expectOneBackoffForTheUser(first, second, server: bench.server, time: bench.time)
     }
 }
 

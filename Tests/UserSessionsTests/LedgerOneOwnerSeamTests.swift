@@ -456,62 +456,6 @@ struct LedgerOneOwnerSeamTests {
     /// the process holds the same token, dead as well: its session ends at once, as the refusing one's does
     /// (`.invalidated(.credentialsRevoked)`), instead of reporting her signed in until its own next refresh presents
     /// the token again.
-    // MARK: One backoff per user
-
-    /// The token endpoint is down. Alice's expired token fails to refresh on one controller: every controller of hers
-    /// backs off with it, failing at once with that failure instead of asking the failing server again, and once the
-    /// backoff is over one refresh serves them all.
-    @Test func aRefreshThatFailedOnOneControllerBacksOffEveryControllerOfTheUser() async throws {
-        let bench = Bench()
-        let (first, second) = try await bench.aliceOnTwoControllers()
-        bench.server.setDown(true)
-        bench.time.advance(by: 3601)
-        let failure = await #expect(throws: UserSessionError.self) { try await first.accessToken() }
-        #expect(failure?.failureClass == .transient && bench.server.calls == 1)
-        let backedOff = await #expect(throws: UserSessionError.self) { try await second.accessToken() }
-        #expect(backedOff?.failureClass == .transient)
-        #expect(bench.server.calls == 1, "another controller of the user asked the failing server again")
-        // Nor does a controller that restores her now: its refresh is answered with the failure, unsent.
-        let third = bench.controller()
-        await #expect(throws: UserSessionError.self) { try await third.restore(identifier: "alice") }
-        #expect(bench.server.calls == 1, "a restore asked the failing server again")
-
-        // Past the backoff (at most the 1-s initial delay), with the server back: one refresh for both.
-        bench.server.setDown(false)
-        bench.time.advance(by: 1)
-        #expect(try await second.accessToken() == "alice/at-1")
-        #expect(try await first.accessToken() == "alice/at-1")
-        #expect(bench.server.calls == 2 && bench.server.reuses == 0)
-        await first.close()
-        await second.close()
-    }
-
-    /// Alice's token is near its expiry on two controllers; the first one's refresh in the background fails. The other
-    /// serves its still-valid token through the backoff instead of asking the failing server again.
-    @Test func aBackgroundRefreshThatFailedOnOneControllerKeepsTheOthersServingTheValidToken() async throws {
-        let bench = Bench()
-        let flights = FlightEndProbe()
-        var configuration = bench.configuration
-        configuration.observers = [flights]
-        let first = UserSessionController(store: bench.store, refresher: bench.server, configuration: configuration)
-        let second = bench.controller()
-        _ = try await first.open(bench.server.signIn("alice", expiresIn: 3600))
-        _ = try await second.restore(identifier: "alice")
-        bench.server.setDown(true)
-        // Inside the soft window: the first controller serves its token and refreshes in the background, which fails.
-        bench.time.advance(by: 3400)
-        #expect(try await first.accessToken() == "alice/at-0")
-        try await withHangGuard("the first controller's background refresh fails") { await flights.ended.wait(for: 1) }
-        // A refresh the other controller started now would wait in the server: none runs, and none was sent.
-        bench.server.holdRefreshes()
-        #expect(try await second.accessToken() == "alice/at-0")
-        #expect(!second.gate.inspect { $0.flights.isRefreshing }, "another controller of the user asked again")
-        bench.server.releaseRefreshes()
-        #expect(bench.server.calls == 1)
-        await first.close()
-        await second.close()
-    }
-
     @Test func aRefusalOnOneControllerEndsTheSessionOfAnIdleControllerHoldingTheSameToken() async throws {
         let bench = Bench()
         let (refusing, idle) = try await bench.aliceOnTwoControllers()
@@ -592,5 +536,47 @@ struct LedgerOneOwnerSeamTests {
         #expect(await bench.store.stored("alice")?.credentials?.refreshToken == "alice~1/rt-1")
         await idle.close()
         await updating.close()
+    }
+
+    // MARK: One backoff per user
+
+    /// The token endpoint is down. Alice's expired token fails to refresh on one controller: every controller of hers
+    /// backs off with it, failing at once with that failure instead of asking the failing server again, and once the
+    /// backoff is over one refresh serves them all.
+    @Test func aRefreshThatFailedOnOneControllerBacksOffEveryControllerOfTheUser() async throws {
+        let bench = Bench()
+        let (first, second) = try await bench.aliceOnTwoControllers()
+        try await expectOneBackoffForTheUser(first, second, server: bench.server, time: bench.time) {
+            // Nor does a controller that restores her now: its refresh is answered with the failure, unsent.
+            let third = bench.controller()
+            await #expect(throws: UserSessionError.self) { try await third.restore(identifier: "alice") }
+            #expect(bench.server.calls == 1, "a restore asked the failing server again")
+        }
+    }
+
+    /// Alice's token is near its expiry on two controllers; the first one's refresh in the background fails. The other
+    /// serves its still-valid token through the backoff instead of asking the failing server again.
+    @Test func aBackgroundRefreshThatFailedOnOneControllerKeepsTheOthersServingTheValidToken() async throws {
+        let bench = Bench()
+        let flights = FlightEndProbe()
+        var configuration = bench.configuration
+        configuration.observers = [flights]
+        let first = UserSessionController(store: bench.store, refresher: bench.server, configuration: configuration)
+        let second = bench.controller()
+        _ = try await first.open(bench.server.signIn("alice", expiresIn: 3600))
+        _ = try await second.restore(identifier: "alice")
+        bench.server.setDown(true)
+        // Inside the soft window: the first controller serves its token and refreshes in the background, which fails.
+        bench.time.advance(by: 3400)
+        #expect(try await first.accessToken() == "alice/at-0")
+        try await withHangGuard("the first controller's background refresh fails") { await flights.ended.wait(for: 1) }
+        // A refresh the other controller started now would wait in the server: none runs, and none was sent.
+        bench.server.holdRefreshes()
+        #expect(try await second.accessToken() == "alice/at-0")
+        #expect(!second.gate.inspect { $0.flights.isRefreshing }, "another controller of the user asked again")
+        bench.server.releaseRefreshes()
+        #expect(bench.server.calls == 1)
+        await first.close()
+        await second.close()
     }
 }
