@@ -598,8 +598,8 @@ extension RefreshStateMachine {
 
     /// The refresh of `flightID` failed with `error` (whose ``UserSessionError/failureClass`` is set):
     /// `.refreshFailed` is emitted and the waiters fail. A terminal failure ends the session's refreshes; any other
-    /// backs off (`jitter` in 0…1), a transient one by `shared` when the ledger keeps one for the credentials. `nil` for a stale flight (the session was deactivated, replaced, or its
-    /// credentials updated): nothing is reported.
+    /// backs off (`jitter` in 0…1), a transient one by `shared` when the ledger keeps one for the credentials. `nil`
+    /// for a stale flight (the session was deactivated, replaced, or its credentials updated): nothing is reported.
     mutating func refreshFailed(
         flightID: UInt64, error: UserSessionError, now: Double, jitter: Double,
         shared: FlightMachine.Backoff? = nil
