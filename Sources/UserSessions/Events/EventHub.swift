@@ -73,6 +73,9 @@ final class EventHub: Sendable {
     }
 
     /// Emits `kind`; `session`, when given, becomes the current session. Does nothing after ``finish()``.
+    ///
+    /// Not inlined: the async frames of the lifecycle calls that emit need not hold an event's temporaries.
+    @inline(never)
     func emit(_ kind: UserSessionEvent.Kind, session: UserSession? = nil, detail: String? = nil) {
         publish(record(kind, session: session, detail: detail))
     }

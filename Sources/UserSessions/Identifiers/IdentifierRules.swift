@@ -63,4 +63,22 @@ extension UserSessionController {
     static func identifierProblem(_ identifier: String) -> String? {
         IdentifierRules.sessionProblem(with: identifier)
     }
+
+    /// Throws ``UserSessionError/Code/invalidIdentifier`` for an identifier no session can have. Not inlined: a
+    /// call's async frame need not hold the check or its error.
+    @inline(never)
+    static func check(_ identifier: String) throws(UserSessionError) {
+        if let problem = identifierProblem(identifier) {
+            throw UserSessionError(.invalidIdentifier, "the identifier \(problem)")
+        }
+    }
+
+    /// Throws ``UserSessionError/Code/invalidPrototype`` for a prototype whose identifier no session can have. Not
+    /// inlined, like the identifier's check.
+    @inline(never)
+    static func check(_ prototype: UserSessionPrototype) throws(UserSessionError) {
+        if let problem = identifierProblem(prototype.identifier) {
+            throw UserSessionError(.invalidPrototype, "the prototype's identifier \(problem)")
+        }
+    }
 }

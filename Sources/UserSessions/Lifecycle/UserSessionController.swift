@@ -33,6 +33,13 @@ public actor UserSessionController: CredentialsGateOwner {
     var cancelOpeningWork: (@Sendable () -> Void)?
     /// Why ``configuration`` cannot work, if it cannot; opens and restores throw it.
     nonisolated var configurationError: UserSessionError? { settings.configurationError }
+
+    /// Throws ``configurationError``, if any. Not inlined: a call's async frame need not hold the error.
+    @inline(never)
+    nonisolated func checkConfigured() throws(UserSessionError) {
+        if let configurationError { throw configurationError }
+    }
+
     /// The registry holding this controller, if one does: told when a terminal refresh failure invalidated the
     /// session, so that it lets the controller go (set once by the registry, before it hands the controller out).
     nonisolated let membership = Locked(RegistryMembership())
@@ -141,10 +148,8 @@ public actor UserSessionController: CredentialsGateOwner {
     /// The first write of the credentials is ordered with the session's refresh commits: a refresh that a token
     /// request starts while the open is still writing is written after it, never before.
     public func open(_ prototype: UserSessionPrototype) async throws -> UserSession {
-        if let problem = Self.identifierProblem(prototype.identifier) {
-            throw UserSessionError(.invalidPrototype, "the prototype's identifier \(problem)")
-        }
-        if let configurationError { throw configurationError }
+        try Self.check(prototype)
+        try checkConfigured()
         guard let ticket = try await enterTurn(.open) else { return hub.session }
         defer { leaveTurn(ticket) }
 
@@ -409,26 +414,9 @@ extension UserSessionController {
     /// Makes the credentials of `source` readable through the gate, then runs its opening step (cancellable, see
     /// ``runOpeningStep(_:)``). Throws the error to unwind with.
     private func activateAndRunFirstStep(_ source: OpeningSource, generation: UInt64) async throws {
-        let gate = self.gate
         switch source {
         case .prototype(let prototype):
-            // The identifier's write turn is taken before the credentials become readable, so no refresh commit of
-            // this session can be written before its first write; it is left before any unwind, whose
-            // `deactivate()` takes it.
-            do {
-                try await gate.withWriteTurn(prototype.identifier) { _ in
-                    gate.activate(
-                        identifier: prototype.identifier, userInfo: prototype.userInfo,
-                        credentials: prototype.credentials, generation: generation, signingIn: true)
-                    try await runOpeningStep {
-                        try await gate.writeOpening(
-                            StoredSession(userInfo: prototype.userInfo, credentials: prototype.credentials),
-                            identifier: prototype.identifier)
-                    }
-                }
-            } catch {
-                throw Self.storeError(error, source.persistFailure)
-            }
+            try await activateAndWriteSignIn(prototype, generation: generation)
 
         case .stored(let stored, let identifier, let revision, let needsRefresh, let fence):
             gate.activate(
@@ -437,8 +425,35 @@ extension UserSessionController {
             // Only the wait is cancelled: the shared refresh keeps running and commits its result. One that
             // outlives a failed or cancelled restore still has its rotated credentials written to this user's record
             // (by the ledger), so the next restore sends the new refresh token.
-            if needsRefresh { try await runOpeningStep { try await gate.ensureUsable() } }
+            if needsRefresh { try await refreshOpeningCredentials() }
         }
+    }
+
+    /// The opening step of an open: the prototype's credentials become readable and are written to the store. The
+    /// identifier's write turn is taken before the credentials become readable, so no refresh commit of this session
+    /// can be written before its first write; it is left before any unwind, whose `deactivate()` takes it.
+    private func activateAndWriteSignIn(_ prototype: UserSessionPrototype, generation: UInt64) async throws {
+        let gate = self.gate
+        do {
+            try await gate.withWriteTurn(prototype.identifier) { _ in
+                gate.activate(
+                    identifier: prototype.identifier, userInfo: prototype.userInfo,
+                    credentials: prototype.credentials, generation: generation, signingIn: true)
+                try await runOpeningStep {
+                    try await gate.writeOpening(
+                        StoredSession(userInfo: prototype.userInfo, credentials: prototype.credentials),
+                        identifier: prototype.identifier)
+                }
+            }
+        } catch {
+            throw Self.storeError(error, OpeningSource.prototype(prototype).persistFailure)
+        }
+    }
+
+    /// The opening step of a restore whose stored credentials expired: they are refreshed before it goes on.
+    private func refreshOpeningCredentials() async throws {
+        let gate = self.gate
+        try await runOpeningStep { try await gate.ensureUsable() }
     }
 
     /// Whether an opening session has last steps to persist (``persistCurrentIdentifierAndCreateDirectories``):
@@ -476,6 +491,10 @@ extension UserSessionController {
 
     /// Starts `services` for `session` and commits the open, or unwinds it. Runs in the open's turn, after
     /// ``LifecycleStateMachine/beginOpening()`` and the gate's activation.
+    ///
+    /// The commit, the path of every open and restore, is all this frame holds; starting the services and unwinding
+    /// run in functions of their own, so that an open without services (a server's restore) carries neither their
+    /// state nor their errors in its frame (an async frame that outgrows the task's slab costs an allocation).
     func startServicesAndCommit(
         _ session: UserSession,
         services: [any UserSessionService],
@@ -485,18 +504,37 @@ extension UserSessionController {
         if lifecycle.openingVerdict != .proceed || services.isEmpty {
             outcome = .started([])
         } else {
-            // An unstructured task, so that a close arriving through the turnstile can cancel it; the caller's
-            // cancellation is forwarded to it as well.
-            let starting = Task { await ServiceRunner.start(services, session: session) }
-            cancelOpeningWork = { starting.cancel() }
-            outcome = await withTaskCancellationHandler {
-                await starting.value
-            } onCancel: {
-                starting.cancel()
-            }
-            cancelOpeningWork = nil
+            outcome = await startServices(services, session: session)
         }
+        guard case .proceed = lifecycle.openingVerdict, case .started(let started) = outcome else {
+            throw await abandonOpening(session, outcome: outcome)
+        }
+        running = RunningSession(generation: generation, services: started)
+        lifecycle.opened(generation: generation)
+        hub.emit(.opened, session: session)
+        return session
+    }
 
+    /// Starts `services` for an opening `session` in an unstructured task, so that a close arriving through the
+    /// turnstile can cancel it; the caller's cancellation is forwarded to it as well.
+    private func startServices(_ services: [any UserSessionService], session: UserSession) async
+        -> ServiceStartOutcome
+    {
+        let starting = Task { await ServiceRunner.start(services, session: session) }
+        cancelOpeningWork = { starting.cancel() }
+        let outcome = await withTaskCancellationHandler {
+            await starting.value
+        } onCancel: {
+            starting.cancel()
+        }
+        cancelOpeningWork = nil
+        return outcome
+    }
+
+    /// Unwinds an opening `session` whose services started with `outcome` and which does not commit: a close
+    /// arrived (rolled back), its credentials were revoked meanwhile (invalid), or a service failed to start
+    /// (invalid). Stops what started and returns the error to throw.
+    private func abandonOpening(_ session: UserSession, outcome: ServiceStartOutcome) async -> UserSessionError {
         let started: [any UserSessionService]
         switch outcome {
         case .started(let all): started = all
@@ -507,37 +545,30 @@ extension UserSessionController {
         case .rollBack:
             await gate.deactivate()
             await stopServices(started, session: session)
-            throw rolledBack(session)
+            return rolledBack(session)
 
         case .invalidate(let reason):
             await stopServices(started, session: session)
             await gate.deactivate()
-            lifecycle.endActivity()
-            var invalid = session
-            invalid.state = .invalid
-            hub.emit(.invalidated(reason), session: invalid)
-            throw UserSessionError(
-                .refreshFailed, "the credentials were revoked while the session was opening", failureClass: .terminal)
+            return invalidatedWhileOpening(session, reason: reason)
 
         case .proceed:
-            if case .failed(let service, let error, _) = outcome {
-                await stopServices(started, session: session)
-                await gate.deactivate()
-                lifecycle.endActivity()
-                let name = service.name
-                var invalid = session
-                invalid.state = .invalid
-                let cause = "cause: \(String(describing: type(of: error)))"
-                hub.emit(.serviceStartFailed(service: name), session: invalid, detail: cause)
-                hub.emit(.invalidated(.serviceStartFailed(service: name)), session: invalid)
-                let verb = error is CancellationError ? "was cancelled while starting" : "failed to start"
-                throw UserSessionError(
-                    .serviceStartFailed, "service \"\(name)\" \(verb)", serviceName: name, underlying: error)
+            // Only a service that failed to start gets here: every other outcome committed.
+            guard case .failed(let service, let error, _) = outcome else {
+                preconditionFailure("an opening whose services all started was abandoned")
             }
-            running = RunningSession(generation: generation, services: started)
-            lifecycle.opened(generation: generation)
-            hub.emit(.opened, session: session)
-            return session
+            await stopServices(started, session: session)
+            await gate.deactivate()
+            lifecycle.endActivity()
+            let name = service.name
+            var invalid = session
+            invalid.state = .invalid
+            let cause = "cause: \(String(describing: type(of: error)))"
+            hub.emit(.serviceStartFailed(service: name), session: invalid, detail: cause)
+            hub.emit(.invalidated(.serviceStartFailed(service: name)), session: invalid)
+            let verb = error is CancellationError ? "was cancelled while starting" : "failed to start"
+            return UserSessionError(
+                .serviceStartFailed, "service \"\(name)\" \(verb)", serviceName: name, underlying: error)
         }
     }
 
@@ -552,18 +583,26 @@ extension UserSessionController {
         case .rollBack:
             return rolledBack(session)
         case .invalidate(let reason):
-            lifecycle.endActivity()
-            var invalid = session
-            invalid.state = .invalid
-            hub.emit(.invalidated(reason), session: invalid)
-            return terminal
-                ?? UserSessionError(
-                    .refreshFailed, "the credentials were revoked while the session was opening",
-                    failureClass: .terminal)
+            let revoked = invalidatedWhileOpening(session, reason: reason)
+            return terminal ?? revoked
         case .proceed:
             lifecycle.endActivity()
             return failure
         }
+    }
+
+    /// Ends an open whose credentials were revoked while it was opening (gate deactivated and services stopped
+    /// already): `session` ends ``UserSession/State/invalid`` for `reason`. Returns the error to throw when the
+    /// refresh's own is not at hand.
+    func invalidatedWhileOpening(
+        _ session: UserSession, reason: UserSessionEvent.InvalidationReason
+    ) -> UserSessionError {
+        lifecycle.endActivity()
+        var invalid = session
+        invalid.state = .invalid
+        hub.emit(.invalidated(reason), session: invalid)
+        return UserSessionError(
+            .refreshFailed, "the credentials were revoked while the session was opening", failureClass: .terminal)
     }
 
     /// Ends a rolled-back open (gate deactivated and services stopped already) and returns the error to throw.
@@ -586,22 +625,27 @@ extension UserSessionController {
     ///   ``UserSessionError/Code/noStoredSession``; a persisted identifier that no open could have stored (empty,
     ///   over-long, containing NUL: the store returned damaged data) throws ``UserSessionError/Code/storeCorrupt``.
     public func restore() async throws -> UserSession? {
-        if let configurationError { throw configurationError }
+        try checkConfigured()
         guard let ticket = try await enterTurn(.open) else { return nil }
         defer { leaveTurn(ticket) }
         guard running == nil else { throw Self.wrongStateError }
+        guard let identifier = try await loadCurrentIdentifier() else { return nil }
+        return try await restoreInTurn(identifier: identifier)
+    }
+
+    /// The identifier the last open persisted, if any.
+    ///
+    /// - Throws: The store's failure; ``UserSessionError/Code/storeCorrupt`` for an identifier no open could have
+    ///   persisted (the store returned damaged data, never handed on to `load`).
+    private func loadCurrentIdentifier() async throws -> String? {
         let identifier: String?
         do {
             identifier = try await store.loadCurrentIdentifier()
         } catch {
             throw Self.storeError(error, "could not read the current identifier")
         }
-        guard let identifier else { return nil }
-        // No open persists such an identifier: the store returned damaged data. Never hand it on to `load`.
-        if Self.identifierProblem(identifier) != nil {
-            throw UserSessionError(.storeCorrupt, "the persisted current identifier is unusable")
-        }
-        return try await restoreInTurn(identifier: identifier)
+        guard let identifier, Self.identifierProblem(identifier) != nil else { return identifier }
+        throw UserSessionError(.storeCorrupt, "the persisted current identifier is unusable")
     }
 
     /// Restores the session stored under `identifier` and returns it (never `nil`).
@@ -622,10 +666,8 @@ extension UserSessionController {
     ///     ``UserSession/State/invalid`` with `.invalidated(.credentialsRevoked)`);
     ///   - ``UserSessionError/Code/serviceStartFailed`` and ``UserSessionError/Code/openRolledBack`` as ``open(_:)``.
     public func restore(identifier: String) async throws -> UserSession? {
-        if let problem = Self.identifierProblem(identifier) {
-            throw UserSessionError(.invalidIdentifier, "the identifier \(problem)")
-        }
-        if let configurationError { throw configurationError }
+        try Self.check(identifier)
+        try checkConfigured()
         guard let ticket = try await enterTurn(.open) else { return nil }
         defer { leaveTurn(ticket) }
         guard running == nil else { throw Self.wrongStateError }
@@ -670,53 +712,76 @@ extension UserSessionController {
                 loaded = try await store.load(identifier: identifier)
             }
         } catch {
-            let failure = Self.storeError(error, "could not read the stored session")
-            if failure.code == .storeCorrupt { hub.emit(.storeCorrupt(identifier: identifier)) }
-            throw failure
+            throw readFailure(error, identifier: identifier)
         }
-        guard let record = loaded else {
-            throw UserSessionError(.noStoredSession, "nothing is stored under the identifier")
-        }
+        guard let record = loaded else { throw Self.nothingStored() }
         return (record, revision)
+    }
+
+    /// The error of a read that found nothing stored. Not inlined, like ``readFailure(_:identifier:)``: the read's
+    /// async frame need not hold an error it rarely throws.
+    @inline(never)
+    private static func nothingStored() -> UserSessionError {
+        UserSessionError(.noStoredSession, "nothing is stored under the identifier")
+    }
+
+    /// The error a failed read of `identifier`'s record throws; a corrupt record is announced.
+    @inline(never)
+    private func readFailure(_ error: any Error, identifier: String) -> UserSessionError {
+        let failure = Self.storeError(error, "could not read the stored session")
+        if failure.code == .storeCorrupt { hub.emit(.storeCorrupt(identifier: identifier)) }
+        return failure
     }
 
     /// ``restoreInTurn(identifier:)`` without its measurement.
     private func restoreStoredSession(identifier: String) async throws -> UserSession {
         // Held from before the read until the session's gate takes the hold over: a rotation the store has not
         // taken yet, or a refresh in flight, cannot leave the ledger in between. Released here if nothing opens.
-        var fence = gate.ledger.hold(identifier, view: self)
+        let fence = gate.ledger.hold(identifier, view: self)
         var handedOver = false
         defer { if !handedOver { gate.releaseInLedger(identifier) } }
-        var (record, revision) = try await readStoredRecord(identifier)
+        let (record, revision) = try await readStoredRecord(identifier)
         // Read through the ledger: an unwritten rotation replaces the spent token the store still holds (the ledger
-        // goes on writing it), and a
-        // refused refresh token fails at once without contacting the server.
-        var readThrough = try gate.ledger.readThrough(record, identifier: identifier, fence: fence)
-        if readThrough == nil {
-            // A sign-in or a sign-out raced the read: read again in the write turn, where none can interleave, so
-            // the session's fence is the one its record was written under.
-            let turn = await gate.ledger.takeWriteTurn(identifier)
-            defer { gate.ledger.leaveWriteTurn(identifier, token: turn.token) }
-            fence = turn.fence
-            (record, revision) = try await readStoredRecord(identifier)
-            readThrough = try gate.ledger.readThrough(record, identifier: identifier, fence: fence)
-        }
-        guard let stored = readThrough else {
-            throw UserSessionError(.storeFailure, "the stored session changed while it was read")
+        // goes on writing it), and a refused refresh token fails at once without contacting the server.
+        let read: (stored: StoredSession, revision: UInt64?, fence: UInt64)
+        if let stored = try gate.ledger.readThrough(record, identifier: identifier, fence: fence) {
+            read = (stored, revision, fence)
+        } else {
+            read = try await readAgainInWriteTurn(identifier)
         }
         let now = settings.configuration.clock.now()
-        var needsRefresh = false
-        if let credentials = stored.credentials, credentials.isExpired(at: now) {
-            guard credentials.isRefreshable else {
-                throw UserSessionError(.credentialsUnusable, "the stored credentials expired and cannot be refreshed")
-            }
-            needsRefresh = true
-        }
+        let needsRefresh = try Self.needsRefresh(read.stored, at: now)
         handedOver = true
-        let session = try await openInTurn(
-            .stored(stored, identifier: identifier, revision: revision, needsRefresh: needsRefresh, fence: fence),
+        return try await openInTurn(
+            .stored(
+                read.stored, identifier: identifier, revision: read.revision, needsRefresh: needsRefresh,
+                fence: read.fence),
             services: services, openedAt: now)
-        return session
+    }
+
+    /// A sign-in or a sign-out raced a restore's read of `identifier`: it reads again in the write turn, where none
+    /// can interleave, so the session's fence is the one its record was written under.
+    private func readAgainInWriteTurn(_ identifier: String) async throws
+        -> (stored: StoredSession, revision: UInt64?, fence: UInt64)
+    {
+        let turn = await gate.ledger.takeWriteTurn(identifier)
+        defer { gate.ledger.leaveWriteTurn(identifier, token: turn.token) }
+        let (record, revision) = try await readStoredRecord(identifier)
+        guard let stored = try gate.ledger.readThrough(record, identifier: identifier, fence: turn.fence) else {
+            throw UserSessionError(.storeFailure, "the stored session changed while it was read")
+        }
+        return (stored, revision, turn.fence)
+    }
+
+    /// Whether `stored`, read by a restore at `now`, must be refreshed before it opens (its credentials expired).
+    ///
+    /// - Throws: ``UserSessionError/Code/credentialsUnusable`` when they expired and cannot be refreshed.
+    private static func needsRefresh(_ stored: StoredSession, at now: Date) throws(UserSessionError) -> Bool {
+        guard let credentials = stored.credentials, credentials.isExpired(at: now) else { return false }
+        guard credentials.isRefreshable else {
+            throw UserSessionError(.credentialsUnusable, "the stored credentials expired and cannot be refreshed")
+        }
+        return true
     }
 }
 

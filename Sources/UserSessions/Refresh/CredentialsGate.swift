@@ -129,6 +129,9 @@ final class CredentialsGate: Sendable {
     /// that hold over instead of holding a second time. A session `signingIn` writes under no fence until its
     /// opening write lands (``writeOpening(_:identifier:)``): what it refreshes before then belongs to a sign-in
     /// that may fail.
+    ///
+    /// Not inlined: an opening's async frame need not hold the activation's temporaries.
+    @inline(never)
     func activate(
         identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64,
         revision: UInt64? = nil, heldFence: UInt64? = nil, signingIn: Bool = false
@@ -706,13 +709,25 @@ extension CredentialsGate {
             await runLeasedFlight(job, store: coordinatedStore, startedAt: startedAt)
             return
         }
-        var returned = await callRefresher(job.credentials, for: job)
-        if case .failure(let error) = returned.result, error.failureClass == .terminal,
-            let stored = await storedReplacement(for: job)
-        {
-            // The fallback for stores without coordination: another process already rotated the refresh token we
-            // sent (a server with a reuse grace period answered `invalid_grant`). Adopt what it stored, refreshing
-            // once with it when it is expired too.
+        let returned = await callRefresher(job.credentials, for: job)
+        if case .failure(let error) = returned.result, error.failureClass == .terminal {
+            await finishRefused(job, returned, startedAt: startedAt)
+        } else {
+            await finish(job, outcome: returned.result, turn: returned.turn, startedAt: startedAt)
+        }
+    }
+
+    /// Finishes a flight over a store without coordination whose refresh was refused for good (`returned`). The
+    /// fallback for such stores: another process may already have rotated the refresh token it sent (a server with a
+    /// reuse grace period answered `invalid_grant`). What that process stored is adopted, refreshed once with it when
+    /// it is expired too; otherwise the refusal stands. In a function of its own: the flight's frame need not hold it.
+    private func finishRefused(
+        _ job: RefreshStateMachine.RefreshJob,
+        _ refused: (result: Result<Credentials, UserSessionError>, turn: CredentialsLedger.TurnGrant?),
+        startedAt: ContinuousClock.Instant
+    ) async {
+        var returned = refused
+        if let stored = await storedReplacement(for: job) {
             if !stored.credentials.isExpired(at: clock.now()) {
                 let adoption = await withWriteTurn(job.identifier) { turn in
                     adoptHoldingTurn(
@@ -764,6 +779,9 @@ extension CredentialsGate {
 
     /// Commits or fails the flight with what the refresher returned (the commit in `turn`, when the refresh came
     /// back holding the write turn), and reports it.
+    ///
+    /// Not inlined: the flight's async frame need not hold the commit's or the failure's state.
+    @inline(never)
     func finish(
         _ job: RefreshStateMachine.RefreshJob, outcome: Result<Credentials, UserSessionError>,
         turn: CredentialsLedger.TurnGrant? = nil, startedAt: ContinuousClock.Instant

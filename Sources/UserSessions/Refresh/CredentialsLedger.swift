@@ -548,7 +548,11 @@ final class CredentialsLedger: Sendable {
     /// A controller (or a restore in progress) holds `identifier`; returns the fence its writes are taken under.
     /// `view`, the holder's controller, is told when another holder's refresh or update advances the newest
     /// credentials (``CredentialsLedgerView/ledgerAdvanced(_:)``) until it lets go.
+    ///
+    /// Not inlined, like ``readThrough(_:identifier:fence:)``: a restore's async frame need not hold the critical
+    /// section's temporaries (a frame that outgrows the task's slab costs an allocation).
     @discardableResult
+    @inline(never)
     func hold(_ identifier: String, view: (any CredentialsLedgerView)? = nil) -> UInt64 {
         modify(ExactIdentifier(identifier)) { entry in
             entry.holders += 1
@@ -630,6 +634,7 @@ final class CredentialsLedger: Sendable {
     ///
     /// - Throws: ``UserSessionError/Code/refreshTokenRefused`` when the stored refresh token was refused for good
     ///   (recorded here or in the store).
+    @inline(never)
     func readThrough(_ stored: StoredSession, identifier: String, fence: UInt64) throws -> StoredSession? {
         // `nil`: a sign-in or a sign-out raced the read.
         let answer = entries.withLock { entries -> StoredSession? in
@@ -687,14 +692,69 @@ final class CredentialsLedger: Sendable {
     ) async -> (result: Result<Credentials, UserSessionError>, turn: TurnGrant?) {
         guard let sent = credentials.refreshToken else { return (await call(), nil) }
         let key = ExactIdentifier(identifier)
-        enum Step {
-            case answered(Result<Credentials, UserSessionError>)
-            case join
-            case run(Flight)
-        }
         // The clock is the session's (its code may be the application's): read before the lock, as after the call.
         let askedAt = terms.map { $0.clock.nowSeconds() }
-        let step = modify(key) { entry -> Step in
+        switch refreshAsked(key, credentials: credentials, sent: sent, fence: fence, askedAt: askedAt, terms) {
+        case .answered(let result):
+            return (result, nil)
+        case .join:
+            return (await joinFlight(key, sent: sent, identifier: identifier, userInfo, credentials), nil)
+        case .run(let flight):
+            let result = await call()
+            // A failure for a while backs off every holder, from this moment (read outside the lock, as above).
+            var failedAt: Double?
+            if let terms, case .failure(let error) = result, error.failureClass == .transient {
+                failedAt = terms.clock.nowSeconds()
+            }
+            let landing = refreshLanded(
+                key, flight, userInfo: userInfo, result: result, backoff: terms, failedAt: failedAt,
+                takingTurn: takingTurn)
+            landing.waiters.forEachWaiting { $0.resume(returning: result) }
+            for view in landing.views { view.ledgerAdvanced(identifier) }
+            if let refusalFence = landing.refusalFence {
+                await recordRefusalInStore(identifier: identifier, fence: refusalFence)
+            }
+            return (result, landing.turn)
+        }
+    }
+
+    /// Waits for the refresh of `sent` in flight, and returns its result (asked again when it ended before the
+    /// caller joined).
+    private func joinFlight(
+        _ key: ExactIdentifier, sent: String, identifier: String, _ userInfo: UserInfo, _ credentials: Credentials
+    ) async -> Result<Credentials, UserSessionError> {
+        await Parked.wait { (joiner: Joiner) -> Result<Credentials, UserSessionError>? in
+            let joined = modify(key) { entry -> Bool in
+                entry.flights.join(sent, id: Self.nextFence(), joiner)
+            }
+            // The flight ended between the two critical sections: ask again.
+            if !joined {
+                Task { joiner.resume(returning: await self.refreshAgain(identifier, userInfo, credentials)) }
+            }
+            return nil
+        }
+    }
+
+    /// What a refresh asked of the entry gets (``refreshAsked(_:credentials:sent:fence:askedAt:_:)``).
+    private enum RefreshStep {
+        /// Answered without a refresh: the rotation known, a refusal, a backoff, or a session released since.
+        case answered(Result<Credentials, UserSessionError>)
+        /// The refresh of the same token in flight is joined.
+        case join
+        /// The caller leads the refresh.
+        case run(Flight)
+    }
+
+    /// The first critical section of a refresh of `credentials` (which sends `sent`), asked at `askedAt` by a
+    /// session holding the identifier under `fence`: answered, joined or led. Not inlined, like
+    /// ``refreshLanded(_:_:userInfo:result:_:takingTurn:)``: the refresh's async frame need not hold the section's
+    /// temporaries.
+    @inline(never)
+    private func refreshAsked(
+        _ key: ExactIdentifier, credentials: Credentials, sent: String, fence: UInt64, askedAt: Double?,
+        _ terms: BackoffTerms?
+    ) -> RefreshStep {
+        modify(key) { entry -> RefreshStep in
             switch entry.known(credentials) {
             case .refused: return .answered(.failure(Self.refusedError))
             case .rotated(let rotated, _): return .answered(.success(rotated))
@@ -710,8 +770,8 @@ final class CredentialsLedger: Sendable {
             }
             // Only a session that held the identifier through this entry's life leads a refresh: a fence older than
             // the entry's birth means the entry was dropped since, so nobody held it after that session let go. Its
-            // refresh, which outlived it and has sent nothing yet, must not send now: its rotation would belong to nobody
-            // (fenced, unwritten, forgotten with the entry) while the store keeps the token it spent.
+            // refresh, which outlived it and has sent nothing yet, must not send now: its rotation would belong to
+            // nobody (fenced, unwritten, forgotten with the entry) while the store keeps the token it spent.
             // A session still signing in (its fence is 0) may refresh: its result is fenced, and its own commit
             // writes it once the sign-in landed.
             guard fence == RefreshStateMachine.signingInFence || fence >= entry.bornFence else {
@@ -721,55 +781,51 @@ final class CredentialsLedger: Sendable {
             let presentedNewest = entry.current.map { $0.credentials == credentials } ?? (entry.fence == fence)
             return .run(Flight(presented: credentials, sent: sent, fence: fence, presentedNewest: presentedNewest))
         }
-        switch step {
-        case .answered(let result):
-            return (result, nil)
-        case .join:
-            let result = await Parked.wait { (joiner: Joiner) -> Result<Credentials, UserSessionError>? in
-                let joined = modify(key) { entry -> Bool in
-                    entry.flights.join(sent, id: Self.nextFence(), joiner)
-                }
-                // The flight ended between the two critical sections: ask again.
-                if !joined {
-                    Task { joiner.resume(returning: await self.refreshAgain(identifier, userInfo, credentials)) }
-                }
-                return nil
+    }
+
+    /// What the second critical section of a led refresh hands its caller to do once the lock is released.
+    private struct RefreshLanding {
+        /// The callers that joined it, to resume with its result.
+        var waiters: FlightWaiters<Joiner>
+        /// The fence a refusal to record in the store is written under, if any.
+        var refusalFence: UInt64?
+        /// The write turn, when the caller takes it for its commit.
+        var turn: TurnGrant?
+        /// The views to tell (``CredentialsLedgerView/ledgerAdvanced(_:)``).
+        var views: [any CredentialsLedgerView]
+    }
+
+    /// The second critical section of a refresh the caller led: `flight` returned `result` (at `failedAt`, when it
+    /// failed for a while and the caller shares its backoff on `terms`). Records it, and with `takingTurn` grants the
+    /// write turn to a success when it is free. Not inlined, like
+    /// ``refreshAsked(_:credentials:sent:fence:askedAt:_:)``.
+    @inline(never)
+    private func refreshLanded(
+        _ key: ExactIdentifier, _ flight: Flight, userInfo: UserInfo, result: Result<Credentials, UserSessionError>,
+        backoff terms: BackoffTerms?, failedAt: Double?, takingTurn: Bool
+    ) -> RefreshLanding {
+        modify(key) { entry in
+            var backedOff: FlightMachine.Backoff?
+            if let terms, let failedAt, case .failure(let failure) = result {
+                backedOff = keepBackoff(&entry, flight: flight, failure: failure, at: failedAt, terms)
             }
-            return (result, nil)
-        case .run(let flight):
-            let result = await call()
-            let failed: (error: UserSessionError, terms: BackoffTerms, at: Double)? =
-                if case .failure(let error) = result, error.failureClass == .transient, let terms {
-                    (error, terms, terms.clock.nowSeconds())
-                } else {
-                    nil
-                }
-            let (waiters, refusalFence, turn, views) = modify(key) { entry in
-                let backedOff = failed.flatMap {
-                    keepBackoff(&entry, flight: flight, failure: $0.error, at: $0.at, $0.terms)
-                }
-                let (waiters, refusalFence, replaced) = flightReturned(
-                    &entry, flight: flight, userInfo: userInfo, result: result)
-                // A refresh of credentials another write replaced while it ran gets no turn: knowledge only, its
-                // commit leaves the turn it waits for without writing (`leaveIfNothingToWrite`).
-                let succeeded = (try? result.get()) != nil
-                let turn = takingTurn && entry.turn == nil && succeeded && !replaced ? entry.grantTurn() : nil
-                // A refusal is told to every view over any store: it takes no revision, only the session's end. So
-                // is a backoff: no store holds it.
-                var told: [any CredentialsLedgerView] = []
-                if refusalFence != nil {
-                    told = entry.views
-                } else if backedOff != nil {
-                    told = entry.viewsToTell
-                } else if advanced(entry, to: result) {
-                    told = viewsToTell(entry)
-                }
-                return (waiters, refusalFence, turn, told)
+            let (waiters, refusalFence, replaced) = flightReturned(
+                &entry, flight: flight, userInfo: userInfo, result: result)
+            // A refresh of credentials another write replaced while it ran gets no turn: knowledge only, its
+            // commit leaves the turn it waits for without writing (`leaveIfNothingToWrite`).
+            let succeeded = (try? result.get()) != nil
+            let turn = takingTurn && entry.turn == nil && succeeded && !replaced ? entry.grantTurn() : nil
+            // A refusal is told to every view over any store: it takes no revision, only the session's end. So
+            // is a backoff: no store holds it.
+            var told: [any CredentialsLedgerView] = []
+            if refusalFence != nil {
+                told = entry.views
+            } else if backedOff != nil {
+                told = entry.viewsToTell
+            } else if advanced(entry, to: result) {
+                told = viewsToTell(entry)
             }
-            waiters.forEachWaiting { $0.resume(returning: result) }
-            for view in views { view.ledgerAdvanced(identifier) }
-            if let refusalFence { await recordRefusalInStore(identifier: identifier, fence: refusalFence) }
-            return (result, turn)
+            return RefreshLanding(waiters: waiters, refusalFence: refusalFence, turn: turn, views: told)
         }
     }
 
@@ -935,6 +991,9 @@ final class CredentialsLedger: Sendable {
     /// Written before the refresh's callers hear of it when the turn is free. When another write holds the turn (a
     /// sign-in whose write waits for the outcome of this very refresh, for one), it is written after that write, in
     /// the background: the refusal is already known to this process, and stays known until the store has it.
+    ///
+    /// Not inlined: the frame of every refresh need not hold this rare write's state.
+    @inline(never)
     private func recordRefusalInStore(identifier: String, fence: UInt64) async {
         switch tryEnterWriteTurn(identifier, fence: fence, reserved: false) {
         case .granted(let turn):

@@ -133,7 +133,7 @@ public final class UserSessionRegistry: Sendable {
     /// - Throws: ``UserSessionError/Code/invalidIdentifier`` for an empty, over-long or NUL-containing identifier;
     ///   ``UserSessionError/Code/shutdown`` after ``shutdown()``.
     public func controller(for identifier: String) throws -> UserSessionController {
-        try Self.check(identifier)
+        try UserSessionController.check(identifier)
         return try heldOrNewController(for: identifier, key: ExactIdentifier(identifier))
     }
 
@@ -202,13 +202,6 @@ public final class UserSessionRegistry: Sendable {
 
     func now() -> Double { configuration.clock.nowSeconds() }
 
-    /// Throws ``UserSessionError/Code/invalidIdentifier`` for an identifier no session can have.
-    static func check(_ identifier: String) throws(UserSessionError) {
-        if let problem = UserSessionController.identifierProblem(identifier) {
-            throw UserSessionError(.invalidIdentifier, "the identifier \(problem)")
-        }
-    }
-
     static var shutdownError: UserSessionError { UserSessionError(.shutdown, "the registry was shut down") }
 }
 
@@ -235,7 +228,7 @@ extension UserSessionRegistry {
     ///     record, a store or refresh failure, a service that failed to start).
     ///   `CancellationError` when the calling task is cancelled while waiting.
     public func session(for identifier: String) async throws -> UserSessionController {
-        try Self.check(identifier)
+        try UserSessionController.check(identifier)
         let key = ExactIdentifier(identifier)
         let now = now()
         if let controller = state.withLock({ $0.openIdleController(key, now: now) }) { return controller }
@@ -287,9 +280,7 @@ extension UserSessionRegistry {
     ///   session is open.
     @discardableResult
     public func open(_ prototype: UserSessionPrototype) async throws -> UserSessionController {
-        if let problem = UserSessionController.identifierProblem(prototype.identifier) {
-            throw UserSessionError(.invalidPrototype, "the prototype's identifier \(problem)")
-        }
+        try UserSessionController.check(prototype)
         let key = ExactIdentifier(prototype.identifier)
         let controller = try await withTurn(.user(key)) { try await openInTurn(prototype, key: key) }
         await enforceMaximumOpenSessions(sparing: key)
@@ -309,7 +300,7 @@ extension UserSessionRegistry {
     ///   ``UserSessionError/Code/wrongState`` when the session is already open, ``UserSessionError/Code/storeCorrupt``
     ///   or a refresh failure; ``UserSessionError/Code/invalidIdentifier``; ``UserSessionError/Code/shutdown``.
     public func restore(identifier: String) async throws -> UserSessionController? {
-        try Self.check(identifier)
+        try UserSessionController.check(identifier)
         let key = ExactIdentifier(identifier)
         let controller = try await withTurn(.user(key)) { () -> UserSessionController? in
             do {
@@ -505,9 +496,7 @@ extension UserSessionRegistry {
     ///   the identifier fails.
     @discardableResult
     public func switchUser(to prototype: UserSessionPrototype) async throws -> UserSessionController {
-        if let problem = UserSessionController.identifierProblem(prototype.identifier) {
-            throw UserSessionError(.invalidPrototype, "the prototype's identifier \(problem)")
-        }
+        try UserSessionController.check(prototype)
         let key = ExactIdentifier(prototype.identifier)
         return try await withTurn(.switching) {
             let previous = state.withLock { $0.currentIdentifier }
