@@ -114,6 +114,9 @@ struct LedgerOverlapSeamTests {
         private let removeHolds = Locked<[String: [(AsyncGate, Moment)]]>([:])
         let savesHeld = ArrivalCounter()
         let removesHeld = ArrivalCounter()
+        /// The refresh token of every record saved, in the order the saves landed.
+        private let savedTokens = Locked<[String?]>([])
+        var saved: [String?] { savedTokens.withLock { $0 } }
 
         func holdNextSave(of identifier: String, _ moment: Moment) -> AsyncGate {
             let gate = AsyncGate()
@@ -145,6 +148,7 @@ struct LedgerOverlapSeamTests {
                 await gate.wait()
             }
             try await base.save(session, identifier: identifier)
+            savedTokens.withLock { $0.append(session.credentials?.refreshToken) }
             if let (gate, moment) = hold, moment == .after {
                 savesHeld.arrive()
                 await gate.wait()
@@ -335,6 +339,59 @@ struct LedgerOverlapSeamTests {
         #expect(try await second.accessToken() == "alice~1/at-0")
         await first.close()
         await second.close()
+    }
+
+    /// Three controllers of one store hold alice's rt-0 (one signed her in, two restored her). The first refreshes it
+    /// (rt-0 -> rt-1) and the second joins that refresh; the first's commit hangs in the store, holding the write turn,
+    /// so the second's commit waits for the turn. Meanwhile the third, told of rt-1, is forced to refresh it
+    /// (rt-1 -> rt-2), and its commit queues behind the second's. When the first's write lands, the second's commit
+    /// holds a record the ledger knows newer credentials of: it publishes its result without writing it (rt-1 is saved
+    /// once, never again over what came after it) and takes rt-2. Before, it wrote rt-1 a second time, and the ledger
+    /// then wrote rt-2 again to repair the store.
+    @Test func aCommitWhoseResultAnotherRefreshWentOnFromIsNotWritten() async throws {
+        let bench = OverlapBench()
+        let (first, second, third) = (bench.controller(), bench.controller(), bench.controller())
+        _ = try await first.open(bench.server.signIn("alice", expiresIn: 10))
+        _ = try await second.restore(identifier: "alice")
+        _ = try await third.restore(identifier: "alice")
+        let firstWrite = bench.store.holdNextSave(of: "alice", .before)
+        bench.server.holdRefreshes()
+        bench.time.advance(by: 20)
+        let firstAsked = Task { try await first.accessToken() }
+        await bench.server.started.wait(for: 1)
+        let secondAsked = Task { try await second.accessToken() }
+        let ledger = bench.ledger
+        try await withHangGuard("the second controller joins the refresh") {
+            while ledger.joinedWaiters("alice") < 1 { await Task.yield() }
+        }
+        bench.server.releaseRefreshes()
+        await bench.store.savesHeld.wait(for: 1)
+        try await withHangGuard("the second controller's commit waits for the turn") {
+            while ledger.writersWaiting("alice") < 1 { await Task.yield() }
+        }
+        // The third controller was told of rt-1; forced, it refreshes rt-1, and its commit waits behind the second's.
+        #expect(third.gate.currentCredentials()?.refreshToken == "alice/rt-1")
+        let thirdForced = Task { try await third.refreshCredentials() }
+        try await withHangGuard("the third controller's commit waits for the turn") {
+            while ledger.writersWaiting("alice") < 2 { await Task.yield() }
+        }
+        #expect(bench.server.presented == ["alice/rt-0", "alice/rt-1"])
+
+        firstWrite.open()
+        #expect(try await firstAsked.value == "alice/at-1")
+        #expect(try await secondAsked.value == "alice/at-1")
+        #expect(try await thirdForced.value.refreshToken == "alice/rt-2")
+        try await withHangGuard("the ledger has nothing left to write") {
+            await bench.time.advanceOnEachSleep { ledger.hasPendingWork("alice") }
+        }
+        // The second controller took what its refresh led to.
+        #expect(second.gate.currentCredentials()?.refreshToken == "alice/rt-2")
+        #expect(bench.store.saved.filter { $0 == "alice/rt-1" }.count == 1)
+        #expect(await bench.store.stored("alice")?.credentials?.refreshToken == "alice/rt-2")
+        #expect(bench.server.presented == ["alice/rt-0", "alice/rt-1"])
+        await first.close()
+        await second.close()
+        await third.close()
     }
 
     // MARK: C'. The same late writes landing after the sign-in's or the sign-out's call returned

@@ -182,7 +182,8 @@ struct LedgerRotationWriteTests {
     }
 
     /// A commit that did not lead its refresh leaves the turn without writing only when the store holds its very
-    /// record: landed under the turn's fence, and nothing unwritten since. In every other case it keeps the turn, to
+    /// record (landed under the turn's fence, and nothing unwritten since), or when the ledger knows newer
+    /// credentials reached from its record (never written over the newest). In every other case it keeps the turn, to
     /// write.
     @Test func aCommitThatDidNotLeadLeavesWithoutWritingOnlyWhatLandedUnderItsFence() async throws {
         let ledger = CredentialsLedger(store: InMemoryTokenStore())
@@ -204,16 +205,18 @@ struct LedgerRotationWriteTests {
         // Another record (the same credentials for another view of the user) is not what landed.
         let otherUserInfo = StoredSession(userInfo: UserInfo(id: "alice", name: "Alice"), credentials: Self.rotated)
         #expect(ledger.leaveIfNothingToWrite("alice", otherUserInfo, turn: turn) == nil)
-        // Not older credentials either.
-        #expect(
-            ledger.leaveIfNothingToWrite(
-                "alice", StoredSession(userInfo: Self.user, credentials: Self.sent), turn: turn) == nil)
         #expect(ledger.writeTurnIsHeld("alice"))
         // The very record: the turn is left in the same section.
         #expect(ledger.leaveIfNothingToWrite("alice", rotated, turn: turn) == .landed)
         #expect(!ledger.writeTurnIsHeld("alice"))
         // A turn that is no longer held (left already) leaves nothing.
         #expect(ledger.leaveIfNothingToWrite("alice", rotated, turn: turn) == nil)
+        // Older credentials, which the refresh rotated, are superseded: not what landed, and never written over the
+        // newest; the turn is left in the same section too.
+        turn = await ledger.takeWriteTurn("alice")
+        let older = StoredSession(userInfo: Self.user, credentials: Self.sent)
+        #expect(ledger.leaveIfNothingToWrite("alice", older, turn: turn) == .superseded)
+        #expect(!ledger.writeTurnIsHeld("alice"))
 
         // A turn granted before a sign-in: its fence is not the entry's any more.
         turn = await ledger.takeWriteTurn("alice")

@@ -883,10 +883,11 @@ extension CredentialsGate {
     ///
     /// A commit that waited for the turn writes nothing when the store already holds its very record (the refresh
     /// was another controller's, joined or answered with its rotation, and that controller's write landed it), nor
-    /// when another write replaced the newest credentials the refresh presented while it ran (another controller's
-    /// update: the refresh is knowledge only, never written over them, and comes back without the turn); the ledger
-    /// checks both and leaves the turn in one section (``CredentialsLedger/leaveIfNothingToWrite(_:_:turn:)``). The
-    /// commit still publishes only after the write that held the turn before it, so the order above holds for it too.
+    /// when the ledger knows newer credentials reached from its record (another controller's update replaced what the
+    /// refresh presented while it ran, which then comes back without the turn, or another refresh went on from its
+    /// result): an older version is never written over the newest. The ledger checks both and leaves the turn in one
+    /// section (``CredentialsLedger/leaveIfNothingToWrite(_:_:turn:)``). The commit still publishes only after the
+    /// write that held the turn before it, so the order above holds for it too.
     private func commit(
         _ job: RefreshStateMachine.RefreshJob, _ credentials: Credentials, turn granted: CredentialsLedger.TurnGrant?
     ) async -> Int? {
@@ -906,9 +907,10 @@ extension CredentialsGate {
             nothingToWrite = ledger.leaveIfNothingToWrite(target.identifier, target.stored, turn: turn)
         }
         if nothingToWrite != nil {
-            // A refresh this gate joined (or was answered): its leader's write already landed this very record. Or a
-            // refresh of credentials another write replaced while it ran (another controller's update): knowledge
-            // only, published here but never written over what replaced them, and then replaced by them here too.
+            // A refresh this gate joined (or was answered): its leader's write already landed this very record. Or
+            // credentials the entry knows newer ones of (another controller's update replaced what it refreshed while
+            // it ran, or another refresh went on from its result): published here but never written over the newest,
+            // and then replaced by it here too.
             written = .written(revision: nil)
         } else {
             written = await performWrite(target, in: turn, leavesTurn: true)
@@ -936,7 +938,7 @@ extension CredentialsGate {
                 flightID: job.flightID, newCredentials: credentials, revision: written.revision,
                 persistError: written.error, now: now, jitter: jitter)
         }
-        if case .replaced = nothingToWrite { ledgerAdvanced(job.identifier) }
+        if case .superseded = nothingToWrite { ledgerAdvanced(job.identifier) }
         return waiters
     }
 }

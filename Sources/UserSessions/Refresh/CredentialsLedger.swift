@@ -288,10 +288,8 @@ final class CredentialsLedger: Sendable {
         /// (`writeUnwritten`). A store down for longer than the window's refreshes otherwise kept a spent token that
         /// every restore presented again. The window closes again at the first refresh after the store took the
         /// newest (each refresh is one expiry, and the loop breaker bounds them).
-        mutating func recordRefresh(of presented: Credentials, sent: String, result: Credentials, replaced: Bool) {
-            record(
-                Rotation(sentAccessToken: presented.accessToken, sent: sent, result: result, replacedInFlight: replaced)
-            )
+        mutating func recordRefresh(of presented: Credentials, sent: String, result: Credentials) {
+            record(Rotation(sentAccessToken: presented.accessToken, sent: sent, result: result))
         }
 
         /// Records that `newer` replaced `previous` as the identifier's newest without a refresh (credentials handed
@@ -307,7 +305,7 @@ final class CredentialsLedger: Sendable {
             // A server that answers with the very credentials it was sent taught nothing newer.
             guard rotation.rotated || rotation.result.accessToken != rotation.sentAccessToken else { return }
             // Each refresh and each replacement once. A refresh of credentials a replacement already answers is still
-            // recorded (it was replaced while it ran: `isReplaced`); the replacement, recorded first, still answers.
+            // recorded (it was replaced while it ran, and spent them); the replacement, recorded first, still answers.
             let known = rotations.contains {
                 $0.sent == rotation.sent && $0.sentAccessToken == rotation.sentAccessToken
                     && $0.refreshed == rotation.refreshed
@@ -325,16 +323,14 @@ final class CredentialsLedger: Sendable {
             !unwritten && current == session
         }
 
-        /// Whether `session` holds the result of a refresh whose credentials another write replaced while it ran (it
-        /// refreshed the newest, and an update made other credentials the newest before it returned), and that
-        /// nothing made the newest since (a sign-in whose credentials it refreshed does): knowledge only. A record
-        /// the ledger knows no such refresh of (credentials from elsewhere, a window that let it go) is not judged.
-        func isReplaced(_ session: StoredSession) -> Bool {
-            guard let credentials = session.credentials,
-                rotations.contains(where: { $0.replacedInFlight && $0.result.isSameVersion(as: credentials) })
-            else { return false }
-            guard let current else { return true }
-            return current.refreshTokenRefused || !current.holdsSameTokens(as: credentials)
+        /// Whether the entry knows credentials newer than those of `session` (reached from them by a refresh or a
+        /// replacement), or their refusal: written, they would put an older version, or a refused one, over what
+        /// the identifier has now. A refresh whose credentials an update replaced while it ran is one (the
+        /// replacement answers its result); a refresh another controller refreshed again before this one's commit
+        /// got the turn is another.
+        func isSuperseded(_ session: StoredSession) -> Bool {
+            guard let credentials = session.credentials else { return false }
+            return known(credentials) != nil
         }
 
         /// Whether the server rotated `token` away (it must never be presented again).
@@ -398,9 +394,6 @@ final class CredentialsLedger: Sendable {
         /// The refresh token presented.
         let sent: String
         let result: Credentials
-        /// The refresh refreshed the identifier's newest credentials, and another write (an update, a sign-in, a
-        /// sign-out) replaced them before it returned: its result is knowledge only, never written over them.
-        var replacedInFlight = false
         /// A refresh the server answered; `false` for a replacement.
         var refreshed = true
 
@@ -957,7 +950,7 @@ final class CredentialsLedger: Sendable {
         switch result {
         case .success(let credentials):
             let replaced = fenced && flight.presentedNewest
-            entry.recordRefresh(of: flight.presented, sent: flight.sent, result: credentials, replaced: replaced)
+            entry.recordRefresh(of: flight.presented, sent: flight.sent, result: credentials)
             if replaced, entry.fence == flight.fence, let newest = entry.current?.credentials {
                 // Replaced while it ran within the same sign-in (an update): its result is older than what replaced
                 // it, so its holder is handed that. Never across a sign-in: a session of an earlier one is not handed
@@ -1299,12 +1292,13 @@ final class CredentialsLedger: Sendable {
     /// A commit holding `turn` that waited for it asks whether it has anything to write. Nothing when the store
     /// already holds exactly `session`: the refresh was another controller's (joined, or answered with its
     /// rotation), and that controller's write landed it under the turn's fence with nothing unwritten since
-    /// (``Entry/hasLanded(_:)``). Nothing either when `session` holds the result of a refresh that presented the
-    /// newest credentials and another write replaced them while it ran (an update of another controller, for one:
-    /// knowledge only, never written over them; ``Entry/isReplaced(_:)``). Then it leaves the turn in the same
-    /// critical section and says which: the commit publishes without writing. Otherwise it returns `nil` and the
-    /// caller still holds the turn, to write. A refresh made while its session was signing in presented nothing the
-    /// ledger held as the newest, and is written once the sign-in landed.
+    /// (``Entry/hasLanded(_:)``). Nothing either when the entry knows newer credentials reached from `session`'s, or
+    /// their refusal (``Entry/isSuperseded(_:)``): an update of another controller replaced what the refresh
+    /// presented while it ran, or another refresh already went on from its result. A commit never writes an older
+    /// version over the newest. Then it leaves the turn in the same critical section and says which: the commit
+    /// publishes without writing. Otherwise it returns `nil` and the caller still holds the turn, to write. A
+    /// refresh made while its session was signing in presented nothing the ledger held as the newest, and is written
+    /// once the sign-in landed.
     ///
     /// Only for an unconditional write: a session over a ``CoordinatedTokenStore`` would also need the revision the
     /// write made, which the entry does not keep.
@@ -1314,8 +1308,8 @@ final class CredentialsLedger: Sendable {
             let why: NothingToWrite
             if entry.hasLanded(session) {
                 why = .landed
-            } else if entry.isReplaced(session) {
-                why = .replaced
+            } else if entry.isSuperseded(session) {
+                why = .superseded
             } else {
                 return nil
             }
@@ -1329,8 +1323,8 @@ final class CredentialsLedger: Sendable {
     enum NothingToWrite {
         /// The store holds its very record already.
         case landed
-        /// What it refreshed was replaced while it ran: the commit's session takes what replaced it after publishing.
-        case replaced
+        /// The entry knows newer credentials (or their refusal): the commit's session takes them after publishing.
+        case superseded
     }
 
     /// A session of `identifier` holding the write turn `turn` adopts `session`, which it read from the store in
