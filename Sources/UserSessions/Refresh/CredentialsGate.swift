@@ -891,15 +891,27 @@ extension CredentialsGate {
     private func commit(
         _ job: RefreshStateMachine.RefreshJob, _ credentials: Credentials, turn granted: CredentialsLedger.TurnGrant?
     ) async -> Int? {
-        let turn: CredentialsLedger.TurnGrant
-        if let granted { turn = granted } else { turn = await ledger.takeWriteTurn(job.identifier) }
-        noteHeld(turn, of: job.identifier)
-        guard let target = inspect({ $0.refreshReturned(flightID: job.flightID, newCredentials: credentials) }) else {
-            // Stale: nobody here writes the rotation; the ledger does, now, unless the store has it.
-            noteLeft(turn)
-            ledger.leaveWriteTurn(job.identifier, token: turn.token)
+        // A stale flight publishes nothing: nobody here writes its rotation; the ledger does, now, unless the store has
+        // it (or the identifier signed out or in since).
+        func stale(_ job: RefreshStateMachine.RefreshJob) async -> Int? {
             await ledger.ensureWritten(job.identifier, schedule: ledgerSchedule(for: job.generation))
             return nil
+        }
+        let turn: CredentialsLedger.TurnGrant
+        if let granted {
+            turn = granted
+        } else {
+            // A flight that is stale already takes no turn (a flight never becomes current again): nothing here writes
+            // its rotation, and a turn taken for nothing could bring back the entry of an identifier every holder let
+            // go since.
+            guard inspect({ $0.isCurrent(flightID: job.flightID) }) else { return await stale(job) }
+            turn = await ledger.takeWriteTurn(job.identifier)
+        }
+        noteHeld(turn, of: job.identifier)
+        guard let target = inspect({ $0.refreshReturned(flightID: job.flightID, newCredentials: credentials) }) else {
+            noteLeft(turn)
+            ledger.leaveWriteTurn(job.identifier, token: turn.token)
+            return await stale(job)
         }
         let written: WriteOutcome
         var nothingToWrite: CredentialsLedger.NothingToWrite?
