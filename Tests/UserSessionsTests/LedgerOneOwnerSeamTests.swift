@@ -376,14 +376,8 @@ struct LedgerOneOwnerSeamTests {
         let bench = Bench()
         let (first, second) = try await bench.aliceOnTwoControllers()
         bench.time.advance(by: 3595)
-        bench.server.holdRefreshes()
-        let leader = Task { try await first.accessToken() }
-        await bench.server.started.wait(for: 1)
-        let joiner = Task { try await second.accessToken() }
-        let ledger = bench.ledger
-        try await withHangGuard("the second controller joins the refresh") {
-            while ledger.joinedWaiters("alice") < 1 { await Task.yield() }
-        }
+        let (leader, joiner) = try await leadAndJoinAHeldRefresh(
+            first, second, server: bench.server, ledger: bench.ledger)
         let savesBefore = bench.store.saves.count
         bench.server.releaseRefreshes()
         #expect(try await leader.value == "alice/at-1")

@@ -355,15 +355,10 @@ struct LedgerOverlapSeamTests {
         _ = try await second.restore(identifier: "alice")
         _ = try await third.restore(identifier: "alice")
         let firstWrite = bench.store.holdNextSave(of: "alice", .before)
-        bench.server.holdRefreshes()
         bench.time.advance(by: 20)
-        let firstAsked = Task { try await first.accessToken() }
-        await bench.server.started.wait(for: 1)
-        let secondAsked = Task { try await second.accessToken() }
         let ledger = bench.ledger
-        try await withHangGuard("the second controller joins the refresh") {
-            while ledger.joinedWaiters("alice") < 1 { await Task.yield() }
-        }
+        let (firstAsked, secondAsked) = try await leadAndJoinAHeldRefresh(
+            first, second, server: bench.server, ledger: ledger)
         bench.server.releaseRefreshes()
         await bench.store.savesHeld.wait(for: 1)
         try await withHangGuard("the second controller's commit waits for the turn") {
