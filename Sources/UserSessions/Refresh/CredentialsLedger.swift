@@ -740,8 +740,8 @@ final class CredentialsLedger: Sendable {
 
     /// The first critical section of a refresh of `credentials` (which sends `sent`), asked at `askedAt` by a
     /// session holding the identifier under `fence`: answered, joined or led. Not inlined, like
-    /// ``refreshLanded(_:_:userInfo:result:_:takingTurn:)``: the refresh's async frame need not hold the section's
-    /// temporaries.
+    /// ``refreshLanded(_:_:userInfo:result:backoff:failedAt:takingTurn:)``: the refresh's async frame need not hold the
+    /// section's temporaries.
     @inline(never)
     private func refreshAsked(
         _ key: ExactIdentifier, credentials: Credentials, sent: String, fence: UInt64, askedAt: Double?,
