@@ -370,4 +370,41 @@ struct LedgerRotationWriteTests {
         #expect(ledger.hasPendingWork("alice"))
         ledger.release("alice")
     }
+
+    /// The same for a session that was still signing in: it writes under the signing-in fence, which no entry is
+    /// born after, so the rule reads the fence of its hold. Before, a refresh under fence 0 was let through whatever
+    /// entry it found, and one that outlived its session by a moment (checked current, then the session closed and
+    /// a restore made the entry again) sent a token whose rotation nobody would write.
+    @Test func aSessionSigningInThatLetTheIdentifierGoNeverLeadsARefreshOfTheEntryMadeAfterIt() async throws {
+        let ledger = CredentialsLedger(store: InMemoryTokenStore())
+        let held = ledger.hold("alice")
+        ledger.release("alice")
+        #expect(ledger.entryCount == 0)
+        let restoreFence = ledger.hold("alice")
+        var asked = 0
+        let orphan = await ledger.refresh(
+            identifier: "alice", userInfo: Self.user, credentials: Self.sent, fence: RefreshStateMachine.signingInFence,
+            heldFence: held
+        ) {
+            asked += 1
+            return .success(Self.rotated)
+        }
+        #expect(orphan.errorCode == .sessionNotOpen)
+        #expect(asked == 0)
+        // Without a held fence, the signing-in fence is no pass either.
+        let unheld = await presenting(Self.sent, ledger, fence: RefreshStateMachine.signingInFence, asked: &asked)
+        #expect(unheld.errorCode == .sessionNotOpen)
+        #expect(asked == 0)
+        // A session signing in that holds the entry refreshes; its result is fenced (knowledge only).
+        let signingIn = await ledger.refresh(
+            identifier: "alice", userInfo: Self.user, credentials: Self.sent, fence: RefreshStateMachine.signingInFence,
+            heldFence: restoreFence
+        ) {
+            asked += 1
+            return .success(Self.rotated)
+        }
+        #expect((try? signingIn.get()) == Self.rotated)
+        #expect(asked == 1)
+        ledger.release("alice")
+    }
 }

@@ -439,6 +439,29 @@ struct RefreshStateMachineTests {
         #expect(nothing == nil)
     }
 
+    /// A session whose sign-in has not landed writes under the signing-in fence, but its refreshes carry the fence
+    /// of its hold, so that the ledger lets them lead only on the entry that hold was taken from; once the sign-in
+    /// landed, both are the fence the sign-in made.
+    @Test func aSessionSigningInRefreshesUnderItsHoldsFenceAndWritesUnderNone() {
+        var machine = RefreshStateMachine(
+            policy: UserSessionController.Configuration().refreshPolicy.refresh, hasRefresher: true)
+        let credentials = Credentials(
+            accessToken: "at-0", refreshToken: "rt-0", expiresAt: Date(timeIntervalSinceReferenceDate: Self.start + 30))
+        _ = machine.activated(
+            identifier: "user", userInfo: UserInfo(id: "user"), credentials: credentials, generation: 1, heldFence: 7,
+            signingIn: true)
+        #expect(machine.ledgerFence == RefreshStateMachine.signingInFence)
+        guard case .wait(let job?) = Self.ask(&machine, .demand, now: Self.start) else {
+            Issue.record("expected a refresh")
+            return
+        }
+        #expect(job.ledgerFence == RefreshStateMachine.signingInFence)
+        #expect(job.heldFence == 7)
+        _ = machine.signedIn(identifier: "user", revision: nil, ledgerFence: 9)
+        #expect(machine.ledgerFence == 9)
+        #expect(machine.heldFence == 9)
+    }
+
     /// The session closed while its commit's write failed: nothing is reported, and the credentials are the
     /// ledger's to write (the write's failure left them unwritten there; the final flush reads them from it).
     @Test func aCommitWhoseSessionClosedDuringAFailedWriteReportsNothing() {

@@ -147,7 +147,7 @@ final class CredentialsGate: Sendable {
         modifyStateAndRunActions {
             $0.activated(
                 identifier: identifier, userInfo: userInfo, credentials: credentials, generation: generation,
-                revision: revision, ledgerFence: signingIn ? RefreshStateMachine.signingInFence : fence)
+                revision: revision, heldFence: fence, signingIn: signingIn)
         }
         startWatchingStore(identifier: identifier, generation: generation)
     }
@@ -756,7 +756,7 @@ extension CredentialsGate {
     {
         await ledger.refreshTakingTurn(
             identifier: job.identifier, userInfo: job.userInfo, credentials: credentials, fence: job.ledgerFence,
-            takingTurn: true,
+            heldFence: job.heldFence, takingTurn: true,
             backoff: CredentialsLedger.BackoffTerms(
                 clock: clock, policy: policy.refresh, stopsRequest: job.kind != .forced)
         ) {

@@ -172,7 +172,7 @@ final class CredentialsLedger: Sendable {
         /// The fence this entry was made with. Fences only grow, so a session's fence older than this one was taken
         /// from an entry dropped since: that session let the identifier go (nobody held it in between), and a
         /// refresh it still runs has outlived it and may no longer present a token
-        /// (``CredentialsLedger/refresh(identifier:userInfo:credentials:fence:call:)``).
+        /// (``CredentialsLedger/refresh(identifier:userInfo:credentials:fence:heldFence:call:)``).
         var bornFence: UInt64 { detail?.bornFence ?? fence }
 
         /// The fence changes (a sign-in or a sign-out): the first change keeps the fence the entry was made with.
@@ -661,33 +661,39 @@ final class CredentialsLedger: Sendable {
     /// presenting a refused token fails at once. Only the caller that starts the flight runs `call`.
     ///
     /// `fence` is the fence of the session asking: a session of a user who signed out since (from elsewhere) may
-    /// still refresh what it serves, but its result is neither recorded here nor written.
+    /// still refresh what it serves, but its result is neither recorded here nor written. `heldFence` is the fence
+    /// that session holds the identifier under, when it writes under another (a session whose sign-in has not
+    /// landed writes under ``RefreshStateMachine/signingInFence``); the refresh leads only on the entry it was taken
+    /// from.
     ///
     /// A rotation the ledger recorded stays unwritten (and its entry alive) until a write in the identifier's
     /// write turn lands it: the caller's commit, or the ledger's own write loop once no controller holds it.
     func refresh(
-        identifier: String, userInfo: UserInfo, credentials: Credentials, fence: UInt64,
+        identifier: String, userInfo: UserInfo, credentials: Credentials, fence: UInt64, heldFence: UInt64? = nil,
         call: () async -> Result<Credentials, UserSessionError>
     ) async -> Result<Credentials, UserSessionError> {
         await refreshTakingTurn(
-            identifier: identifier, userInfo: userInfo, credentials: credentials, fence: fence, takingTurn: false,
-            call: call
+            identifier: identifier, userInfo: userInfo, credentials: credentials, fence: fence, heldFence: heldFence,
+            takingTurn: false, call: call
         ).result
     }
 
-    /// ``refresh(identifier:userInfo:credentials:fence:call:)`` for a caller that commits what it leads: with
+    /// ``refresh(identifier:userInfo:credentials:fence:heldFence:call:)`` for a caller that commits what it leads: with
     /// `takingTurn`, the refresh it ran that succeeded also takes the identifier's write turn when it is free, in
     /// the critical section that records the rotation, and returns it (the caller writes the rotation in it and
     /// leaves it). Joined, answered and failed refreshes take no turn.
     func refreshTakingTurn(
-        identifier: String, userInfo: UserInfo, credentials: Credentials, fence: UInt64, takingTurn: Bool,
-        backoff terms: BackoffTerms? = nil, call: () async -> Result<Credentials, UserSessionError>
+        identifier: String, userInfo: UserInfo, credentials: Credentials, fence: UInt64, heldFence: UInt64? = nil,
+        takingTurn: Bool, backoff terms: BackoffTerms? = nil, call: () async -> Result<Credentials, UserSessionError>
     ) async -> (result: Result<Credentials, UserSessionError>, turn: TurnGrant?) {
         guard let sent = credentials.refreshToken else { return (await call(), nil) }
         let key = ExactIdentifier(identifier)
         // The clock is the session's (its code may be the application's): read before the lock, as after the call.
         let askedAt = terms.map { $0.clock.nowSeconds() }
-        switch refreshAsked(key, credentials: credentials, sent: sent, fence: fence, askedAt: askedAt, terms) {
+        let asked = refreshAsked(
+            key, credentials: credentials, sent: sent, fence: fence, heldFence: heldFence ?? fence, askedAt: askedAt,
+            terms)
+        switch asked {
         case .answered(let result):
             return (result, nil)
         case .join:
@@ -728,7 +734,7 @@ final class CredentialsLedger: Sendable {
         }
     }
 
-    /// What a refresh asked of the entry gets (``refreshAsked(_:credentials:sent:fence:askedAt:_:)``).
+    /// What a refresh asked of the entry gets (``refreshAsked(_:credentials:sent:fence:heldFence:askedAt:_:)``).
     private enum RefreshStep {
         /// Answered without a refresh: the rotation known, a refusal, a backoff, or a session released since.
         case answered(Result<Credentials, UserSessionError>)
@@ -739,13 +745,13 @@ final class CredentialsLedger: Sendable {
     }
 
     /// The first critical section of a refresh of `credentials` (which sends `sent`), asked at `askedAt` by a
-    /// session holding the identifier under `fence`: answered, joined or led. Not inlined, like
-    /// ``refreshLanded(_:_:userInfo:result:backoff:failedAt:takingTurn:)``: the refresh's async frame need not hold the
-    /// section's temporaries.
+    /// session writing under `fence` and holding the identifier under `heldFence`: answered, joined or led. Not
+    /// inlined, like ``refreshLanded(_:_:userInfo:result:backoff:failedAt:takingTurn:)``: the refresh's async frame
+    /// need not hold the section's temporaries.
     @inline(never)
     private func refreshAsked(
-        _ key: ExactIdentifier, credentials: Credentials, sent: String, fence: UInt64, askedAt: Double?,
-        _ terms: BackoffTerms?
+        _ key: ExactIdentifier, credentials: Credentials, sent: String, fence: UInt64, heldFence: UInt64,
+        askedAt: Double?, _ terms: BackoffTerms?
     ) -> RefreshStep {
         modify(key) { entry -> RefreshStep in
             switch entry.known(credentials) {
@@ -761,13 +767,14 @@ final class CredentialsLedger: Sendable {
             {
                 return .answered(.failure(backoff.lastFailure))
             }
-            // Only a session that held the identifier through this entry's life leads a refresh: a fence older than
-            // the entry's birth means the entry was dropped since, so nobody held it after that session let go. Its
-            // refresh, which outlived it and has sent nothing yet, must not send now: its rotation would belong to
-            // nobody (fenced, unwritten, forgotten with the entry) while the store keeps the token it spent.
-            // A session still signing in (its fence is 0) may refresh: its result is fenced, and its own commit
-            // writes it once the sign-in landed.
-            guard fence == RefreshStateMachine.signingInFence || fence >= entry.bornFence else {
+            // Only a session that held the identifier through this entry's life leads a refresh: a held fence older
+            // than the entry's birth means the entry was dropped since, so nobody held it after that session let go.
+            // Its refresh, which outlived it and has sent nothing yet, must not send now: its rotation would belong
+            // to nobody (fenced, unwritten, forgotten with the entry) while the store keeps the token it spent. The
+            // held fence, not the write fence: a session still signing in writes under fence 0, and its refresh
+            // leads only while it holds the entry (its result is fenced, and its own commit writes it once the
+            // sign-in landed).
+            guard heldFence >= entry.bornFence else {
                 return .answered(.failure(Self.releasedError))
             }
             _ = entry.flights.lead(sent)
@@ -791,7 +798,7 @@ final class CredentialsLedger: Sendable {
     /// The second critical section of a refresh the caller led: `flight` returned `result` (at `failedAt`, when it
     /// failed for a while and the caller shares its backoff on `terms`). Records it, and with `takingTurn` grants the
     /// write turn to a success when it is free. Not inlined, like
-    /// ``refreshAsked(_:credentials:sent:fence:askedAt:_:)``.
+    /// ``refreshAsked(_:credentials:sent:fence:heldFence:askedAt:_:)``.
     @inline(never)
     private func refreshLanded(
         _ key: ExactIdentifier, _ flight: Flight, userInfo: UserInfo, result: Result<Credentials, UserSessionError>,

@@ -94,6 +94,9 @@ struct RefreshStateMachine {
         var userInfo = UserInfo(id: "")
         /// The ledger fence of the session that started it: a sign-out since makes its result unwritable.
         var ledgerFence: UInt64 = 0
+        /// The fence that session holds the identifier under (``RefreshStateMachine/heldFence``): the ledger lets the
+        /// refresh lead only on the entry that fence was taken from.
+        var heldFence: UInt64 = 0
     }
 
     typealias Flight = FlightMachine.Flight
@@ -129,9 +132,16 @@ struct RefreshStateMachine {
 
     // MARK: Persistence
 
-    /// The ledger's sign-out fence of the active session's identifier when it was activated: every write of the
-    /// session is taken under it (see ``CredentialsLedger``).
-    private(set) var ledgerFence: UInt64 = 0
+    /// The ledger fence the active session holds its identifier under: its hold's when it was activated, then the one
+    /// its own sign-in made (see ``CredentialsLedger``). A refresh of the session may lead only on the ledger entry
+    /// this fence was taken from, never on one made after the session let the identifier go.
+    private(set) var heldFence: UInt64 = 0
+    /// Whether the session's sign-in has not landed yet: until it does, its writes are taken under
+    /// ``signingInFence``.
+    private(set) var signingIn = false
+    /// The fence every write of the active session is taken under: ``heldFence``, or ``signingInFence`` while its
+    /// sign-in has not landed.
+    var ledgerFence: UInt64 { signingIn ? Self.signingInFence : heldFence }
 
     // MARK: Coordination (a ``CoordinatedTokenStore``)
 
@@ -168,16 +178,18 @@ extension RefreshStateMachine {
     // MARK: - Sessions
 
     /// A session of `generation` opened with `credentials` (read from a coordinated store's record of revision
-    /// `revision`, for a restore). Waiters left from a previous session (only if the gate
+    /// `revision`, for a restore), holding its identifier in the ledger under `heldFence`, and `signingIn` when its
+    /// sign-in has yet to land. Waiters left from a previous session (only if the gate
     /// skipped ``deactivated()``) fail with ``UserSessionError/Code/sessionNotOpen``.
     ///
     /// A refresh of an earlier session still running is not this session's: its rotation is the ledger's to write,
     /// and a session presenting the same refresh token joins it there (it is not sent a second time).
     mutating func activated(
         identifier: String, userInfo: UserInfo, credentials: Credentials?, generation: UInt64,
-        revision: UInt64? = nil, ledgerFence: UInt64 = 0
+        revision: UInt64? = nil, heldFence: UInt64 = 0, signingIn: Bool = false
     ) -> Actions {
-        self.ledgerFence = ledgerFence
+        self.heldFence = heldFence
+        self.signingIn = signingIn
         let leftovers = flights.credentialsChanged()
         base = StoredBase(revision: revision, refreshToken: credentials?.refreshToken)
         phase = .active(Identity(generation: generation, identifier: identifier, userInfo: userInfo))
@@ -201,7 +213,8 @@ extension RefreshStateMachine {
         if let revision, ExactIdentifier.areEqual(self.identifier, identifier) {
             base = StoredBase(revision: revision, refreshToken: credentials?.refreshToken)
         }
-        self.ledgerFence = ledgerFence
+        heldFence = ledgerFence
+        signingIn = false
         return .none
     }
 
@@ -396,7 +409,7 @@ extension RefreshStateMachine {
         recomputeDeadline()
         return RefreshJob(
             flightID: id, generation: generation, credentials: credentials, kind: kind, identifier: identifier,
-            userInfo: userInfo, ledgerFence: ledgerFence)
+            userInfo: userInfo, ledgerFence: ledgerFence, heldFence: heldFence)
     }
 
     /// Whether a refresh may start on its own (soft window, lead time with a valid token).
