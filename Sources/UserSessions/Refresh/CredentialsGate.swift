@@ -46,6 +46,11 @@ final class CredentialsGate: Sendable {
     /// takes too. So none of them ever follows the session's `.closed` or `.invalidated`. Never taken on the hot
     /// path; taken before `state`, never after it.
     let eventOrder = Locked(())
+    /// Whether the session clock is the system clock, kept inline (beside the lock above, in its padding): the hot
+    /// path then reads the coarse system clock without reaching the shared settings, which would retain and release
+    /// that object, one cache line every task of the process shares. A custom clock (tests, simulations) is read
+    /// through the settings.
+    let readsSystemClock: Bool
     /// The refresher, the ledger and the policy, shared with the other controllers of a registry.
     let settings: ControllerSettings
     var refresher: (any TokenRefresher)? { settings.refresher }
@@ -62,9 +67,15 @@ final class CredentialsGate: Sendable {
     /// until ``deactivate()`` has written what it could.
     let ledgerHold = Locked<String?>(nil)
     var policy: Policy { settings.policy }
-    /// The session clock, kept inline: the hot path reads it at every call, and reaching it through the shared
-    /// settings would retain and release that object, one cache line every task of the process shares.
-    let clock: SessionClock
+    /// The session clock: token expiry, backoffs and retry times.
+    var clock: SessionClock { settings.policy.clock }
+
+    /// The session clock's time in seconds since the reference date: the hot path's read (see ``readsSystemClock``),
+    /// inlined into it as the clock's own read was.
+    @inline(__always)
+    func nowSeconds() -> Double {
+        readsSystemClock ? SessionClock.coarseSystemSeconds() : clock.nowSeconds()
+    }
 
     /// The owner, held weakly.
     struct OwnerReference {
@@ -84,7 +95,7 @@ final class CredentialsGate: Sendable {
 
     init(settings: ControllerSettings, events: EventHub) {
         self.settings = settings
-        self.clock = settings.policy.clock
+        self.readsSystemClock = settings.policy.clock.isSystem
         self.events = events
         self.state = Locked(
             RefreshStateMachine(policy: settings.policy.refresh, hasRefresher: settings.refresher != nil))
@@ -337,7 +348,7 @@ final class CredentialsGate: Sendable {
     /// to ``waitForToken(_:)``.
     @usableFromInline
     func freshToken() -> (token: String, generation: UInt64)? {
-        let now = clock.nowSeconds()
+        let now = nowSeconds()
         noteDemand(now)
         let read = state.withLock { machine -> HotRead in
             if now < machine.nextActionAt { return .token(machine.token, machine.generation) }
@@ -398,10 +409,10 @@ final class CredentialsGate: Sendable {
         case .minimumValidity(let asked):
             let validity = max(0, asked)
             // Any use of the token is activity (the registry's idle eviction reads it).
-            noteDemand(clock.nowSeconds())
+            noteDemand(nowSeconds())
             let (credentials, generation) = try await credentialsAndGeneration(for: .minimumValidity(validity))
             if let expiresAt = credentials.expiresAt,
-                expiresAt.timeIntervalSinceReferenceDate - clock.nowSeconds() < validity
+                expiresAt.timeIntervalSinceReferenceDate - nowSeconds() < validity
             {
                 throw RefreshStateMachine.unreachableValidity
             }
@@ -450,7 +461,7 @@ final class CredentialsGate: Sendable {
             // of them gets it, exactly once.
             let credentials = try await Parked.wait {
                 (caller: Parked<Credentials, any Error>) -> Result<Credentials, any Error>? in
-                generation = enqueue(request, now: clock.nowSeconds(), waiterID: waiterID, caller: .credentials(caller))
+                generation = enqueue(request, now: nowSeconds(), waiterID: waiterID, caller: .credentials(caller))
                 return nil
             }
             return (credentials, generation)
@@ -475,7 +486,7 @@ final class CredentialsGate: Sendable {
     /// closure's async frame, which lives on the waiting task's allocator for as long as the caller waits.
     @inline(never)
     private func enqueueForToken(waiterID: UInt64, caller: Parked<String, any Error>) -> UInt64 {
-        let now = clock.nowSeconds()
+        let now = nowSeconds()
         let (joined, generation) = modifyStateAndRunActions { machine in
             let (joined, actions) = machine.tokenAwaited(
                 now: now, waiter: .init(id: waiterID, continuation: .token(caller)))
@@ -851,7 +862,7 @@ extension CredentialsGate {
 
     /// Returns how many waiters got the failure, or `nil` when the flight was stale.
     private func fail(_ job: RefreshStateMachine.RefreshJob, _ error: UserSessionError) async -> Int? {
-        let now = clock.nowSeconds()
+        let now = nowSeconds()
         let jitter = Double.random(in: 0...1)
         // A transient failure backs off every holder of the credentials alike: by the backoff the ledger keeps.
         let shared =
@@ -943,7 +954,7 @@ extension CredentialsGate {
             await finishAdoption(adoption, generation: job.generation)
             return nil
         }
-        let now = clock.nowSeconds()
+        let now = nowSeconds()
         let jitter = Double.random(in: 0...1)
         let waiters = modifyStateAndRunActions(ordered: true) { machine in
             machine.commitWritten(

@@ -104,6 +104,9 @@ struct RefreshStateMachine {
     let policy: Policy
     /// Whether the gate has a refresher: without one, nothing is ever refreshed.
     let hasRefresher: Bool
+    /// Whether the active session's sign-in has not landed yet: until it does, its writes are taken under
+    /// ``signingInFence`` (see ``heldFence``). Declared beside ``hasRefresher``, in the same word.
+    private(set) var signingIn = false
 
     // MARK: Session
 
@@ -136,9 +139,6 @@ struct RefreshStateMachine {
     /// its own sign-in made (see ``CredentialsLedger``). A refresh of the session may lead only on the ledger entry
     /// this fence was taken from, never on one made after the session let the identifier go.
     private(set) var heldFence: UInt64 = 0
-    /// Whether the session's sign-in has not landed yet: until it does, its writes are taken under
-    /// ``signingInFence``.
-    private(set) var signingIn = false
     /// The fence every write of the active session is taken under: ``heldFence``, or ``signingInFence`` while its
     /// sign-in has not landed.
     var ledgerFence: UInt64 { signingIn ? Self.signingInFence : heldFence }

@@ -61,6 +61,12 @@ public struct SessionClock: Sendable {
     /// The current time.
     public func now() -> Date { Date(timeIntervalSinceReferenceDate: nowSeconds()) }
 
+    /// Whether this is ``system``.
+    var isSystem: Bool {
+        if case .system = storage { return true }
+        return false
+    }
+
     /// The current time as seconds since the reference date; the cheap form used on the hot path.
     func nowSeconds() -> Double {
         switch storage {
