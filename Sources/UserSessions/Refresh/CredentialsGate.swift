@@ -176,7 +176,8 @@ final class CredentialsGate: Sendable {
     /// A refresh in flight is no longer the session's: its result is never served, published or announced, and the
     /// ledger writes its rotation to the identifier's record. A write that overran both
     /// deadlines loses the identifier's write turn (so later writes are not blocked for ever); if it lands later,
-    /// the ledger repairs what it changed (``CredentialsLedger/writeFinished(_:fence:wrote:failed:schedule:turn:leavesTurn:)``).
+    /// the ledger repairs what it changed
+    /// (``CredentialsLedger/writeFinished(_:fence:wrote:replacing:failed:schedule:turn:leavesTurn:)``).
     func deactivate() async {
         // Ordered: no event of a refresh or background write of this session is emitted after this transition.
         modifyStateAndRunActions(ordered: true) { $0.deactivated() }
@@ -1046,9 +1047,10 @@ extension CredentialsGate {
     /// Like ``write(_:in:)``, telling a write that was superseded by a newer record in a coordinated store (which is
     /// left as it is) from one that was written or failed.
     func writeOutcome(
-        _ target: RefreshStateMachine.PersistTarget, in turn: CredentialsLedger.TurnGrant, kind: WriteKind = .own
+        _ target: RefreshStateMachine.PersistTarget, in turn: CredentialsLedger.TurnGrant, kind: WriteKind = .own,
+        replacing: Credentials? = nil
     ) async -> WriteOutcome {
-        let outcome = await performWrite(target, in: turn, kind: kind)
+        let outcome = await performWrite(target, in: turn, kind: kind, replacing: replacing)
         if let revision = outcome.revision { modifyStateAndRunActions { $0.recordWritten(target, revision: revision) } }
         return outcome
     }
@@ -1056,15 +1058,18 @@ extension CredentialsGate {
     /// The store call of a write made holding its identifier's write turn: the ledger refuses a write taken before a
     /// sign-out or a sign-in of its identifier (the turn's fence is not the target's), orders it with every other
     /// write of the identifier in this process, and learns what landed (and repairs a late landing: see
-    /// ``CredentialsLedger/writeFinished(_:fence:wrote:failed:schedule:turn:leavesTurn:)``).
+    /// ``CredentialsLedger/writeFinished(_:fence:wrote:replacing:failed:schedule:turn:leavesTurn:)``).
     ///
     /// With `leavesTurn` (a commit) the write leaves the turn in the ledger's critical section that learns how it
     /// landed; a write superseded by a newer record keeps it, for its caller to adopt that record in it. The revision
     /// a conditional write produced is returned in the outcome for the caller to apply (the session holds it from
     /// then on): a commit applies it in its last critical section.
+    ///
+    /// Credentials handed over say what they replace (`replacing`, what the session held): the section that learns
+    /// they landed maps it to them, so no refresh of the replaced credentials can lead between the two.
     private func performWrite(
         _ target: RefreshStateMachine.PersistTarget, in turn: CredentialsLedger.TurnGrant, kind: WriteKind = .own,
-        leavesTurn: Bool = false
+        replacing: Credentials? = nil, leavesTurn: Bool = false
     ) async -> WriteOutcome {
         guard turn.fence == target.ledgerFence else {
             if leavesTurn { ledger.leaveWriteTurn(target.identifier, token: turn.token) }
@@ -1100,8 +1105,9 @@ extension CredentialsGate {
         var superseded = false
         if case .superseded = outcome { superseded = true }
         ledger.writeFinished(
-            target.identifier, fence: target.ledgerFence, wrote: wrote, failed: failed,
-            schedule: ledgerSchedule(for: target.generation), turn: turn.token, leavesTurn: leavesTurn && !superseded)
+            target.identifier, fence: target.ledgerFence, wrote: wrote, replacing: superseded ? nil : replacing,
+            failed: failed, schedule: ledgerSchedule(for: target.generation), turn: turn.token,
+            leavesTurn: leavesTurn && !superseded)
         return outcome
     }
 
@@ -1132,8 +1138,8 @@ extension CredentialsGate {
     /// once the store removed the record, the ledger's fence changes: every write taken before is refused, and a
     /// refresh of the ended session that is still running writes nothing. A write that overran the close's deadline
     /// (it lost its turn) and lands after the removal is removed again
-    /// (``CredentialsLedger/writeFinished(_:fence:wrote:failed:schedule:turn:)``). A removal the store refused changes
-    /// nothing: the user is still signed in, and the ledger still writes her newest credentials.
+    /// (``CredentialsLedger/writeFinished(_:fence:wrote:replacing:failed:schedule:turn:leavesTurn:)``). A removal the
+    /// store refused changes nothing: the user is still signed in, and the ledger still writes her newest credentials.
     func clear(identifier: String) async throws {
         try await ledger.signOut(identifier) { try await store.remove(identifier: identifier) }
     }
@@ -1160,9 +1166,11 @@ extension CredentialsGate {
             else {
                 throw RefreshStateMachine.notOpenError
             }
-            if let error = await writeOutcome(target, in: turn, kind: .handedOver).error { throw error }
-            // What they replaced is learned in the turn, before any other write of the user can follow.
-            let views = ledger.updated(identifier, replacing: held, by: credentials, fence: target.ledgerFence)
+            // What they replaced is learned in the section that learns they landed: no refresh of it leads after.
+            if let error = await writeOutcome(target, in: turn, kind: .handedOver, replacing: held).error {
+                throw error
+            }
+            let views = ledger.updated(identifier, fence: target.ledgerFence)
             // Emitted holding the turn, so `deactivate()` (whose final flush waits for it) returns only after the
             // event.
             modifyStateAndRunActions { $0.credentialsUpdated(credentials, generation: generation) }

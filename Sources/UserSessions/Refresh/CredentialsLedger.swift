@@ -418,7 +418,8 @@ final class CredentialsLedger: Sendable {
     /// A write turn as it was granted: the token its holder passes back when it leaves, and the identifier's fence
     /// at that moment. Only a sign-in or a sign-out changes the fence in the turn, so a holder that is neither writes
     /// under this fence until it leaves (a sign-out seen in the store may still change it, and the landing of the
-    /// write is judged against the fence then: ``writeFinished(_:fence:wrote:failed:schedule:turn:leavesTurn:)``).
+    /// write is judged against the fence then:
+    /// ``writeFinished(_:fence:wrote:replacing:failed:schedule:turn:leavesTurn:)``).
     struct TurnGrant: Equatable {
         let token: UInt64
         let fence: UInt64
@@ -912,16 +913,13 @@ final class CredentialsLedger: Sendable {
         entries.withLock { $0[ExactIdentifier(identifier)]?.backoff(sending: sent) }
     }
 
-    /// Credentials handed over (`newer`) landed for `identifier` under `fence`, replacing `held`, what the session
-    /// that handed them over held: whoever still holds `held` is handed `newer` (a replacement; the landing already
-    /// mapped the ledger's own newest, when it knew one, and a restored session's entry knows none). Returns the views
-    /// to tell once the caller released its locks: each view holding what they replaced takes them.
-    func updated(_ identifier: String, replacing held: Credentials?, by newer: Credentials, fence: UInt64)
-        -> [any CredentialsLedgerView]
-    {
+    /// Credentials handed over landed for `identifier` under `fence`: their landing mapped what they replaced (the
+    /// ledger's own newest, when it knew one, and what the session that handed them over held) to them
+    /// (``writeFinished(_:fence:wrote:replacing:failed:schedule:turn:leavesTurn:)``). Returns the views to tell once
+    /// the caller released its locks: each view holding what they replaced takes them.
+    func updated(_ identifier: String, fence: UInt64) -> [any CredentialsLedgerView] {
         modify(ExactIdentifier(identifier)) { entry in
             guard entry.fence == fence else { return [] }
-            if let held { entry.recordReplacement(of: held, by: newer) }
             return viewsToTell(entry)
         }
     }
@@ -1181,7 +1179,9 @@ final class CredentialsLedger: Sendable {
     /// section; otherwise its holder leaves it later with ``leaveWriteTurn(_:token:)``); `written` is what the store
     /// holds now as far as the write knows (what it wrote, or a newer record that superseded it), `failed` the
     /// session's own credentials it tried to write when the store refused them (credentials handed over whose write
-    /// failed change nothing, and are not passed).
+    /// failed change nothing, and are not passed). Credentials handed over that landed name what they replaced
+    /// (`replaced`, what their session held): it is mapped to them in this section, with the landing, so that no
+    /// refresh of it can lead once they are in the store.
     ///
     /// The ledger owns "unwritten" for every write of the identifier, not only for the rotations it recorded: a
     /// write that failed under the fence leaves its credentials unwritten here unless something newer is known, and
@@ -1192,8 +1192,8 @@ final class CredentialsLedger: Sendable {
     /// A write that landed after a sign-out it did not wait for is undone: the ledger removes the record again
     /// (``removeAgain(_:fence:)``).
     func writeFinished(
-        _ identifier: String, fence: UInt64, wrote written: StoredSession?, failed: StoredSession? = nil,
-        schedule: Schedule? = nil, turn: UInt64, leavesTurn: Bool = false
+        _ identifier: String, fence: UInt64, wrote written: StoredSession?, replacing replaced: Credentials? = nil,
+        failed: StoredSession? = nil, schedule: Schedule? = nil, turn: UInt64, leavesTurn: Bool = false
     ) {
         enum Then {
             case nothing
@@ -1224,6 +1224,10 @@ final class CredentialsLedger: Sendable {
             }
             if let written {
                 landed(&entry, written, late: late)
+                // Credentials handed over: whoever holds what they replaced is handed them, from this very section.
+                if let replaced, let credentials = written.credentials, replaced != credentials {
+                    entry.recordReplacement(of: replaced, by: credentials)
+                }
                 // Still unwritten after a landing: an older version landed over the newest.
                 guard entry.unwritten else { return .nothing }
                 entry.keepSchedule(schedule)
