@@ -26,12 +26,26 @@ struct LedgerRotationWriteTests {
     /// Refreshes alice's `credentials` under `fence` against a server that answers with the rotation, counting in
     /// `asked` whether it was asked.
     func presenting(
-        _ credentials: Credentials, _ ledger: CredentialsLedger, fence: UInt64, asked: inout Int
+        _ credentials: Credentials, _ ledger: CredentialsLedger, fence: UInt64, heldFence: UInt64? = nil,
+        asked: inout Int
     ) async -> Result<Credentials, UserSessionError> {
-        await ledger.refresh(identifier: "alice", userInfo: Self.user, credentials: credentials, fence: fence) {
+        await ledger.refresh(
+            identifier: "alice", userInfo: Self.user, credentials: credentials, fence: fence, heldFence: heldFence
+        ) {
             asked += 1
             return .success(Self.rotated)
         }
+    }
+
+    /// A session took its fence and let go: the entry was dropped, and a restore made a new one since. Returns the
+    /// fence of the session that let go and the restore's.
+    func entryMadeAgain(_ ledger: CredentialsLedger) -> (letGo: UInt64, restore: UInt64) {
+        let fence = ledger.hold("alice")
+        ledger.release("alice")
+        #expect(ledger.entryCount == 0)
+        let restoreFence = ledger.hold("alice")
+        #expect(restoreFence > fence)
+        return (fence, restoreFence)
     }
 
     /// A closing session's last flush has nothing to wait for or write exactly while no write holds the identifier's
@@ -352,12 +366,7 @@ struct LedgerRotationWriteTests {
 
     @Test func aSessionThatLetTheIdentifierGoNeverLeadsARefreshOfTheEntryMadeAfterIt() async throws {
         let ledger = CredentialsLedger(store: InMemoryTokenStore())
-        // The session took its fence and let go: the entry was dropped, and a restore made a new one since.
-        let fence = ledger.hold("alice")
-        ledger.release("alice")
-        #expect(ledger.entryCount == 0)
-        let restoreFence = ledger.hold("alice")
-        #expect(restoreFence > fence)
+        let (fence, restoreFence) = entryMadeAgain(ledger)
         var asked = 0
         let orphan = await presenting(Self.sent, ledger, fence: fence, asked: &asked)
         // Its rotation would belong to no live session (fenced, unwritten): the token it holds is never sent.
@@ -377,33 +386,19 @@ struct LedgerRotationWriteTests {
     /// a restore made the entry again) sent a token whose rotation nobody would write.
     @Test func aSessionSigningInThatLetTheIdentifierGoNeverLeadsARefreshOfTheEntryMadeAfterIt() async throws {
         let ledger = CredentialsLedger(store: InMemoryTokenStore())
-        let held = ledger.hold("alice")
-        ledger.release("alice")
-        #expect(ledger.entryCount == 0)
-        let restoreFence = ledger.hold("alice")
+        let (held, restoreFence) = entryMadeAgain(ledger)
+        let signingIn = RefreshStateMachine.signingInFence
         var asked = 0
-        let orphan = await ledger.refresh(
-            identifier: "alice", userInfo: Self.user, credentials: Self.sent, fence: RefreshStateMachine.signingInFence,
-            heldFence: held
-        ) {
-            asked += 1
-            return .success(Self.rotated)
-        }
+        let orphan = await presenting(Self.sent, ledger, fence: signingIn, heldFence: held, asked: &asked)
         #expect(orphan.errorCode == .sessionNotOpen)
         #expect(asked == 0)
         // Without a held fence, the signing-in fence is no pass either.
-        let unheld = await presenting(Self.sent, ledger, fence: RefreshStateMachine.signingInFence, asked: &asked)
+        let unheld = await presenting(Self.sent, ledger, fence: signingIn, asked: &asked)
         #expect(unheld.errorCode == .sessionNotOpen)
         #expect(asked == 0)
         // A session signing in that holds the entry refreshes; its result is fenced (knowledge only).
-        let signingIn = await ledger.refresh(
-            identifier: "alice", userInfo: Self.user, credentials: Self.sent, fence: RefreshStateMachine.signingInFence,
-            heldFence: restoreFence
-        ) {
-            asked += 1
-            return .success(Self.rotated)
-        }
-        #expect((try? signingIn.get()) == Self.rotated)
+        let holding = await presenting(Self.sent, ledger, fence: signingIn, heldFence: restoreFence, asked: &asked)
+        #expect((try? holding.get()) == Self.rotated)
         #expect(asked == 1)
         ledger.release("alice")
     }
