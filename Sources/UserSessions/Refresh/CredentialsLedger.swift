@@ -1224,8 +1224,9 @@ final class CredentialsLedger: Sendable {
             }
             if let written {
                 landed(&entry, written, late: late)
-                // Credentials handed over: whoever holds what they replaced is handed them, from this very section.
-                if let replaced, let credentials = written.credentials, replaced != credentials {
+                // Credentials handed over: whoever holds what they replaced is handed them, from this very section
+                // (`recordReplacement` ignores the same version).
+                if let replaced, let credentials = written.credentials {
                     entry.recordReplacement(of: replaced, by: credentials)
                 }
                 // Still unwritten after a landing: an older version landed over the newest.
