@@ -9,17 +9,20 @@ struct RefreshStateMachineTests {
     static let start = 1_000_000.0
 
     /// A machine with the default policy (lead 60 s, soft window 300 s, retry 1…60 s, breaker 3 per 30 s) and an
-    /// active session whose token expires at `start + expiresIn`.
-    static func machine(expiresIn: Double, refreshable: Bool = true, hasRefresher: Bool = true)
-        -> RefreshStateMachine
-    {
+    /// active session whose token expires at `start + expiresIn`, held in the ledger under `heldFence` (`signingIn`
+    /// while its sign-in has not landed).
+    static func machine(
+        expiresIn: Double, refreshable: Bool = true, hasRefresher: Bool = true, heldFence: UInt64 = 0,
+        signingIn: Bool = false
+    ) -> RefreshStateMachine {
         var machine = RefreshStateMachine(
             policy: UserSessionController.Configuration().refreshPolicy.refresh, hasRefresher: hasRefresher)
         let credentials = Credentials(
             accessToken: "at-0", refreshToken: refreshable ? "rt-0" : nil,
             expiresAt: Date(timeIntervalSinceReferenceDate: start + expiresIn))
         _ = machine.activated(
-            identifier: "user", userInfo: UserInfo(id: "user"), credentials: credentials, generation: 7)
+            identifier: "user", userInfo: UserInfo(id: "user"), credentials: credentials, generation: 7,
+            heldFence: heldFence, signingIn: signingIn)
         return machine
     }
 
@@ -443,13 +446,7 @@ struct RefreshStateMachineTests {
     /// of its hold, so that the ledger lets them lead only on the entry that hold was taken from; once the sign-in
     /// landed, both are the fence the sign-in made.
     @Test func aSessionSigningInRefreshesUnderItsHoldsFenceAndWritesUnderNone() {
-        var machine = RefreshStateMachine(
-            policy: UserSessionController.Configuration().refreshPolicy.refresh, hasRefresher: true)
-        let credentials = Credentials(
-            accessToken: "at-0", refreshToken: "rt-0", expiresAt: Date(timeIntervalSinceReferenceDate: Self.start + 30))
-        _ = machine.activated(
-            identifier: "user", userInfo: UserInfo(id: "user"), credentials: credentials, generation: 1, heldFence: 7,
-            signingIn: true)
+        var machine = Self.machine(expiresIn: 30, heldFence: 7, signingIn: true)
         #expect(machine.ledgerFence == RefreshStateMachine.signingInFence)
         guard case .wait(let job?) = Self.ask(&machine, .demand, now: Self.start) else {
             Issue.record("expected a refresh")
