@@ -269,6 +269,29 @@ let package = Package(
             ],
             path: "Examples/VaporServer/Sources/VaporServer"
         ),
+        // The Hummingbird example's sources (Examples/HummingbirdServer, which has a Package.swift of its own for
+        // users to copy) built a second way, as a target of this package: CI's every-trait build makes it with the
+        // packages it already builds, instead of a build of Hummingbird, NIO and PostgresNIO of its own. Its files
+        // are empty unless the four traits it uses are on (BUILT_BY_ROOT_PACKAGE tells them which build they are in).
+        .executableTarget(
+            name: "HummingbirdExample",
+            dependencies: [
+                "UserSessions",
+                .target(name: "UserSessionsOpenIDConnect", condition: .when(traits: ["Hummingbird"])),
+                .target(name: "UserSessionsHummingbird", condition: .when(traits: ["Hummingbird"])),
+                .product(name: "Hummingbird", package: "hummingbird", condition: .when(traits: ["Hummingbird"])),
+                .target(name: "UserSessionsServiceLifecycle", condition: .when(traits: ["ServiceLifecycle"])),
+                .product(
+                    name: "ServiceLifecycle", package: "swift-service-lifecycle",
+                    condition: .when(traits: ["ServiceLifecycle"])),
+                .target(name: "UserSessionsLogging", condition: .when(traits: ["Logging"])),
+                .product(name: "Logging", package: "swift-log", condition: .when(traits: ["Logging"])),
+                .target(name: "UserSessionsPostgres", condition: .when(traits: ["PostgreSQL"])),
+                .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
+            ],
+            path: "Examples/HummingbirdServer/Sources/HummingbirdServer",
+            swiftSettings: [.define("BUILT_BY_ROOT_PACKAGE")]
+        ),
         .executableTarget(
             name: "FileStoreCrashWriter",
             dependencies: ["UserSessions"],

@@ -4,12 +4,14 @@
 # fixture, everything on 127.0.0.1: the same scenarios against each.
 #
 #   Scripts/browser-tests.sh                               (both examples; scratch paths below)
-#   EXAMPLES=hummingbird SCRATCH_PATH="$PWD/.build-example" Scripts/browser-tests.sh   (what .ci/run does, after the
-#                                                            Hummingbird example's smoke test)
-#   EXAMPLES=vapor Scripts/browser-tests.sh      (what .ci/run does, after the every-trait build, which built the
-#                                                 Vapor example in .build-traits; VAPOR_SCRATCH_PATH, relative to the
-#                                                 repository's root, names another; VAPOR_SERVER, an executable
-#                                                 already built, skips the build)
+#   EXAMPLES=vapor Scripts/browser-tests.sh      (the Vapor example, built in .build-traits with every trait;
+#                                                 VAPOR_SCRATCH_PATH, relative to the repository's root, names another
+#                                                 scratch path; VAPOR_SERVER, an executable already built, skips the
+#                                                 build)
+#   HUMMINGBIRD_SERVER=.build-traits/debug/HummingbirdExample VAPOR_SERVER=.build-traits/debug/VaporServer \
+#       Scripts/browser-tests.sh                 (what .ci/run does: both examples as the every-trait build made
+#                                                 them, the Hummingbird one as the root package's HummingbirdExample
+#                                                 target; nothing is built)
 #   Scripts/browser-tests.sh --only sign_in_lands_on_return_to       (arguments go to Tests/Browser/web_sessions.py)
 #   BROWSER_TESTS_SCREENSHOT=docs/web-session-example.png Scripts/browser-tests.sh   (refreshes the README's picture;
 #                                                            a relative path is relative to the repository's root)
@@ -20,10 +22,10 @@
 #    (/usr/bin/chromedriver), Selenium from PyPI, Authlib and Flask (the provider fixture), PostgreSQL's server
 #    programs. .ci/run installs them (`apt-get install -y chromium chromium-driver postgresql`,
 #    `python3 -m pip install selenium authlib flask`). A missing tool is a failure, never a skip.
-# 2. Builds the Hummingbird example once (`swift build --product HummingbirdServer`) in SCRATCH_PATH (default
-#    Examples/HummingbirdServer/.build); CI passes the scratch path the smoke test already built, so this build finds
-#    nothing to do. The Vapor example is a target of the root package: it is built with every trait and the flags of
-#    CI's every-trait build in VAPOR_SCRATCH_PATH (default .build-traits), where that build already made it.
+# 2. Builds the Hummingbird example with its own Package.swift (`swift build --product HummingbirdServer`) in
+#    SCRATCH_PATH (default Examples/HummingbirdServer/.build), unless HUMMINGBIRD_SERVER names an executable already
+#    built. The Vapor example is a target of the root package: it is built with every trait and the flags of CI's
+#    every-trait build in VAPOR_SCRATCH_PATH (default .build-traits), unless VAPOR_SERVER names one already built.
 #    Screenshots and logs of a failed run stay in SCRATCH_PATH/browser-tests/<executable>/.
 # 3. Runs Tests/Browser/web_sessions.py under Scripts/with-postgres.sh (a throwaway PostgreSQL on a free port,
 #    named by USER_SESSIONS_POSTGRES_URL). web_sessions.py starts the provider fixture
@@ -77,10 +79,14 @@ servers=()
 for name in $examples; do
     case "$name" in
         hummingbird)
-            example="${EXAMPLE_DIR:-$root/Examples/HummingbirdServer}"
-            swift build --package-path "$example" --scratch-path "$scratch" --product HummingbirdServer
-            bin="$(swift build --package-path "$example" --scratch-path "$scratch" --show-bin-path)"
-            servers+=("$bin/HummingbirdServer")
+            if [ -n "${HUMMINGBIRD_SERVER:-}" ]; then
+                servers+=("$(cd "$(dirname "$HUMMINGBIRD_SERVER")" && pwd)/$(basename "$HUMMINGBIRD_SERVER")")
+            else
+                example="${EXAMPLE_DIR:-$root/Examples/HummingbirdServer}"
+                swift build --package-path "$example" --scratch-path "$scratch" --product HummingbirdServer
+                bin="$(swift build --package-path "$example" --scratch-path "$scratch" --show-bin-path)"
+                servers+=("$bin/HummingbirdServer")
+            fi
             ;;
         vapor)
             # .ci/run's every-trait build command line, word for word (from the root, a relative scratch path), so

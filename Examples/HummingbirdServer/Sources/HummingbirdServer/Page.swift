@@ -1,3 +1,5 @@
+// Built twice, like main.swift: see the condition there.
+#if !BUILT_BY_ROOT_PACKAGE || (Hummingbird && PostgreSQL && Logging && ServiceLifecycle)
 import Foundation
 import Hummingbird
 
@@ -70,3 +72,4 @@ enum Page {
         return escaped
     }
 }
+#endif

@@ -15,6 +15,10 @@
 // upstream API through the token-forwarding proxy at `/upstream`; `/auth/…` signs in and out. It listens on
 // 127.0.0.1 only, logs to stderr (never a cookie value or a token), prints `listening on <url>` on stdout when
 // ready, and stops gracefully on SIGTERM or SIGINT: the HTTP server first, the registry last.
+//
+// This file is built by Package.swift beside Sources/, and also by the root package as its HummingbirdExample
+// target (CI's every-trait build), which defines BUILT_BY_ROOT_PACKAGE: there it needs the four traits it uses.
+#if !BUILT_BY_ROOT_PACKAGE || (Hummingbird && PostgreSQL && Logging && ServiceLifecycle)
 import Foundation
 import Hummingbird
 import Logging
@@ -193,3 +197,4 @@ do {
     logger.critical("failed", metadata: ["error": "\(error)"])
     exit(1)
 }
+#endif
