@@ -45,6 +45,7 @@ Endpoints for the HTTP layer's tests (any method):
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -449,6 +450,8 @@ def main():
             os._exit(0)
 
     threading.Thread(target=watch_stdin, daemon=True).start()
+    # The test ends us with SIGTERM: leave through `finally` so that the storage directory goes too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(server.server_address[1], flush=True)
     try:
         server.serve_forever()
