@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds and runs the libFuzzer targets in Fuzz/Targets.
 #
-# Each target is one file, Fuzz/Targets/<Name>.swift, defining LLVMFuzzerTestOneInput. It is compiled together with
-# every library source (Sources/UserSessions/**/*.swift) into one module named UserSessions, so internal parsers are
-# reachable without `@testable`, with `-sanitize=fuzzer,address`. Seeds live in Fuzz/Corpus/<Name>/ (committed,
-# read-only for the fuzzer); new corpus entries and crashing inputs go to fuzz-out/<Name>/ (git-ignored); binaries
-# go to .build-fuzz/ (git-ignored).
+# Each target is one file, Fuzz/Targets/<Name>.swift, defining `fuzz<Name>`. Every target is compiled, once, together
+# with Fuzz/Dispatch.swift (the one LLVMFuzzerTestOneInput, which runs the target the environment variable
+# FUZZ_TARGET names) and every library source (Sources/UserSessions/**/*.swift) into one module named UserSessions,
+# so internal parsers are reachable without `@testable`, with `-sanitize=fuzzer,address`: one binary,
+# .build-fuzz/fuzz (git-ignored), run once per target. Seeds live in Fuzz/Corpus/<Name>/ (committed, read-only for
+# the fuzzer); new corpus entries and crashing inputs go to fuzz-out/<Name>/ (git-ignored).
 #
 # Usage: Fuzz/run.sh [--runs N | --seconds S | --quick] [--release] [TARGET ...]
 #   --runs N      run each target for N inputs (default 1000000)
@@ -14,12 +15,14 @@
 #   --release     build with -O instead of -Onone (the run time is dominated by Foundation's JSON code either way)
 #   TARGET ...    only these targets (default: all of TARGETS below)
 #
-# Prints, per target, the build time, the executions and the crashes found; exits non-zero if any target crashed
-# (its crashing input is in fuzz-out/<Name>/crash-*; replay it with `.build-fuzz/<Name> fuzz-out/<Name>/crash-…`).
+# Prints the build time, then per target the executions and the crashes found; exits non-zero if any target crashed
+# (its crashing input is in fuzz-out/<Name>/artifacts/; replay it with
+# `FUZZ_TARGET=<Name> .build-fuzz/fuzz fuzz-out/<Name>/artifacts/crash-…`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The targets. Adding one = adding Fuzz/Targets/<Name>.swift (plus seeds in Fuzz/Corpus/<Name>/) and its name here.
+# The targets. Adding one = adding Fuzz/Targets/<Name>.swift (plus seeds in Fuzz/Corpus/<Name>/) and its name here
+# and in Fuzz/Dispatch.swift.
 TARGETS=(
     SignInResponse     # UserSessionPrototype(signInResponse:)
     TokenFile          # FileTokenStore's file format (TokenFileCoding.decode)
@@ -57,21 +60,25 @@ mapfile -t LIBRARY_SOURCES < <(find Sources/UserSessions -name '*.swift' | sort)
 LINKER=()
 if command -v ld.lld >/dev/null 2>&1; then LINKER=(-use-ld=lld); fi
 
-status=0
-summary=()
 for target in "${SELECTED[@]}"; do
-    source_file="Fuzz/Targets/$target.swift"
-    if [ ! -f "$source_file" ]; then
-        echo "no target file $source_file" >&2
+    if [ ! -f "Fuzz/Targets/$target.swift" ]; then
+        echo "no target file Fuzz/Targets/$target.swift" >&2
         exit 2
     fi
-    binary="$BUILD_DIR/$target"
-    printf '\n==> building %s (%s)\n' "$target" "$OPTIMIZATION"
-    build_start=$(date +%s)
-    swiftc -sanitize=fuzzer,address -parse-as-library "$OPTIMIZATION" -g "${LINKER[@]}" \
-        -module-name UserSessions -package-name swift_user_sessions "${LIBRARY_SOURCES[@]}" "$source_file" -o "$binary"
-    build_seconds=$(($(date +%s) - build_start))
+done
+mapfile -t TARGET_SOURCES < <(printf 'Fuzz/Targets/%s.swift\n' "${TARGETS[@]}")
+binary="$BUILD_DIR/fuzz"
+printf '\n==> building every target into %s (%s)\n' "$binary" "$OPTIMIZATION"
+build_start=$(date +%s)
+# `-j`: the compiler's frontend jobs run on every core (one process per batch of files).
+swiftc -sanitize=fuzzer,address -parse-as-library "$OPTIMIZATION" -g "${LINKER[@]}" -j "$(nproc)" \
+    -module-name UserSessions -package-name swift_user_sessions "${LIBRARY_SOURCES[@]}" "${TARGET_SOURCES[@]}" \
+    Fuzz/Dispatch.swift -o "$binary"
+build_seconds=$(($(date +%s) - build_start))
+summary=("$(printf 'build (every target) %4ss' "$build_seconds")")
 
+status=0
+for target in "${SELECTED[@]}"; do
     work="$OUT_DIR/$target"
     mkdir -p "$work/corpus" "$work/artifacts"
     seeds="Fuzz/Corpus/$target"
@@ -86,7 +93,8 @@ for target in "${SELECTED[@]}"; do
     # The first corpus folder receives new inputs; the committed seeds are only read. Swift's runtime keeps
     # metadata caches for the life of the process, which LeakSanitizer would report at exit: leaks are not checked.
     set +e
-    SWIFT_BACKTRACE=enable=no ASAN_OPTIONS="detect_leaks=0:${ASAN_OPTIONS:-}" "$binary" "${limit[@]}" \
+    FUZZ_TARGET="$target" SWIFT_BACKTRACE=enable=no ASAN_OPTIONS="detect_leaks=0:${ASAN_OPTIONS:-}" "$binary" \
+        "${limit[@]}" \
         -dict=Fuzz/json.dict -max_len=8192 -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
         -artifact_prefix="$work/artifacts/" "$work/corpus" "$seeds" >"$log" 2>&1
     code=$?
@@ -97,8 +105,8 @@ for target in "${SELECTED[@]}"; do
     crashes=$(find "$work/artifacts" -type f \( -name 'crash-*' -o -name 'timeout-*' -o -name 'oom-*' \
         -o -name 'leak-*' \) -newer "$marker" 2>/dev/null | wc -l || true)
     if [ "$code" -ne 0 ] && [ "$crashes" -eq 0 ]; then crashes=1; fi
-    line=$(printf '%-20s build %4ss  run %5ss  executions %10s  crashes %s' "$target" "$build_seconds" \
-        "$run_seconds" "${executions:-?}" "$crashes")
+    line=$(printf '%-20s run %5ss  executions %10s  crashes %s' "$target" "$run_seconds" "${executions:-?}" \
+        "$crashes")
     echo "$line"
     summary+=("$line")
     if [ "$crashes" -ne 0 ]; then

@@ -1,7 +1,8 @@
 import Foundation
 
-/// libFuzzer target: the OAuth 2.0 token / error response parser of ``OAuth2TokenRefresher``
-/// (`OAuth2TokenResponse.credentials`), with the input as the body of a 200, 400, 401, 429 and 503 answer.
+/// Fuzz target (see Fuzz/Dispatch.swift): the OAuth 2.0 token / error response parser of
+/// ``OAuth2TokenRefresher`` (`OAuth2TokenResponse.credentials`), with the input as the body of a 200, 400, 401, 429
+/// and 503 answer.
 ///
 /// Any input must give credentials (for 200 only) or throw a ``UserSessionError`` with code `refreshFailed` or
 /// `malformedTokenResponse` and a failure class. Parsed credentials must have a non-empty access token and refresh
@@ -9,8 +10,7 @@ import Foundation
 /// tokens or the client secret, even when the body echoes them. When both ``StrictJSONScan`` and
 /// `JSONSerialization` accept the body, they must count the same number of object members (the scan and the decoder
 /// agree on every member name).
-@_cdecl("LLVMFuzzerTestOneInput")
-public func fuzz(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
+func fuzzOAuthTokenResponse(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
     let body = Data(bytes: start, count: count)
     let sentAt = Date(timeIntervalSinceReferenceDate: 800_000_000)
     let previous = Credentials(

@@ -1,12 +1,12 @@
 import Foundation
 
-/// libFuzzer target: the remote token-cache response parser (`RemoteTokenCacheProtocol.parseResponse`) and the
-/// decoding of the `token_info` it carries (`decodeSession`, `decodeCurrentIdentifier`).
+/// Fuzz target (see Fuzz/Dispatch.swift): the remote token-cache response parser
+/// (`RemoteTokenCacheProtocol.parseResponse`) and the decoding of the `token_info` it carries (`decodeSession`,
+/// `decodeCurrentIdentifier`).
 ///
 /// The input is tried both as a whole response body and as a bare `token_info` string. The response parser may only
 /// throw `transportFailure`; the `token_info` decoders only `storeCorrupt` or `unsupportedFormatVersion`.
-@_cdecl("LLVMFuzzerTestOneInput")
-public func fuzz(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
+func fuzzRemoteResponse(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
     let data = Data(bytes: start, count: count)
     var tokenInfos = [String(decoding: data, as: UTF8.self)]
     expect([.transportFailure]) {

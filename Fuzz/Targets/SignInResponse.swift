@@ -1,13 +1,13 @@
 import Foundation
 
-/// libFuzzer target: the sign-in response parser, ``UserSessionPrototype/init(signInResponse:receivedAt:)``.
+/// Fuzz target (see Fuzz/Dispatch.swift): the sign-in response parser,
+/// ``UserSessionPrototype/init(signInResponse:receivedAt:)``.
 ///
 /// Any input must either parse or throw a ``UserSessionError`` with code `malformedSignInResponse`; a successful
 /// parse must give a usable identifier and, when credentials are present, a non-empty access token. When both
 /// ``StrictJSONScan`` and ``ParsedJSON`` accept the input, they must count the same number of object members (the
 /// scan sees every member name exactly as the decoder does, so no duplicate can slip past it).
-@_cdecl("LLVMFuzzerTestOneInput")
-public func fuzz(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
+func fuzzSignInResponse(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
     let data = Data(bytes: start, count: count)
     do {
         let prototype = try UserSessionPrototype(signInResponse: data, receivedAt: Date(timeIntervalSince1970: 0))

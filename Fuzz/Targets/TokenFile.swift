@@ -1,12 +1,11 @@
 import Foundation
 
-/// libFuzzer target: the ``FileTokenStore`` file format (`TokenFileCoding.decode`), as a token file and as a
-/// current-identifier file.
+/// Fuzz target (see Fuzz/Dispatch.swift): the ``FileTokenStore`` file format (`TokenFileCoding.decode`), as a
+/// token file and as a current-identifier file.
 ///
 /// Any input must decode or throw a ``UserSessionError`` with code `storeCorrupt` or `unsupportedFormatVersion`. A
 /// decoded token file must survive a round trip: encoding it and decoding the result gives an equal envelope.
-@_cdecl("LLVMFuzzerTestOneInput")
-public func fuzz(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
+func fuzzTokenFile(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
     let bytes = Array(UnsafeRawBufferPointer(start: start, count: count))
     for format in [FileTokenStore.tokenFileFormat, FileTokenStore.currentIdentifierFileFormat] {
         do {
