@@ -12,9 +12,66 @@ import Testing
 /// - once credentials handed over to one controller replaced the user's newest family, no controller of the process
 ///   refreshes that family again.
 ///
+/// Each schedule runs over a plain store and over a coordinated one (a refresh lease, conditional writes and a change
+/// notification for every write, this process's own included, as PostgreSQL's are).
+///
 /// CI runs a fixed seed; `USER_SESSIONS_LEDGER_SEED` and `USER_SESSIONS_LEDGER_ITERATIONS` run other or longer
-/// explorations (a failure names the schedule's seed, which reproduces it alone with iterations 1).
+/// explorations (a failure names the store and the schedule's seed, which reproduces it alone with iterations 1).
 struct LedgerPropertyTests {
+    /// The store a schedule runs over.
+    enum StoreKind: String, CaseIterable, Sendable {
+        case plain, coordinated
+    }
+
+    /// A token server, a manual clock and a store of `kind` that can be taken down, shared by every controller made
+    /// here.
+    struct Bench {
+        let time = ManualTime()
+        let server: TokenFamilyServer
+        let store: any TokenStore
+        let configuration: UserSessionController.Configuration
+        private let plain: OutageStore?
+        /// The store, when it is the coordinated one.
+        let coordinatedStore: CoordinatedOutageStore?
+
+        init(_ kind: StoreKind) {
+            let time = self.time
+            server = TokenFamilyServer(now: { time.now })
+            configuration = UserSessionController.Configuration(storeTimeout: .milliseconds(500), clock: time.clock)
+            switch kind {
+            case .plain:
+                let store = OutageStore()
+                (self.store, plain, coordinatedStore) = (store, store, nil)
+            case .coordinated:
+                let store = CoordinatedOutageStore()
+                (self.store, plain, coordinatedStore) = (store, nil, store)
+            }
+        }
+
+        func controller() -> UserSessionController {
+            UserSessionController(store: store, refresher: server, configuration: configuration)
+        }
+
+        func registry() throws -> UserSessionRegistry {
+            try UserSessionRegistry(
+                store: store, refresher: server, configuration: configuration, maximumOpenSessions: nil,
+                idleTimeout: .seconds(300))
+        }
+
+        var ledger: CredentialsLedger { CredentialsLedger.shared(for: store) }
+
+        func failWrites(_ fail: Bool) {
+            plain?.failWrites(fail)
+            coordinatedStore?.failWrites(fail)
+        }
+
+        /// What the store holds for `identifier`, read past every layer of the package.
+        func stored(_ identifier: String) async throws -> StoredSession? {
+            if let plain { return try await plain.base.load(identifier: identifier) }
+            return coordinatedStore?.record(identifier)?.session
+        }
+    }
+
     static let users = ["alice", "caf\u{E9}", "cafe\u{301}"]
 
     static var seed: UInt64 {
@@ -25,27 +82,46 @@ struct LedgerPropertyTests {
         ProcessInfo.processInfo.environment["USER_SESSIONS_LEDGER_ITERATIONS"].flatMap { Int($0) } ?? 24
     }
 
-    @Test func noRefreshTokenIsPresentedTwiceAndNoSignedOutRecordComesBack() async throws {
+    @Test(arguments: StoreKind.allCases)
+    func noRefreshTokenIsPresentedTwiceAndNoSignedOutRecordComesBack(over kind: StoreKind) async throws {
         var seeds = SplitMix64(seed: Self.seed)
-        var replacedFamilies = 0
+        var total = Outcome()
         for _ in 0..<Self.iterations {
             let seed = Self.iterations == 1 ? Self.seed : seeds.next()
-            replacedFamilies += try await withHangGuard("schedule \(seed)", seconds: 60) {
-                try await Self.run(seed: seed)
+            let outcome = try await withHangGuard("\(kind) store, schedule \(seed)", seconds: 60) {
+                try await Self.run(seed: seed, over: kind)
+            }
+            total.replacedFamilies += outcome.replacedFamilies
+            total.leasesTaken += outcome.leasesTaken
+            total.conditionalWrites += outcome.conditionalWrites
+        }
+        if Self.iterations >= 24 {
+            #expect(total.replacedFamilies > 0, "no hand-over replaced the newest family")
+            if kind == .coordinated {
+                #expect(total.leasesTaken > 0, "no refresh ran under the lease")
+                #expect(total.conditionalWrites > 0, "no conditional write landed")
             }
         }
-        if Self.iterations >= 24 { #expect(replacedFamilies > 0, "no hand-over replaced the newest family") }
+    }
+
+    /// What the schedules did besides keeping the properties: the test checks that they reached the paths it is about.
+    struct Outcome {
+        /// Hand-overs that replaced the newest family.
+        var replacedFamilies = 0
+        /// Refresh leases taken, and conditional writes landed, over a coordinated store.
+        var leasesTaken = 0
+        var conditionalWrites = 0
     }
 
     /// The exact bytes of an identifier: the key the property's bookkeeping uses, as every store does.
     private static func key(_ identifier: String) -> [UInt8] { Array(identifier.utf8) }
 
-    /// Runs the schedule of `seed` and checks the properties; returns how many hand-overs replaced the newest family.
-    private static func run(seed: UInt64, steps: Int = 48) async throws -> Int {
+    /// Runs the schedule of `seed` over a store of `kind` and checks the properties.
+    private static func run(seed: UInt64, over kind: StoreKind, steps: Int = 48) async throws -> Outcome {
         var random = SplitMix64(seed: seed)
-        let bench = LedgerSeamTests.Bench()
+        let bench = Bench(kind)
         let server = bench.server
-        let registry = try bench.registry(idleTimeout: .seconds(300))
+        let registry = try bench.registry()
         let controllers = [bench.controller(), bench.controller()]
         // For each user whose last lifecycle outcome is known: signed out (`true`) or signed in (`false`).
         var signedOut: [[UInt8]: Bool] = [:]
@@ -144,7 +220,9 @@ struct LedgerPropertyTests {
             case 13, 14:
                 bench.time.advance(by: Double(pick(240)))
             case 15:
-                bench.store.failWrites(pick(2) == 0)
+                bench.failWrites(pick(2) == 0)
+                // A listener that fell behind (a change hub's buffer overflowed) is told to read again.
+                if let store = bench.coordinatedStore, pick(2) == 0 { store.notifyResynchronize() }
             case 16, 17:
                 // Credentials handed over (a new family from the server) to a controller holding the user: every
                 // other controller of the user then serves them instead of refreshing the family they replaced.
@@ -161,7 +239,7 @@ struct LedgerPropertyTests {
 
         // Quiesce: answer every refresh, bring the store back, let every request and pending write finish.
         server.releaseRefreshes()
-        bench.store.failWrites(false)
+        bench.failWrites(false)
         if trace { print("quiesce") }
         for (index, request) in requests.enumerated() {
             if trace { print("request \(index)") }
@@ -180,19 +258,26 @@ struct LedgerPropertyTests {
 
         let presented = server.presented
         if trace { print("presented \(presented)") }
-        #expect(server.reuses == 0, "schedule \(seed): a spent refresh token was presented again")
+        #expect(server.reuses == 0, "\(kind) store, schedule \(seed): a spent refresh token was presented again")
         #expect(
-            Set(presented).count == presented.count, "schedule \(seed): a refresh token was presented twice")
+            Set(presented).count == presented.count,
+            "\(kind) store, schedule \(seed): a refresh token was presented twice")
         for (family, after) in replaced {
             let again = presented.dropFirst(after).filter { Self.family(of: $0) == family }
-            #expect(again.isEmpty, "schedule \(seed): a family replaced by credentials handed over was refreshed again")
+            #expect(
+                again.isEmpty,
+                "\(kind) store, schedule \(seed): a family replaced by credentials handed over was refreshed again")
         }
         for (index, user) in users.enumerated() where signedOut[key(user)] == true {
-            let record = try await bench.store.base.load(identifier: user)
-            #expect(record == nil, "schedule \(seed): the record of user \(index) came back")
+            let record = try await bench.stored(user)
+            #expect(record == nil, "\(kind) store, schedule \(seed): the record of user \(index) came back")
         }
-        #expect(ledger.entryCount == 0, "schedule \(seed): the ledger kept entries of users who came and went")
-        return replaced.count
+        #expect(
+            ledger.entryCount == 0,
+            "\(kind) store, schedule \(seed): the ledger kept entries of users who came and went")
+        return Outcome(
+            replacedFamilies: replaced.count, leasesTaken: bench.coordinatedStore?.leasesTaken ?? 0,
+            conditionalWrites: bench.coordinatedStore?.conditionalWrites ?? 0)
     }
 
     /// The family of `credentials` at ``TokenFamilyServer``: what their refresh token names before its `/`.
