@@ -82,6 +82,12 @@ struct LedgerPropertyTests {
         ProcessInfo.processInfo.environment["USER_SESSIONS_LEDGER_ITERATIONS"].flatMap { Int($0) } ?? 24
     }
 
+    /// Steps per schedule (`USER_SESSIONS_LEDGER_STEPS`, 48 unless set): longer schedules reach states that take
+    /// many operations to build.
+    static var steps: Int {
+        ProcessInfo.processInfo.environment["USER_SESSIONS_LEDGER_STEPS"].flatMap { Int($0) } ?? 48
+    }
+
     @Test(arguments: StoreKind.allCases)
     func noRefreshTokenIsPresentedTwiceAndNoSignedOutRecordComesBack(over kind: StoreKind) async throws {
         var seeds = SplitMix64(seed: Self.seed)
@@ -89,7 +95,7 @@ struct LedgerPropertyTests {
         for _ in 0..<Self.iterations {
             let seed = Self.iterations == 1 ? Self.seed : seeds.next()
             let outcome = try await withHangGuard("\(kind) store, schedule \(seed)", seconds: 60) {
-                try await Self.run(seed: seed, over: kind)
+                try await Self.run(seed: seed, over: kind, steps: Self.steps)
             }
             total.replacedFamilies += outcome.replacedFamilies
             total.leasesTaken += outcome.leasesTaken
@@ -117,7 +123,7 @@ struct LedgerPropertyTests {
     private static func key(_ identifier: String) -> [UInt8] { Array(identifier.utf8) }
 
     /// Runs the schedule of `seed` over a store of `kind` and checks the properties.
-    private static func run(seed: UInt64, over kind: StoreKind, steps: Int = 48) async throws -> Outcome {
+    private static func run(seed: UInt64, over kind: StoreKind, steps: Int) async throws -> Outcome {
         var random = SplitMix64(seed: seed)
         let bench = Bench(kind)
         let server = bench.server
