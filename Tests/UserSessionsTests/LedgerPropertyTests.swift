@@ -23,6 +23,13 @@ struct LedgerPropertyTests {
         case plain, coordinated
     }
 
+    /// The token server: one that rotates refresh tokens and revokes a family on reuse, or one that does not rotate
+    /// (the refresh token stays valid; two refreshes started from the same credentials are two refreshes for one
+    /// expiry).
+    enum ServerKind: String, CaseIterable, Sendable {
+        case rotating, nonRotating
+    }
+
     /// A token server, a manual clock and a store of `kind` that can be taken down, shared by every controller made
     /// here.
     struct Bench {
@@ -34,9 +41,9 @@ struct LedgerPropertyTests {
         /// The store, when it is the coordinated one.
         let coordinatedStore: CoordinatedOutageStore?
 
-        init(_ kind: StoreKind) {
+        init(_ kind: StoreKind, _ serverKind: ServerKind) {
             let time = self.time
-            server = TokenFamilyServer(now: { time.now })
+            server = TokenFamilyServer(rotates: serverKind == .rotating, now: { time.now })
             configuration = UserSessionController.Configuration(storeTimeout: .milliseconds(500), clock: time.clock)
             switch kind {
             case .plain:
@@ -88,20 +95,25 @@ struct LedgerPropertyTests {
         ProcessInfo.processInfo.environment["USER_SESSIONS_LEDGER_STEPS"].flatMap { Int($0) } ?? 48
     }
 
-    @Test(arguments: StoreKind.allCases)
-    func noRefreshTokenIsPresentedTwiceAndNoSignedOutRecordComesBack(over kind: StoreKind) async throws {
+    @Test(arguments: StoreKind.allCases, ServerKind.allCases)
+    func noRefreshTokenIsPresentedTwiceAndNoSignedOutRecordComesBack(
+        over kind: StoreKind, against serverKind: ServerKind
+    ) async throws {
         var seeds = SplitMix64(seed: Self.seed)
         var total = Outcome()
         for _ in 0..<Self.iterations {
             let seed = Self.iterations == 1 ? Self.seed : seeds.next()
-            let outcome = try await withHangGuard("\(kind) store, schedule \(seed)", seconds: 60) {
-                try await Self.run(seed: seed, over: kind, steps: Self.steps)
+            let outcome = try await withHangGuard("\(kind) store, \(serverKind) server, schedule \(seed)", seconds: 60)
+            {
+                try await Self.run(seed: seed, over: kind, against: serverKind, steps: Self.steps)
             }
+            total.refreshes += outcome.refreshes
             total.replacedFamilies += outcome.replacedFamilies
             total.leasesTaken += outcome.leasesTaken
             total.conditionalWrites += outcome.conditionalWrites
         }
         if Self.iterations >= 24 {
+            #expect(total.refreshes > 0, "no refresh reached the server")
             #expect(total.replacedFamilies > 0, "no hand-over replaced the newest family")
             if kind == .coordinated {
                 #expect(total.leasesTaken > 0, "no refresh ran under the lease")
@@ -112,6 +124,8 @@ struct LedgerPropertyTests {
 
     /// What the schedules did besides keeping the properties: the test checks that they reached the paths it is about.
     struct Outcome {
+        /// Refreshes the server answered or refused.
+        var refreshes = 0
         /// Hand-overs that replaced the newest family.
         var replacedFamilies = 0
         /// Refresh leases taken, and conditional writes landed, over a coordinated store.
@@ -122,10 +136,12 @@ struct LedgerPropertyTests {
     /// The exact bytes of an identifier: the key the property's bookkeeping uses, as every store does.
     private static func key(_ identifier: String) -> [UInt8] { Array(identifier.utf8) }
 
-    /// Runs the schedule of `seed` over a store of `kind` and checks the properties.
-    private static func run(seed: UInt64, over kind: StoreKind, steps: Int) async throws -> Outcome {
+    /// Runs the schedule of `seed` over a store of `kind` against a server of `serverKind`, and checks the properties.
+    private static func run(seed: UInt64, over kind: StoreKind, against serverKind: ServerKind, steps: Int)
+        async throws -> Outcome
+    {
         var random = SplitMix64(seed: seed)
-        let bench = Bench(kind)
+        let bench = Bench(kind, serverKind)
         let server = bench.server
         let registry = try bench.registry()
         let controllers = [bench.controller(), bench.controller()]
@@ -264,25 +280,33 @@ struct LedgerPropertyTests {
 
         let presented = server.presented
         if trace { print("presented \(presented)") }
-        #expect(server.reuses == 0, "\(kind) store, schedule \(seed): a spent refresh token was presented again")
-        #expect(
-            Set(presented).count == presented.count,
-            "\(kind) store, schedule \(seed): a refresh token was presented twice")
+        let schedule = "\(kind) store, \(serverKind) server, schedule \(seed)"
+        switch serverKind {
+        case .rotating:
+            #expect(server.reuses == 0, "\(schedule): a spent refresh token was presented again")
+            #expect(Set(presented).count == presented.count, "\(schedule): a refresh token was presented twice")
+        case .nonRotating:
+            let accessTokens = server.presentedAccessTokens
+            #expect(
+                Set(accessTokens).count == accessTokens.count,
+                "\(schedule): two refreshes started from the same credentials")
+        }
         for (family, after) in replaced {
             let again = presented.dropFirst(after).filter { Self.family(of: $0) == family }
             #expect(
                 again.isEmpty,
-                "\(kind) store, schedule \(seed): a family replaced by credentials handed over was refreshed again")
+                "\(schedule): a family replaced by credentials handed over was refreshed again")
         }
         for (index, user) in users.enumerated() where signedOut[key(user)] == true {
             let record = try await bench.stored(user)
-            #expect(record == nil, "\(kind) store, schedule \(seed): the record of user \(index) came back")
+            #expect(record == nil, "\(schedule): the record of user \(index) came back")
         }
         #expect(
             ledger.entryCount == 0,
-            "\(kind) store, schedule \(seed): the ledger kept entries of users who came and went")
+            "\(schedule): the ledger kept entries of users who came and went")
         return Outcome(
-            replacedFamilies: replaced.count, leasesTaken: bench.coordinatedStore?.leasesTaken ?? 0,
+            refreshes: presented.count, replacedFamilies: replaced.count,
+            leasesTaken: bench.coordinatedStore?.leasesTaken ?? 0,
             conditionalWrites: bench.coordinatedStore?.conditionalWrites ?? 0)
     }
 

@@ -9,6 +9,10 @@ import Foundation
 /// are `"<family>/rt-<n>"` and `"<family>/at-<n>"`; families are independent, as at a real server. Refreshes can
 /// be held (``holdRefreshes()``) so a test decides when they answer; ``started`` counts calls. ``reuses`` is what
 /// every ledger test asserts to be zero.
+///
+/// Made with `rotates: false` it is a server that does not rotate refresh tokens (RFC 6749 allows it): a refresh
+/// answers a new access token and the same refresh token, which stays valid; ``presentedAccessTokens`` then tells
+/// whether two refreshes started from the same credentials.
 final class TokenFamilyServer: TokenRefresher {
     private struct State {
         var families: [String: Int] = [:]
@@ -17,6 +21,7 @@ final class TokenFamilyServer: TokenRefresher {
         var spent: Set<String> = []
         var revoked: Set<String> = []
         var presented: [String] = []
+        var presentedAccessTokens: [String] = []
         var reuses = 0
         var holding = false
         var down = false
@@ -24,9 +29,13 @@ final class TokenFamilyServer: TokenRefresher {
     }
     private let state = Locked(State())
     private let now: @Sendable () -> Date
+    private let rotates: Bool
     let started = ArrivalCounter()
 
-    init(now: @escaping @Sendable () -> Date) { self.now = now }
+    init(rotates: Bool = true, now: @escaping @Sendable () -> Date) {
+        self.rotates = rotates
+        self.now = now
+    }
 
     /// The credentials a sign-in of `user` gets: a new family whose valid refresh token is `"<family>/rt-0"`.
     func signIn(_ user: String, expiresIn: TimeInterval = 3600) -> UserSessionPrototype {
@@ -66,12 +75,15 @@ final class TokenFamilyServer: TokenRefresher {
 
     var reuses: Int { state.withLock { $0.reuses } }
     var presented: [String] { state.withLock { $0.presented } }
+    /// The access tokens of the credentials every refresh presented, in order.
+    var presentedAccessTokens: [String] { state.withLock { $0.presentedAccessTokens } }
     var calls: Int { state.withLock { $0.presented.count } }
 
     func refresh(_ credentials: Credentials) async throws -> Credentials {
         let token = credentials.refreshToken ?? ""
         let gate = state.withLock { state -> AsyncGate? in
             state.presented.append(token)
+            state.presentedAccessTokens.append(credentials.accessToken)
             guard state.holding else { return nil }
             let gate = AsyncGate()
             state.gates.append(gate)
@@ -92,17 +104,19 @@ final class TokenFamilyServer: TokenRefresher {
                 }
                 return nil
             }
-            state.spent.insert(token)
             let number = state.next[family, default: 1]
             state.next[family] = number + 1
-            state.valid[family] = "\(family)/rt-\(number)"
+            if rotates {
+                state.spent.insert(token)
+                state.valid[family] = "\(family)/rt-\(number)"
+            }
             return number
         }
         guard let issued else {
             throw UserSessionError(.refreshFailed, "invalid_grant", failureClass: .terminal)
         }
         return Credentials(
-            accessToken: "\(family)/at-\(issued)", refreshToken: "\(family)/rt-\(issued)",
+            accessToken: "\(family)/at-\(issued)", refreshToken: rotates ? "\(family)/rt-\(issued)" : token,
             expiresAt: now().addingTimeInterval(3600), lastRefreshedAt: now(), source: .refresh)
     }
 }
