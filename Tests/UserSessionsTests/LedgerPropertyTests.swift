@@ -67,9 +67,12 @@ struct LedgerPropertyTests {
 
         var ledger: CredentialsLedger { CredentialsLedger.shared(for: store) }
 
-        func failWrites(_ fail: Bool) {
-            plain?.failWrites(fail)
-            coordinatedStore?.failWrites(fail)
+        /// Takes the store down (its writes fail, and its removals too when `removals`) or brings it back.
+        func storeDown(_ down: Bool, removals: Bool) {
+            plain?.failWrites(down)
+            plain?.failRemovals(down && removals)
+            coordinatedStore?.failWrites(down)
+            coordinatedStore?.failRemovals(down && removals)
         }
 
         /// What the store holds for `identifier`, read past every layer of the package.
@@ -109,12 +112,14 @@ struct LedgerPropertyTests {
             }
             total.refreshes += outcome.refreshes
             total.replacedFamilies += outcome.replacedFamilies
+            total.failedSignOuts += outcome.failedSignOuts
             total.leasesTaken += outcome.leasesTaken
             total.conditionalWrites += outcome.conditionalWrites
         }
         if Self.iterations >= 24 {
             #expect(total.refreshes > 0, "no refresh reached the server")
             #expect(total.replacedFamilies > 0, "no hand-over replaced the newest family")
+            #expect(total.failedSignOuts > 0, "no sign-out failed")
             if kind == .coordinated {
                 #expect(total.leasesTaken > 0, "no refresh ran under the lease")
                 #expect(total.conditionalWrites > 0, "no conditional write landed")
@@ -128,6 +133,8 @@ struct LedgerPropertyTests {
         var refreshes = 0
         /// Hand-overs that replaced the newest family.
         var replacedFamilies = 0
+        /// Sign-outs that threw (the store was down): the user stays signed in, and nothing may be lost.
+        var failedSignOuts = 0
         /// Refresh leases taken, and conditional writes landed, over a coordinated store.
         var leasesTaken = 0
         var conditionalWrites = 0
@@ -154,6 +161,7 @@ struct LedgerPropertyTests {
         // number of refreshes the server had seen when the hand-over returned: no later refresh may present it.
         var newestFamily: [[UInt8]: [UInt8]] = [:]
         var replaced: [(family: [UInt8], after: Int)] = []
+        var failedSignOuts = 0
         let trace = ProcessInfo.processInfo.environment["LEDGER_TRACE"] != nil
 
         /// A sign-in of `user` was attempted with `prototype`; `succeeded` says whether it landed.
@@ -210,6 +218,7 @@ struct LedgerPropertyTests {
             case 3:
                 let cleared = await settle { (try? await registry.closeAndClear(identifier: user)) != nil }
                 signedOut[key(user)] = cleared ? true : nil
+                if !cleared { failedSignOuts += 1 }
                 newestFamily[key(user)] = nil
             case 4:
                 _ = await settle { await registry.evictIdle() }
@@ -229,6 +238,7 @@ struct LedgerPropertyTests {
                 guard let known = controller.session.identifier else { break }
                 let cleared = await settle { (try? await controller.closeAndClear()) != nil }
                 signedOut[key(known)] = cleared ? true : nil
+                if !cleared { failedSignOuts += 1 }
                 newestFamily[key(known)] = nil
             case 10:
                 requests.append(Task { _ = try? await controller.accessToken() })
@@ -242,7 +252,8 @@ struct LedgerPropertyTests {
             case 13, 14:
                 bench.time.advance(by: Double(pick(240)))
             case 15:
-                bench.failWrites(pick(2) == 0)
+                // Down for writes, or for removals as well (a sign-out then fails, and must lose nothing).
+                bench.storeDown(pick(2) == 0, removals: pick(2) == 0)
                 // A listener that fell behind (a change hub's buffer overflowed) is told to read again.
                 if let store = bench.coordinatedStore, pick(2) == 0 { store.notifyResynchronize() }
             case 16, 17:
@@ -261,7 +272,7 @@ struct LedgerPropertyTests {
 
         // Quiesce: answer every refresh, bring the store back, let every request and pending write finish.
         server.releaseRefreshes()
-        bench.failWrites(false)
+        bench.storeDown(false, removals: false)
         if trace { print("quiesce") }
         for (index, request) in requests.enumerated() {
             if trace { print("request \(index)") }
@@ -305,7 +316,7 @@ struct LedgerPropertyTests {
             ledger.entryCount == 0,
             "\(schedule): the ledger kept entries of users who came and went")
         return Outcome(
-            refreshes: presented.count, replacedFamilies: replaced.count,
+            refreshes: presented.count, replacedFamilies: replaced.count, failedSignOuts: failedSignOuts,
             leasesTaken: bench.coordinatedStore?.leasesTaken ?? 0,
             conditionalWrites: bench.coordinatedStore?.conditionalWrites ?? 0)
     }

@@ -6,8 +6,8 @@ import Foundation
 /// which are this one: records keyed by the identifier's exact bytes (`"caf\u{E9}"` and `"cafe\u{301}"` are two
 /// users), a revision per write, conditional writes, a FIFO refresh lease per identifier whose waiters can be
 /// cancelled, and a change notification for every write and removal, this process's own included (as a PostgreSQL
-/// `NOTIFY` reaches its sender's listener too). Its writes (not its removals) fail while ``failWrites(_:)`` is set,
-/// as ``OutageStore``'s do: a store that is down.
+/// `NOTIFY` reaches its sender's listener too). Its writes fail while ``failWrites(_:)`` is set and its removals
+/// while ``failRemovals(_:)`` is, as ``OutageStore``'s do: a store that is down.
 final class CoordinatedOutageStore: CoordinatedTokenStore {
     private struct Lease {
         /// Waiting for the lease, in arrival order: an id (for cancellation) and the waiter.
@@ -19,6 +19,7 @@ final class CoordinatedOutageStore: CoordinatedTokenStore {
         var nextRevision: UInt64 = 1
         var currentIdentifier: String?
         var failing = false
+        var failingRemovals = false
         /// The identifiers whose lease is held, with who waits for it.
         var leases: [[UInt8]: Lease] = [:]
         var nextWaiterID: UInt64 = 1
@@ -35,6 +36,9 @@ final class CoordinatedOutageStore: CoordinatedTokenStore {
 
     /// While `fail`, every write (plain or conditional) throws `storeFailure` and changes nothing.
     func failWrites(_ fail: Bool) { state.withLock { $0.failing = fail } }
+
+    /// While `fail`, removals fail too (a sign-out then throws `storeFailure` and the record stays).
+    func failRemovals(_ fail: Bool) { state.withLock { $0.failingRemovals = fail } }
 
     /// The record of `identifier`, read without going through the protocol.
     func record(_ identifier: String) -> RevisedSession? { state.withLock { $0.records[Self.key(identifier)] } }
@@ -158,7 +162,10 @@ final class CoordinatedOutageStore: CoordinatedTokenStore {
     }
 
     func remove(identifier: String) async throws {
-        let removed = state.withLock { $0.records.removeValue(forKey: Self.key(identifier)) != nil }
+        let removed = try state.withLock { state -> Bool in
+            if state.failingRemovals { throw Self.down }
+            return state.records.removeValue(forKey: Self.key(identifier)) != nil
+        }
         if removed { notify(.removed(identifier: identifier)) }
     }
 

@@ -132,6 +132,16 @@ final class OutageStore: ForwardingTokenStore {
 
     func failWrites(_ fail: Bool) { failing.withLock { $0 = fail } }
 
+    private let failingRemovals = Locked(false)
+
+    /// While `fail`, removals fail too (a sign-out then throws `storeFailure` and the record stays).
+    func failRemovals(_ fail: Bool) { failingRemovals.withLock { $0 = fail } }
+
+    func remove(identifier: String) async throws {
+        if failingRemovals.withLock({ $0 }) { throw UserSessionError(.storeFailure, "the store is down") }
+        try await base.remove(identifier: identifier)
+    }
+
     func save(_ session: StoredSession, identifier: String) async throws {
         defer { saves.arrive() }
         if failing.withLock({ $0 }) { throw UserSessionError(.storeFailure, "the store is down") }
