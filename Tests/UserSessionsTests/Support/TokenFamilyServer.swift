@@ -74,6 +74,11 @@ final class TokenFamilyServer: TokenRefresher {
     func revoke(_ family: String) { _ = state.withLock { $0.revoked.insert(family) } }
 
     var reuses: Int { state.withLock { $0.reuses } }
+
+    /// The refresh token `family` accepts now, or `nil` once it was revoked.
+    func validRefreshToken(of family: String) -> String? {
+        state.withLock { $0.revoked.contains(family) ? nil : $0.valid[family] }
+    }
     var presented: [String] { state.withLock { $0.presented } }
     /// The access tokens of the credentials every refresh presented, in order.
     var presentedAccessTokens: [String] { state.withLock { $0.presentedAccessTokens } }
