@@ -901,8 +901,10 @@ extension UserSessionController {
     /// If the session ends while the write is in progress, the write stands (the credentials went to that
     /// session's own record) and this returns normally, without publishing them or emitting an event.
     ///
-    /// - Throws: ``UserSessionError/Code/sessionNotOpen`` when no session is open (nothing is written); the store's
-    ///   error when writing fails, in which case nothing changes.
+    /// - Throws: ``UserSessionError/Code/sessionNotOpen`` when no session is open (nothing is written), or when a
+    ///   ``CoordinatedTokenStore`` no longer holds the session's record (another instance signed the user out before
+    ///   this one heard of it: nothing is written, and the session closes with `.closed(.clearedElsewhere)`); the
+    ///   store's error when writing fails, in which case nothing changes.
     nonisolated(nonsending) public func updateCredentials(_ credentials: Credentials) async throws {
         try await gate.update(credentials)
     }

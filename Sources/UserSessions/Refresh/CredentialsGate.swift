@@ -677,6 +677,36 @@ extension CredentialsGate {
         guard stillCurrent(job) else { return }
         let returned = await callRefresher(job.credentials, for: job)
         await finish(job, outcome: returned.result, turn: returned.turn, startedAt: startedAt)
+        if case .success(let rotated) = returned.result, let record {
+            await keepLeasePromise(rotated, over: record, identifier: identifier, store: store, job: job)
+        }
+    }
+
+    /// The lease's promise to its next holder, in this process or another: the record it reads first holds what the
+    /// refresh made under the lease produced (`rotated`, from the credentials of `record`, read under the lease).
+    ///
+    /// The commit writes it, unless the session's writes are fenced in this process (a later sign-in or sign-out
+    /// here) while the session took a newer record from a change notification and refreshed that: its result is
+    /// then this process's knowledge only, or the ledger's to write later. But the record read under the lease is
+    /// what every other process presents next, so while the store still holds that very revision (no write, sign-in
+    /// or sign-out landed since, here or elsewhere), the result is written over it, conditionally on it, before the
+    /// lease goes. Otherwise whatever landed since stands. A commit the store refused is not written again here: its
+    /// retry is the ledger's.
+    private func keepLeasePromise(
+        _ rotated: Credentials, over record: RevisedSession, identifier: String, store: any CoordinatedTokenStore,
+        job: RefreshStateMachine.RefreshJob
+    ) async {
+        // The common case costs no read: the commit wrote, and the session holds the revision it produced.
+        if let held = inspect({ $0.heldRevision }), held > record.revision { return }
+        // The store refused the commit's own write (it is down): the ledger retries it on its schedule, as for any
+        // refused write; the next holder meanwhile reads the spent token, which no instance can prevent.
+        if ledger.fence(identifier) == job.ledgerFence, ledger.holdsUnwritten(identifier, rotated) { return }
+        guard record.session.credentials == job.credentials,
+            let now = try? await store.loadRevised(identifier: identifier), now.revision == record.revision
+        else { return }
+        var session = record.session
+        session.credentials = rotated
+        _ = try? await store.save(session, identifier: identifier, expectedRevision: record.revision)
     }
 
     /// Whether the leased flight `job` must adopt `record` instead of refreshing: a newer record with other
@@ -1167,9 +1197,11 @@ extension CredentialsGate {
                 throw RefreshStateMachine.notOpenError
             }
             // What they replaced is learned in the section that learns they landed: no refresh of it leads after.
-            if let error = await writeOutcome(target, in: turn, kind: .handedOver, replacing: held).error {
-                throw error
-            }
+            let outcome = await writeOutcome(target, in: turn, kind: .handedOver, replacing: held)
+            if let error = outcome.error { throw error }
+            // Over a coordinated store, the record was removed elsewhere (another instance signed the user out):
+            // nothing was written, the ledger learned the sign-out, and this session closes as its views do.
+            if case .superseded = outcome { throw RefreshStateMachine.clearedElsewhereError }
             let views = ledger.updated(identifier, fence: target.ledgerFence)
             // Emitted holding the turn, so `deactivate()` (whose final flush waits for it) returns only after the
             // event.
@@ -1231,8 +1263,12 @@ extension CredentialsGate {
         _ target: RefreshStateMachine.PersistTarget, store: any CoordinatedTokenStore, overwrite: Bool
     ) async throws -> WriteOutcome {
         if overwrite {
-            return .written(
-                revision: try await Self.overwrite(target.stored, identifier: target.identifier, store: store))
+            // Credentials handed over replace what is stored, but never bring back a record removed elsewhere.
+            guard
+                let revision = try await Self.overwrite(
+                    target.stored, identifier: target.identifier, store: store, creating: false)
+            else { return .superseded(nil) }
+            return .written(revision: revision)
         }
         var expected = target.baseRevision
         for _ in 0..<Self.conditionalWriteAttempts {
@@ -1265,12 +1301,17 @@ extension CredentialsGate {
 
     /// Replaces whatever is stored under `identifier` with `stored`, conditionally on the revision read just
     /// before (so a concurrent writer makes it try again, never interleave); returns the new revision.
-    static func overwrite(_ stored: StoredSession, identifier: String, store: any CoordinatedTokenStore) async throws
-        -> UInt64
-    {
+    ///
+    /// Unless `creating` (a sign-in), only a record that exists is replaced: with none, nothing is written and `nil`
+    /// is returned. Credentials handed over to a session whose record was removed elsewhere (another instance signed
+    /// the user out) must not bring it back.
+    static func overwrite(
+        _ stored: StoredSession, identifier: String, store: any CoordinatedTokenStore, creating: Bool = true
+    ) async throws -> UInt64? {
         var expected: UInt64?
         do {
             expected = try await store.loadRevised(identifier: identifier)?.revision
+            if expected == nil, !creating { return nil }
         } catch let error as UserSessionError
             where error.code == .storeCorrupt || error.code == .unsupportedFormatVersion
         {
@@ -1284,6 +1325,7 @@ extension CredentialsGate {
                 return try await store.save(stored, identifier: identifier, expectedRevision: expected)
             } catch let error as UserSessionError where error.code == .revisionConflict {
                 expected = try await store.loadRevised(identifier: identifier)?.revision
+                if expected == nil, !creating { return nil }
             }
         }
         return try await store.save(stored, identifier: identifier, expectedRevision: expected)

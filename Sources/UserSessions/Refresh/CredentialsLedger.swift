@@ -617,6 +617,14 @@ final class CredentialsLedger: Sendable {
         entries.withLock { entries in entries[ExactIdentifier(identifier)]?.fence } ?? 0
     }
 
+    /// Whether `credentials` are `identifier`'s newest here and not in the store yet: the write loop's to write, on
+    /// the schedule of failed writes.
+    func holdsUnwritten(_ identifier: String, _ credentials: Credentials) -> Bool {
+        entries.withLock { entries in
+            entries[ExactIdentifier(identifier)].map { $0.unwritten && $0.current?.credentials == credentials } ?? false
+        }
+    }
+
     // MARK: - Reading through
 
     /// What a restore of `identifier` that read `stored` while holding the identifier under `fence` must use

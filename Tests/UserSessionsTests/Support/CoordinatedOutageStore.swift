@@ -26,34 +26,53 @@ final class CoordinatedOutageStore: CoordinatedTokenStore {
         var subscribers: [AsyncStream<TokenStoreChange>.Continuation] = []
         var leasesTaken = 0
         var conditionalWrites = 0
+        /// For each lease released, in order: the refresh token the record held at that moment.
+        var storedAtLeaseRelease: [String?] = []
     }
 
-    private let state = Locked(State())
+    /// The database: shared by the stores ``anotherProcess()`` makes.
+    private final class Database: Sendable {
+        let state = Locked(State())
+    }
 
-    init() {}
+    private let database: Database
+
+    init() { database = Database() }
+
+    private init(sharing database: Database) { self.database = database }
+
+    /// A store over the same records, leases and notifications, as another process connected to the same database
+    /// would hold: the package keeps a ledger per store object, so its controllers behave as another process's.
+    func anotherProcess() -> CoordinatedOutageStore { CoordinatedOutageStore(sharing: database) }
 
     private static func key(_ identifier: String) -> [UInt8] { Array(identifier.utf8) }
 
     /// While `fail`, every write (plain or conditional) throws `storeFailure` and changes nothing.
-    func failWrites(_ fail: Bool) { state.withLock { $0.failing = fail } }
+    func failWrites(_ fail: Bool) { database.state.withLock { $0.failing = fail } }
 
     /// While `fail`, removals fail too (a sign-out then throws `storeFailure` and the record stays).
-    func failRemovals(_ fail: Bool) { state.withLock { $0.failingRemovals = fail } }
+    func failRemovals(_ fail: Bool) { database.state.withLock { $0.failingRemovals = fail } }
 
     /// The record of `identifier`, read without going through the protocol.
-    func record(_ identifier: String) -> RevisedSession? { state.withLock { $0.records[Self.key(identifier)] } }
+    func record(_ identifier: String) -> RevisedSession? {
+        database.state.withLock { $0.records[Self.key(identifier)] }
+    }
 
     /// How many times a refresh lease was taken, and how many conditional writes landed: a test checks that its
     /// schedules went through the coordinated paths at all.
-    var leasesTaken: Int { state.withLock { $0.leasesTaken } }
-    var conditionalWrites: Int { state.withLock { $0.conditionalWrites } }
+    var leasesTaken: Int { database.state.withLock { $0.leasesTaken } }
+    var conditionalWrites: Int { database.state.withLock { $0.conditionalWrites } }
+
+    /// For each refresh lease released, in order, the refresh token its identifier's record held at that moment:
+    /// what the next holder, in any process, reads first.
+    var storedAtLeaseRelease: [String?] { database.state.withLock { $0.storedAtLeaseRelease } }
 
     /// The refresh token stored for `identifier`.
     func storedToken(_ identifier: String) -> String? { record(identifier)?.session.credentials?.refreshToken }
 
     /// Sends `change` to every subscriber (after the lock is released).
     private func notify(_ change: TokenStoreChange) {
-        for subscriber in state.withLock({ $0.subscribers }) { subscriber.yield(change) }
+        for subscriber in database.state.withLock({ $0.subscribers }) { subscriber.yield(change) }
     }
 
     /// Tells every subscriber to read again, as a change hub whose listener fell behind does.
@@ -66,7 +85,7 @@ final class CoordinatedOutageStore: CoordinatedTokenStore {
     func loadRevised(identifier: String) async throws -> RevisedSession? { record(identifier) }
 
     func save(_ session: StoredSession, identifier: String, expectedRevision: UInt64?) async throws -> UInt64 {
-        let revision = try state.withLock { state -> UInt64 in
+        let revision = try database.state.withLock { state -> UInt64 in
             if state.failing { throw Self.down }
             guard state.records[Self.key(identifier)]?.revision == expectedRevision else {
                 throw UserSessionError(.revisionConflict, "the record changed")
@@ -89,14 +108,14 @@ final class CoordinatedOutageStore: CoordinatedTokenStore {
         identifier: String, _ body: @Sendable () async throws -> Result
     ) async throws -> Result {
         let key = Self.key(identifier)
-        let id = state.withLock { state -> UInt64 in
+        let id = database.state.withLock { state -> UInt64 in
             defer { state.nextWaiterID += 1 }
             return state.nextWaiterID
         }
         try await withTaskCancellationHandler {
             try await withVisibleCheckedThrowingContinuation { (waiter: CheckedContinuation<Void, any Error>) in
                 // Checked under the lock the cancellation handler takes: a cancellation before this enqueues nothing.
-                let granted = state.withLock { state -> Bool? in
+                let granted = database.state.withLock { state -> Bool? in
                     if Task.isCancelled { return nil }
                     guard var lease = state.leases[key] else {
                         state.leases[key] = Lease()
@@ -114,7 +133,7 @@ final class CoordinatedOutageStore: CoordinatedTokenStore {
                 }
             }
         } onCancel: {
-            let waiter = state.withLock { state -> CheckedContinuation<Void, any Error>? in
+            let waiter = database.state.withLock { state -> CheckedContinuation<Void, any Error>? in
                 guard var lease = state.leases[key], let index = lease.queue.firstIndex(where: { $0.id == id }) else {
                     return nil
                 }
@@ -130,7 +149,8 @@ final class CoordinatedOutageStore: CoordinatedTokenStore {
 
     /// Hands `key`'s lease to its next waiter, or frees it.
     private func releaseLease(_ key: [UInt8]) {
-        let next = state.withLock { state -> CheckedContinuation<Void, any Error>? in
+        let next = database.state.withLock { state -> CheckedContinuation<Void, any Error>? in
+            state.storedAtLeaseRelease.append(state.records[key]?.session.credentials?.refreshToken)
             guard var lease = state.leases[key], !lease.queue.isEmpty else {
                 state.leases[key] = nil
                 return nil
@@ -145,7 +165,7 @@ final class CoordinatedOutageStore: CoordinatedTokenStore {
 
     func changes() -> AsyncStream<TokenStoreChange> {
         let (stream, continuation) = AsyncStream.makeStream(of: TokenStoreChange.self)
-        state.withLock { $0.subscribers.append(continuation) }
+        database.state.withLock { $0.subscribers.append(continuation) }
         return stream
     }
 
@@ -154,7 +174,7 @@ final class CoordinatedOutageStore: CoordinatedTokenStore {
     func load(identifier: String) async throws -> StoredSession? { record(identifier)?.session }
 
     func save(_ session: StoredSession, identifier: String) async throws {
-        let revision = try state.withLock { state -> UInt64 in
+        let revision = try database.state.withLock { state -> UInt64 in
             if state.failing { throw Self.down }
             return Self.write(session, identifier, in: &state)
         }
@@ -162,20 +182,20 @@ final class CoordinatedOutageStore: CoordinatedTokenStore {
     }
 
     func remove(identifier: String) async throws {
-        let removed = try state.withLock { state -> Bool in
+        let removed = try database.state.withLock { state -> Bool in
             if state.failingRemovals { throw Self.down }
             return state.records.removeValue(forKey: Self.key(identifier)) != nil
         }
         if removed { notify(.removed(identifier: identifier)) }
     }
 
-    func loadCurrentIdentifier() async throws -> String? { state.withLock { $0.currentIdentifier } }
+    func loadCurrentIdentifier() async throws -> String? { database.state.withLock { $0.currentIdentifier } }
 
     func saveCurrentIdentifier(_ identifier: String?) async throws {
-        state.withLock { $0.currentIdentifier = identifier }
+        database.state.withLock { $0.currentIdentifier = identifier }
     }
 
     func storedIdentifiers() async throws -> [String] {
-        state.withLock { state in state.records.keys.map { String(decoding: $0, as: UTF8.self) }.sorted() }
+        database.state.withLock { state in state.records.keys.map { String(decoding: $0, as: UTF8.self) }.sorted() }
     }
 }
