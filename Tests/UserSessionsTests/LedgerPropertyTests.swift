@@ -102,13 +102,40 @@ struct LedgerPropertyTests {
     func noRefreshTokenIsPresentedTwiceAndNoSignedOutRecordComesBack(
         over kind: StoreKind, against serverKind: ServerKind
     ) async throws {
+        let total = try await explore(over: kind, against: serverKind, processes: 1)
+        if Self.iterations >= 24 {
+            #expect(total.replacedFamilies > 0, "no hand-over replaced the newest family")
+            #expect(total.failedSignOuts > 0, "no sign-out failed")
+        }
+    }
+
+    /// The same schedules played by two processes sharing one coordinated store (two store objects over one database:
+    /// a ledger each, as two processes have), each operation of a registry going to either process's registry. The
+    /// store never fails here: a rotation a process could not write is known to that process alone, and another
+    /// process's refresh of the record it reads presents the spent token (RELIABILITY.md, fleets). Nor is the
+    /// hand-over property checked: a refresh of the other process that read the record before the hand-over landed
+    /// may still send the family it replaced (its conditional write then loses to the hand-over).
+    ///
+    /// An exploration, run when `USER_SESSIONS_LEDGER_PROCESSES=2` is set: what it found, what was fixed and what is
+    /// not yet understood is in RELIABILITY.md.
+    @Test(
+        .enabled(if: ProcessInfo.processInfo.environment["USER_SESSIONS_LEDGER_PROCESSES"] == "2"),
+        arguments: ServerKind.allCases)
+    func twoProcessesOfOneCoordinatedStoreKeepTheSameProperties(against serverKind: ServerKind) async throws {
+        _ = try await explore(over: .coordinated, against: serverKind, processes: 2)
+    }
+
+    /// Runs `iterations` schedules and checks that they reached the server and, over a coordinated store, the lease
+    /// and the conditional writes.
+    private func explore(over kind: StoreKind, against serverKind: ServerKind, processes: Int) async throws -> Outcome {
         var seeds = SplitMix64(seed: Self.seed)
         var total = Outcome()
         for _ in 0..<Self.iterations {
             let seed = Self.iterations == 1 ? Self.seed : seeds.next()
-            let outcome = try await withHangGuard("\(kind) store, \(serverKind) server, schedule \(seed)", seconds: 60)
-            {
-                try await Self.run(seed: seed, over: kind, against: serverKind, steps: Self.steps)
+            let name = "\(kind) store, \(serverKind) server, \(processes) process(es), schedule \(seed)"
+            let outcome = try await withHangGuard(name, seconds: 60) {
+                try await Self.run(
+                    seed: seed, over: kind, against: serverKind, processes: processes, steps: Self.steps)
             }
             total.refreshes += outcome.refreshes
             total.replacedFamilies += outcome.replacedFamilies
@@ -118,13 +145,12 @@ struct LedgerPropertyTests {
         }
         if Self.iterations >= 24 {
             #expect(total.refreshes > 0, "no refresh reached the server")
-            #expect(total.replacedFamilies > 0, "no hand-over replaced the newest family")
-            #expect(total.failedSignOuts > 0, "no sign-out failed")
             if kind == .coordinated {
                 #expect(total.leasesTaken > 0, "no refresh ran under the lease")
                 #expect(total.conditionalWrites > 0, "no conditional write landed")
             }
         }
+        return total
     }
 
     /// What the schedules did besides keeping the properties: the test checks that they reached the paths it is about.
@@ -143,14 +169,23 @@ struct LedgerPropertyTests {
     /// The exact bytes of an identifier: the key the property's bookkeeping uses, as every store does.
     private static func key(_ identifier: String) -> [UInt8] { Array(identifier.utf8) }
 
-    /// Runs the schedule of `seed` over a store of `kind` against a server of `serverKind`, and checks the properties.
-    private static func run(seed: UInt64, over kind: StoreKind, against serverKind: ServerKind, steps: Int)
-        async throws -> Outcome
-    {
+    /// Runs the schedule of `seed` over a store of `kind` against a server of `serverKind`, in one process or (over a
+    /// coordinated store) two, and checks the properties.
+    private static func run(
+        seed: UInt64, over kind: StoreKind, against serverKind: ServerKind, processes: Int, steps: Int
+    ) async throws -> Outcome {
         var random = SplitMix64(seed: seed)
         let bench = Bench(kind, serverKind)
         let server = bench.server
-        let registry = try bench.registry()
+        // The second process: its own store object over the same database, so its own ledger.
+        let otherStore = processes == 2 ? bench.coordinatedStore?.anotherProcess() : nil
+        var registries = [try bench.registry()]
+        if let otherStore {
+            registries.append(
+                try UserSessionRegistry(
+                    store: otherStore, refresher: server, configuration: bench.configuration,
+                    maximumOpenSessions: nil, idleTimeout: .seconds(300)))
+        }
         let controllers = [bench.controller(), bench.controller()]
         // For each user whose last lifecycle outcome is known: signed out (`true`) or signed in (`false`).
         var signedOut: [[UInt8]: Bool] = [:]
@@ -163,6 +198,7 @@ struct LedgerPropertyTests {
         var replaced: [(family: [UInt8], after: Int)] = []
         var failedSignOuts = 0
         let trace = ProcessInfo.processInfo.environment["LEDGER_TRACE"] != nil
+        if trace { print("schedule \(seed), \(kind) store, \(serverKind) server, \(processes) process(es)") }
 
         /// A sign-in of `user` was attempted with `prototype`; `succeeded` says whether it landed.
         func signedIn(_ user: String, _ prototype: UserSessionPrototype, succeeded: Bool) {
@@ -200,12 +236,16 @@ struct LedgerPropertyTests {
         }
 
         for step in 0..<steps {
+            // With two processes, a registry operation goes to either (drawn only then: the schedules of one process
+            // stay what they were).
+            let registryIndex = registries.count == 1 ? 0 : pick(registries.count)
+            let registry = registries[registryIndex]
             let userIndex = pick(users.count)
             let user = users[userIndex]
             let which = pick(controllers.count)
             let controller = controllers[which]
             let op = pick(21)
-            if trace { print("step \(step) op \(op) user \(userIndex) c\(which) holding \(holding)") }
+            if trace { print("step \(step) op \(op) user \(userIndex) c\(which) r\(registryIndex) holding \(holding)") }
             let expiresIn = Double(5 + pick(120))
             switch op {
             case 0:
@@ -252,8 +292,9 @@ struct LedgerPropertyTests {
             case 13, 14:
                 bench.time.advance(by: Double(pick(240)))
             case 15:
-                // Down for writes, or for removals as well (a sign-out then fails, and must lose nothing).
-                bench.storeDown(pick(2) == 0, removals: pick(2) == 0)
+                // Down for writes, or for removals as well (a sign-out then fails, and must lose nothing). Never with
+                // two processes (see twoProcessesOfOneCoordinatedStoreKeepTheSameProperties).
+                if otherStore == nil { bench.storeDown(pick(2) == 0, removals: pick(2) == 0) }
                 // A listener that fell behind (a change hub's buffer overflowed) is told to read again.
                 if let store = bench.coordinatedStore, pick(2) == 0 { store.notifyResynchronize() }
             case 16, 17:
@@ -279,19 +320,20 @@ struct LedgerPropertyTests {
             await request.value
         }
         if trace { print("shutdown") }
-        await registry.shutdown()
+        for registry in registries { await registry.shutdown() }
         for controller in controllers { await controller.shutdown() }
         let ledger = bench.ledger
-        // Until the ledger let go of every entry (a write loop wakes on the session clock to notice it is done).
+        let otherLedger = otherStore.map { CredentialsLedger.shared(for: $0) }
+        // Until the ledgers let go of every entry (a write loop wakes on the session clock to notice it is done).
         // Refreshes started in the background (the soft window) may still be answering: bounded by the hang guard.
-        while ledger.entryCount > 0 {
+        while ledger.entryCount > 0 || (otherLedger?.entryCount ?? 0) > 0 {
             bench.time.advance(by: 61)
             for _ in 0..<10 { await Task.yield() }
         }
 
         let presented = server.presented
         if trace { print("presented \(presented)") }
-        let schedule = "\(kind) store, \(serverKind) server, schedule \(seed)"
+        let schedule = "\(kind) store, \(serverKind) server, \(processes) process(es), schedule \(seed)"
         switch serverKind {
         case .rotating:
             #expect(server.reuses == 0, "\(schedule): a spent refresh token was presented again")
@@ -302,7 +344,7 @@ struct LedgerPropertyTests {
                 Set(accessTokens).count == accessTokens.count,
                 "\(schedule): two refreshes started from the same credentials")
         }
-        for (family, after) in replaced {
+        for (family, after) in replaced where otherStore == nil {
             let again = presented.dropFirst(after).filter { Self.family(of: $0) == family }
             #expect(
                 again.isEmpty,
@@ -326,7 +368,7 @@ struct LedgerPropertyTests {
             }
         }
         #expect(
-            ledger.entryCount == 0,
+            ledger.entryCount == 0 && (otherLedger?.entryCount ?? 0) == 0,
             "\(schedule): the ledger kept entries of users who came and went")
         return Outcome(
             refreshes: presented.count, replacedFamilies: replaced.count, failedSignOuts: failedSignOuts,
