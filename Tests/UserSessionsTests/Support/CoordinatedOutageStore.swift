@@ -36,6 +36,8 @@ final class CoordinatedOutageStore: CoordinatedTokenStore {
     }
 
     private let database: Database
+    /// One arrival per refresh lease this store object released (after the record's token was noted).
+    let leaseReleases = ArrivalCounter()
 
     init() { database = Database() }
 
@@ -161,6 +163,7 @@ final class CoordinatedOutageStore: CoordinatedTokenStore {
             return next
         }
         next?.resumeVisibly()
+        leaseReleases.arrive()
     }
 
     func changes() -> AsyncStream<TokenStoreChange> {
