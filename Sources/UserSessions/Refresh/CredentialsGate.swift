@@ -700,7 +700,7 @@ extension CredentialsGate {
         if let held = inspect({ $0.heldRevision }), held > record.revision { return }
         // The store refused the commit's own write (it is down): the ledger retries it on its schedule, as for any
         // refused write; the next holder meanwhile reads the spent token, which no instance can prevent.
-        if ledger.fence(identifier) == job.ledgerFence, ledger.holdsUnwritten(identifier, rotated) { return }
+        if ledger.holdsUnwritten(identifier, rotated, fence: job.ledgerFence) { return }
         guard record.session.credentials == job.credentials,
             let now = try? await store.loadRevised(identifier: identifier), now.revision == record.revision
         else { return }

@@ -617,11 +617,13 @@ final class CredentialsLedger: Sendable {
         entries.withLock { entries in entries[ExactIdentifier(identifier)]?.fence } ?? 0
     }
 
-    /// Whether `credentials` are `identifier`'s newest here and not in the store yet: the write loop's to write, on
-    /// the schedule of failed writes.
-    func holdsUnwritten(_ identifier: String, _ credentials: Credentials) -> Bool {
+    /// Whether `credentials` are `identifier`'s newest here, not in the store yet, under `fence` (still the entry's):
+    /// the write loop's to write, on the schedule of failed writes. One read of the entry.
+    func holdsUnwritten(_ identifier: String, _ credentials: Credentials, fence: UInt64) -> Bool {
         entries.withLock { entries in
-            entries[ExactIdentifier(identifier)].map { $0.unwritten && $0.current?.credentials == credentials } ?? false
+            entries[ExactIdentifier(identifier)].map {
+                $0.fence == fence && $0.unwritten && $0.current?.credentials == credentials
+            } ?? false
         }
     }
 
