@@ -13,7 +13,8 @@ import Testing
 ///   refreshes that family again.
 ///
 /// Each schedule runs over a plain store and over a coordinated one (a refresh lease, conditional writes and a change
-/// notification for every write, this process's own included, as PostgreSQL's are).
+/// notification for every write, this process's own included, as PostgreSQL's are), each against a server that
+/// rotates refresh tokens and one that does not.
 ///
 /// CI runs a fixed seed; `USER_SESSIONS_LEDGER_SEED` and `USER_SESSIONS_LEDGER_ITERATIONS` run other or longer
 /// explorations (a failure names the store and the schedule's seed, which reproduces it alone with iterations 1).
@@ -59,9 +60,10 @@ struct LedgerPropertyTests {
             UserSessionController(store: store, refresher: server, configuration: configuration)
         }
 
-        func registry() throws -> UserSessionRegistry {
+        /// A registry over the bench's store, or over `other` (another process's store object).
+        func registry(over other: (any TokenStore)? = nil) throws -> UserSessionRegistry {
             try UserSessionRegistry(
-                store: store, refresher: server, configuration: configuration, maximumOpenSessions: nil,
+                store: other ?? store, refresher: server, configuration: configuration, maximumOpenSessions: nil,
                 idleTimeout: .seconds(300))
         }
 
@@ -180,12 +182,7 @@ struct LedgerPropertyTests {
         // The second process: its own store object over the same database, so its own ledger.
         let otherStore = processes == 2 ? bench.coordinatedStore?.anotherProcess() : nil
         var registries = [try bench.registry()]
-        if let otherStore {
-            registries.append(
-                try UserSessionRegistry(
-                    store: otherStore, refresher: server, configuration: bench.configuration,
-                    maximumOpenSessions: nil, idleTimeout: .seconds(300)))
-        }
+        if let otherStore { registries.append(try bench.registry(over: otherStore)) }
         let controllers = [bench.controller(), bench.controller()]
         // For each user whose last lifecycle outcome is known: signed out (`true`) or signed in (`false`).
         var signedOut: [[UInt8]: Bool] = [:]

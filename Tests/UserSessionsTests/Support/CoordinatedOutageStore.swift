@@ -33,11 +33,13 @@ final class CoordinatedOutageStore: CoordinatedTokenStore {
     /// The database: shared by the stores ``anotherProcess()`` makes.
     private final class Database: Sendable {
         let state = Locked(State())
+        let leaseReleases = ArrivalCounter()
     }
 
     private let database: Database
-    /// One arrival per refresh lease this store object released (after the record's token was noted).
-    let leaseReleases = ArrivalCounter()
+    /// One arrival per refresh lease released, by any store over this database (after the record's token was noted):
+    /// counts the same leases as ``leasesTaken``.
+    var leaseReleases: ArrivalCounter { database.leaseReleases }
 
     init() { database = Database() }
 
@@ -68,9 +70,6 @@ final class CoordinatedOutageStore: CoordinatedTokenStore {
     /// For each refresh lease released, in order, the refresh token its identifier's record held at that moment:
     /// what the next holder, in any process, reads first.
     var storedAtLeaseRelease: [String?] { database.state.withLock { $0.storedAtLeaseRelease } }
-
-    /// The refresh token stored for `identifier`.
-    func storedToken(_ identifier: String) -> String? { record(identifier)?.session.credentials?.refreshToken }
 
     /// Sends `change` to every subscriber (after the lock is released).
     private func notify(_ change: TokenStoreChange) {
