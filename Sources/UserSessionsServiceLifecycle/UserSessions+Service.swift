@@ -21,8 +21,9 @@ extension UserSessionRegistry: Service {
     ///
     /// Shutting down closes every session (stored credentials are kept, so the next process restores them), waits
     /// for pending token-store writes (each close waits at most
-    /// ``UserSessions/UserSessionController/Configuration/storeTimeout`` per write), stops every session's services
-    /// within their deadlines, and finishes every event stream.
+    /// ``UserSessions/UserSessionController/Configuration/storeTimeout`` per write) and for refreshes still in flight
+    /// and the writes of what they rotated (at most that long again), stops every session's services within their
+    /// deadlines, and finishes every event stream.
     ///
     /// - Important: Cancellation ends it too, and it runs the same shutdown then: `run()` never throws and never
     ///   traps, whatever its position in the group; the closing itself does not hang on a cancelled task, because
@@ -36,7 +37,8 @@ extension UserSessionRegistry: Service {
 extension UserSessionController: Service {
     /// Suspends until graceful shutdown is triggered or the task is cancelled, then calls
     /// ``UserSessions/UserSessionController/shutdown()``: the session is closed (credentials kept), pending writes
-    /// are flushed within ``UserSessions/UserSessionController/Configuration/storeTimeout``, and every event stream
+    /// are flushed within ``UserSessions/UserSessionController/Configuration/storeTimeout``, a refresh still in
+    /// flight is waited for (at most that long again) and what it rotated is written, and every event stream
     /// finishes. Never throws.
     public nonisolated func run() async throws {
         await runUntilShutdown { await self.shutdown() }

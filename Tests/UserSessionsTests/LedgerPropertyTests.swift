@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 
 @testable import UserSessions
@@ -317,8 +318,19 @@ struct LedgerPropertyTests {
             await request.value
         }
         if trace { print("shutdown") }
-        for registry in registries { await registry.shutdown() }
-        for controller in controllers { await controller.shutdown() }
+        // A shutdown waits for what the ledger still owes the store, and the write loop retries on the session
+        // clock: time passes while it waits, as it would in a process.
+        let shutDown = Atomic<Bool>(false)
+        let shutdown = Task {
+            for registry in registries { await registry.shutdown() }
+            for controller in controllers { await controller.shutdown() }
+            shutDown.store(true, ordering: .releasing)
+        }
+        while !shutDown.load(ordering: .acquiring) {
+            bench.time.advance(by: 61)
+            for _ in 0..<10 { await Task.yield() }
+        }
+        await shutdown.value
         let ledger = bench.ledger
         let otherLedger = otherStore.map { CredentialsLedger.shared(for: $0) }
         // Until the ledgers let go of every entry (a write loop wakes on the session clock to notice it is done).

@@ -222,10 +222,24 @@ public actor UserSessionController: CredentialsGateOwner {
     /// Calls made before `shutdown()` still take effect first (an open in progress is rolled back). Afterwards
     /// ``open(_:)``, the restores and ``closeAndClear()`` throw ``UserSessionError/Code/shutdown``, ``close()`` does
     /// nothing, and new subscriptions yield their `.current` element and finish. Idempotent.
+    ///
+    /// A shutdown is what a process does before it exits, so it also waits, within
+    /// ``Configuration/storeTimeout``, for what the package still owes the store for the session's user: a refresh
+    /// in flight returns and its rotated credentials are written. Otherwise the next process would restore a refresh
+    /// token the server has rotated since, and a server that detects reuse would revoke the user's sessions. Past the
+    /// deadline (the store is down, the token endpoint does not answer) it emits `.persistenceFailed` and goes on.
     public func shutdown() async {
+        await shutdown(settling: true)
+    }
+
+    /// ``shutdown()``; without `settling`, it does not wait for the ledger's work for the user (the registry drops
+    /// a controller it no longer holds this way: the process goes on, and so does the ledger).
+    func shutdown(settling: Bool) async {
         guard let ticket = try? await enterTurn(.shutdown) else { return }
         defer { leaveTurn(ticket) }
+        let identifier = hub.session.identifier
         await endRunningSession(state: .closed, event: .closed(.shutdown))
+        if settling, let identifier { await gate.settleBeforeExit(identifier) }
         hub.finish()
     }
 
@@ -943,7 +957,7 @@ extension UserSessionController {
     /// by the check, and one called after finds the controller shut down.
     func shutdownIfIdle() async -> Bool {
         guard lifecycle.isIdle, !gate.hasWorkInProgress else { return false }
-        await shutdown()
+        await shutdown(settling: false)
         return true
     }
 

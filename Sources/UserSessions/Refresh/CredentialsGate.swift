@@ -213,6 +213,20 @@ final class CredentialsGate: Sendable {
             detail: "the token store did not finish a write within \(timeout); closing without waiting for it")
     }
 
+    /// The last step of a shutdown, after ``deactivate()``: waits, within
+    /// ``UserSessionController/Configuration/storeTimeout``, until the ledger has nothing in flight and nothing owed
+    /// to the store for `identifier` (``CredentialsLedger/settled(_:within:clock:)``). A refresh still in flight
+    /// returns and its rotation is written, so a process that exits next does not leave the store holding a refresh
+    /// token the server rotated (the next process would present it, and a server that detects reuse revokes the
+    /// user's sessions). Past the deadline (a store still down, a refresher that does not return) it reports
+    /// `.persistenceFailed` and returns; the ledger goes on while the process lives.
+    func settleBeforeExit(_ identifier: String) async {
+        guard !identifier.isEmpty, ledger.hasPendingWork(identifier) else { return }
+        if await ledger.settled(identifier, within: policy.storeTimeout, clock: policy.deadlineClock) { return }
+        events.emit(
+            .persistenceFailed, session: nil, detail: CredentialsLedger.unsettledAtShutdown(policy.storeTimeout))
+    }
+
     /// The schedule the ledger retries the unwritten credentials of the session of `generation` on; a retry that
     /// fails is reported (`.persistenceFailed`) while that session is open.
     func ledgerSchedule(for generation: UInt64) -> CredentialsLedger.Schedule {

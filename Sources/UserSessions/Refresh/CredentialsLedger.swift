@@ -32,6 +32,13 @@ final class CredentialsLedger: Sendable {
     let store: any TokenStore
     let coordinatedStore: (any CoordinatedTokenStore)?
     private let entries = Locked<[ExactIdentifier: Entry]>([:])
+    /// The callers waiting for an identifier to have nothing in flight and nothing owed to the store
+    /// (``settled(_:within:clock:)``: a process shutting down), kept beside the entries rather than in them: the wait
+    /// is rare, and an entry stays small. Taken only inside the lock of `entries` (the one nesting of the ledger's
+    /// locks), so a caller parks and is resumed in step with the entry it waits for. `settleWaiting` counts them, so
+    /// that a critical section looks for them only while one waits.
+    private let settleWaiters = Locked<[ExactIdentifier: [Parked<Void, Never>]]>([:])
+    private let settleWaiting = Atomic<Int>(0)
     #if DEBUG
     /// Critical sections taken through `modify` (a probe for tests: how many sections an operation takes).
     let sectionsTaken = Atomic<Int>(0)
@@ -199,6 +206,9 @@ final class CredentialsLedger: Sendable {
         }
 
         var isIdle: Bool { holders == 0 && (detail?.isIdle ?? true) }
+
+        /// Whether a refresh is in flight or a write is owed (``Detail/hasPendingWork``).
+        var hasPendingWork: Bool { detail?.hasPendingWork ?? false }
 
         /// A holder's view holds the identifier (once per hold: a view that holds twice appears twice).
         mutating func addView(_ view: any CredentialsLedgerView) {
@@ -456,6 +466,13 @@ final class CredentialsLedger: Sendable {
             flights.isEmpty && !unwritten && reservedWrites == 0 && !retrying && turn == nil && turnQueue.isEmpty
                 && lateWrites == 0
         }
+
+        /// Whether a refresh is in flight, or a write is owed, held, queued or reserved (a refusal to record, a late
+        /// landing to repair): what a session with it must not be evicted for, and what a process shutting down
+        /// waits for.
+        var hasPendingWork: Bool {
+            !flights.isEmpty || unwritten || reservedWrites > 0 || lateWrites > 0 || turn != nil || !turnQueue.isEmpty
+        }
     }
 
     /// A ``Schedule`` the entry keeps for its write loop, in an object of its own: an entry keeps one only while it
@@ -512,12 +529,22 @@ final class CredentialsLedger: Sendable {
         #if DEBUG
         sectionsTaken.wrappingAdd(1, ordering: .relaxed)
         #endif
-        return entries.withLock { entries in
+        var settled: [Parked<Void, Never>] = []
+        let value = entries.withLock { entries in
             var entry = entries[key] ?? Entry(fence: Self.nextFence())
             let value = body(&entry)
+            // Whoever waits for the entry to settle is resumed by the section that settled it, after the lock.
+            if settleWaiting.load(ordering: .relaxed) > 0, !entry.hasPendingWork,
+                let waiting = settleWaiters.withLock({ $0.removeValue(forKey: key) })
+            {
+                settleWaiting.subtract(waiting.count, ordering: .relaxed)
+                settled = waiting
+            }
             entries[key] = entry.isIdle ? nil : entry
             return value
         }
+        for waiter in settled { waiter.resume() }
+        return value
     }
 
     /// How many identifiers the ledger holds an entry for (a probe for tests and the benchmark).
@@ -604,12 +631,44 @@ final class CredentialsLedger: Sendable {
 
     /// Whether `identifier` has a refresh in flight or an unwritten rotation: such a session is never evicted.
     func hasPendingWork(_ identifier: String) -> Bool {
-        entries.withLock { entries in
-            guard let entry = entries[ExactIdentifier(identifier)] else { return false }
-            return !entry.flights.isEmpty || entry.unwritten || entry.reservedWrites > 0 || entry.lateWrites > 0
-                || entry.turn != nil
-                || !entry.turnQueue.isEmpty
+        entries.withLock { entries in entries[ExactIdentifier(identifier)]?.hasPendingWork ?? false }
+    }
+
+    /// The identifiers that have a refresh in flight or a write owed (``hasPendingWork(_:)``) now.
+    func identifiersWithPendingWork() -> [String] {
+        entries.withLock { entries in entries.filter(\.value.hasPendingWork).map(\.key.value) }
+    }
+
+    /// Waits, at most `timeout` on `clock`, until `identifier` has nothing in flight and nothing owed to the store:
+    /// its refreshes returned and what they rotated was written (or the fence that made it unwritable changed). What
+    /// a process waits for before it exits, so that the next one does not restore a refresh token the server rotated
+    /// since. Returns whether it settled in time. A store that stays down, or a refresh that never returns, outlasts
+    /// the deadline: the wait is then left behind, and ends when the entry settles.
+    func settled(_ identifier: String, within timeout: Duration, clock: DeadlineClock) async -> Bool {
+        let key = ExactIdentifier(identifier)
+        let settling = Task {
+            await Parked.wait { (caller: Parked<Void, Never>) -> Void? in
+                self.entries.withLock { entries -> Void? in
+                    guard entries[key]?.hasPendingWork == true else { return () }
+                    // Resumed by the section that settles the entry (``modify(_:_:)``).
+                    self.settleWaiters.withLock { $0[key, default: []].append(caller) }
+                    self.settleWaiting.add(1, ordering: .relaxed)
+                    return nil
+                }
+            }
         }
+        return await Deadline.wait(for: settling, timeout: timeout, clock: clock)
+    }
+
+    /// Whether a caller waits for `identifier` to settle (a probe for tests).
+    func awaitsSettlement(_ identifier: String) -> Bool {
+        settleWaiters.withLock { $0[ExactIdentifier(identifier)]?.isEmpty == false }
+    }
+
+    /// What a shutdown reports when an identifier did not settle within `timeout` (``settled(_:within:clock:)``).
+    static func unsettledAtShutdown(_ timeout: Duration) -> String {
+        "shut down with a refresh or a write of the credentials unfinished after \(timeout); they are lost if the "
+            + "process exits now"
     }
 
     /// The fence of `identifier` now (a new entry if none exists: its fence matches nothing older).

@@ -191,7 +191,7 @@ public final class UserSessionRegistry: Sendable {
         }
         guard removed else { return }
         reportEviction(key.value)
-        await controller.shutdown()
+        await controller.shutdown(settling: false)
     }
 
     /// Tells the observers that the registry dropped `identifier`'s controller.
@@ -559,16 +559,36 @@ extension UserSessionRegistry {
     /// Shuts every controller down (closing their sessions and finishing their event streams), then finishes the
     /// streams of ``events(bufferSize:)`` after every controller's last event, and refuses new work: later calls
     /// throw ``UserSessionError/Code/shutdown`` (``close(identifier:)`` does nothing).
+    ///
+    /// Like ``UserSessionController/shutdown()``, it waits, within ``UserSessionController/Configuration/storeTimeout``,
+    /// for what the package still owes the store: a refresh in flight returns and its rotated credentials are
+    /// written, for the users of its controllers and for users whose controllers it closed or evicted before, so the
+    /// next process never restores a refresh token the server rotated since. A user whose work overruns the deadline
+    /// gets `.persistenceFailed` on ``events(bufferSize:)``.
     public func shutdown() async {
-        let controllers = state.withLock { state in
+        let (controllers, held) = state.withLock { state in
             state.isShutDown = true
             defer { state.entries.removeAll() }
-            return state.entries.values.map(\.controller)
+            return (state.entries.values.map(\.controller), Set(state.entries.keys))
         }
+        // Users no controller holds any more, with a refresh still in flight or a write still owed.
+        let orphans = ledger.identifiersWithPendingWork().filter { !held.contains(ExactIdentifier($0)) }
         await withTaskGroup(of: Void.self) { group in
             for controller in controllers { group.addTask { await controller.shutdown() } }
+            for identifier in orphans { group.addTask { await self.settleBeforeExit(identifier) } }
         }
         await relay.finish()
+    }
+
+    /// The ledger's work for `identifier`, which no controller of the registry holds, settles within the store
+    /// timeout, or the subscribers hear that it did not (``shutdown()``).
+    private func settleBeforeExit(_ identifier: String) async {
+        let (timeout, clock) = (configuration.storeTimeout, configuration.deadlineClock)
+        guard !(await ledger.settled(identifier, within: timeout, clock: clock)) else { return }
+        let event = UserSessionEvent(
+            kind: .persistenceFailed, session: UserSession(identifier: identifier, state: .closed), sequence: 0,
+            detail: CredentialsLedger.unsettledAtShutdown(timeout))
+        relay.publish(Event(identifier: identifier, event: event))
     }
 
     // MARK: Internals
