@@ -39,10 +39,11 @@ struct ShutdownSettlesTests {
 
         var ledger: CredentialsLedger { CredentialsLedger.shared(for: store) }
 
-        /// Waits until a shutdown waits for `user`'s refresh or write.
-        func waitUntilShutdownWaits(for user: String) async throws {
+        /// Waits until a shutdown waits for `user`'s refresh or write: `controller`'s own, or, without one, the
+        /// registry's for a user it holds no controller of.
+        func waitUntilShutdownWaits(for user: String, of controller: UserSessionController? = nil) async throws {
             try await withHangGuard("the shutdown waits for \(user)'s refresh") {
-                while !ledger.awaitsSettlement(user) { await Task.yield() }
+                while !(controller?.gate.isSettlingBeforeExit ?? ledger.awaitsSettlement(user)) { await Task.yield() }
             }
         }
 
@@ -71,7 +72,7 @@ struct ShutdownSettlesTests {
             // What a process that exits now leaves in the store.
             return await bench.store.storedToken("alice")
         }
-        try await bench.waitUntilShutdownWaits(for: "alice")
+        try await bench.waitUntilShutdownWaits(for: "alice", of: controller)
         #expect(await request.result.errorCode == .sessionNotOpen)
         bench.server.releaseRefreshes()
 
@@ -89,7 +90,7 @@ struct ShutdownSettlesTests {
         await bench.server.started.wait(for: 1)
 
         let shutdown = Task { await controller.shutdown() }
-        try await bench.waitUntilShutdownWaits(for: "alice")
+        try await bench.waitUntilShutdownWaits(for: "alice", of: controller)
         bench.deadlines.advance(by: Bench.storeTimeout.seconds)
         await shutdown.value
         await probe.waitUntilFinished()
@@ -118,7 +119,7 @@ struct ShutdownSettlesTests {
             await controller.shutdown()
             return await bench.store.storedToken("alice")
         }
-        try await bench.waitUntilShutdownWaits(for: "alice")
+        try await bench.waitUntilShutdownWaits(for: "alice", of: controller)
         bench.store.failWrites(false)
         // The ledger's write loop retries on the session clock.
         try await withHangGuard("the write loop retries") {

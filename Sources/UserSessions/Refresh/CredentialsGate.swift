@@ -214,15 +214,24 @@ final class CredentialsGate: Sendable {
     }
 
     /// The last step of a shutdown, after ``deactivate()``: waits, within
-    /// ``UserSessionController/Configuration/storeTimeout``, until the ledger has nothing in flight and nothing owed
-    /// to the store for `identifier` (``CredentialsLedger/settled(_:within:clock:)``). A refresh still in flight
-    /// returns and its rotation is written, so a process that exits next does not leave the store holding a refresh
-    /// token the server rotated (the next process would present it, and a server that detects reuse revokes the
-    /// user's sessions). Past the deadline (a store still down, a refresher that does not return) it reports
+    /// ``UserSessionController/Configuration/storeTimeout``, until every flight this gate started has ended and the
+    /// ledger has nothing in flight and nothing owed to the store for `identifier`
+    /// (``CredentialsLedger/settled(_:)``). A refresh still in flight returns and its rotation is written, so a
+    /// process that exits next does not leave the store holding a refresh token the server rotated (the next process
+    /// would present it, and a server that detects reuse revokes the user's sessions). The flights are waited for
+    /// first: one that passed its last check before the close but has not reached the ledger yet would otherwise be
+    /// missed. Past the deadline (a store still down, a refresher that does not return) it reports
     /// `.persistenceFailed` and returns; the ledger goes on while the process lives.
     func settleBeforeExit(_ identifier: String) async {
-        guard !identifier.isEmpty, ledger.hasPendingWork(identifier) else { return }
-        if await ledger.settled(identifier, within: policy.storeTimeout, clock: policy.deadlineClock) { return }
+        let flights = backgroundWork.withLock { Array($0.running.values) }
+        guard !identifier.isEmpty, !flights.isEmpty || ledger.hasPendingWork(identifier) else { return }
+        let settling = Task {
+            for flight in flights { await flight.value }
+            await ledger.settled(identifier)
+        }
+        backgroundWork.withLock { $0.settlingBeforeExit = true }
+        defer { backgroundWork.withLock { $0.settlingBeforeExit = false } }
+        if await Deadline.wait(for: settling, timeout: policy.storeTimeout, clock: policy.deadlineClock) { return }
         events.emit(
             .persistenceFailed, session: nil, detail: CredentialsLedger.unsettledAtShutdown(policy.storeTimeout))
     }
@@ -1513,6 +1522,8 @@ extension CredentialsGate {
         /// The ledger's write turns this gate's writes hold now (token to identifier): one that overran both of
         /// `deactivate()`'s deadlines loses its turn.
         var heldTurns: [UInt64: String] = [:]
+        /// Whether a shutdown waits for the flights and the ledger (``settleBeforeExit(_:)``; a probe for tests).
+        var settlingBeforeExit = false
         /// What observes the background work, if anything (see ``BackgroundWorkProbe``; production code installs
         /// none).
         var probe: (any BackgroundWorkProbe)?
@@ -1538,6 +1549,9 @@ extension CredentialsGate {
         probe?.backgroundTaskStarted(task)
         return task
     }
+
+    /// Whether a shutdown waits for the flights and the ledger now (a probe for tests).
+    var isSettlingBeforeExit: Bool { backgroundWork.withLock { $0.settlingBeforeExit } }
 
     func cancelBackgroundWork() {
         let tasks = backgroundWork.withLock { Array($0.running.values) }

@@ -645,19 +645,22 @@ final class CredentialsLedger: Sendable {
     /// since. Returns whether it settled in time. A store that stays down, or a refresh that never returns, outlasts
     /// the deadline: the wait is then left behind, and ends when the entry settles.
     func settled(_ identifier: String, within timeout: Duration, clock: DeadlineClock) async -> Bool {
+        let settling = Task { await settled(identifier) }
+        return await Deadline.wait(for: settling, timeout: timeout, clock: clock)
+    }
+
+    /// ``settled(_:within:clock:)`` without a deadline: the caller puts one on it.
+    func settled(_ identifier: String) async {
         let key = ExactIdentifier(identifier)
-        let settling = Task {
-            await Parked.wait { (caller: Parked<Void, Never>) -> Void? in
-                self.entries.withLock { entries -> Void? in
-                    guard entries[key]?.hasPendingWork == true else { return () }
-                    // Resumed by the section that settles the entry (``modify(_:_:)``).
-                    self.settleWaiters.withLock { $0[key, default: []].append(caller) }
-                    self.settleWaiting.add(1, ordering: .relaxed)
-                    return nil
-                }
+        await Parked.wait { (caller: Parked<Void, Never>) -> Void? in
+            entries.withLock { entries -> Void? in
+                guard entries[key]?.hasPendingWork == true else { return () }
+                // Resumed by the section that settles the entry (``modify(_:_:)``).
+                settleWaiters.withLock { $0[key, default: []].append(caller) }
+                settleWaiting.add(1, ordering: .relaxed)
+                return nil
             }
         }
-        return await Deadline.wait(for: settling, timeout: timeout, clock: clock)
     }
 
     /// Whether a caller waits for `identifier` to settle (a probe for tests).
