@@ -63,7 +63,9 @@ extension UserSessionController {
         /// server, through ``TokenRefresher/revoke(_:)`` (RFC 7009), so they stop working everywhere. Default `true`;
         /// it does something only when the refresher can revoke (``TokenRefresher/canRevoke``; for
         /// ``OAuth2TokenRefresher``, when it has a revocation endpoint). A failed revocation is reported with
-        /// `.revocationFailed` and never stops the local sign-out.
+        /// `.revocationFailed` and never stops the local sign-out. A refresh that was on its way back when the user
+        /// signed out (the server had rotated the refresh token the sign-out revoked, which a server may ignore) has
+        /// its result revoked too when it arrives.
         public var revokesOnSignOut: Bool
         /// How long signing out waits for the revocation (reading the stored credentials if needed, then the
         /// request) before it reports `.revocationFailed(.transient)`, cancels it and removes the credentials

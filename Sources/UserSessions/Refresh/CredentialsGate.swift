@@ -819,13 +819,35 @@ extension CredentialsGate {
     func callRefresher(_ credentials: Credentials, for job: RefreshStateMachine.RefreshJob) async
         -> (result: Result<Credentials, UserSessionError>, turn: CredentialsLedger.TurnGrant?)
     {
-        await ledger.refreshTakingTurn(
-            identifier: job.identifier, userInfo: job.userInfo, credentials: credentials, fence: job.ledgerFence,
+        let identifier = job.identifier
+        var revoke: (@Sendable (Credentials) -> Void)?
+        if SignOutRevocation.isEnabled(settings.configuration, refresher) {
+            revoke = { dropped in self.revokeDropped(dropped, of: identifier) }
+        }
+        return await ledger.refreshTakingTurn(
+            identifier: identifier, userInfo: job.userInfo, credentials: credentials, fence: job.ledgerFence,
             heldFence: job.heldFence, takingTurn: true,
             backoff: CredentialsLedger.BackoffTerms(
-                clock: clock, policy: policy.refresh, stopsRequest: job.kind != .forced)
+                clock: clock, policy: policy.refresh, stopsRequest: job.kind != .forced),
+            revokingDropped: revoke
         ) {
             await callRefresher(credentials)
+        }
+    }
+
+    /// A refresh this gate led returned after a sign-out of `identifier` dropped its result (`dropped`): the sign-out
+    /// revoked the credentials the session held, which the refresh had spent already, so the grant may still be
+    /// alive at the server with these tokens, which nobody keeps. They are revoked too, in the background, within
+    /// ``UserSessionController/Configuration/revocationTimeout``; a failure is reported with `.revocationFailed`.
+    private func revokeDropped(_ dropped: Credentials, of identifier: String) {
+        let (refresher, store, configuration, events) = (refresher, store, settings.configuration, events)
+        Task {
+            guard
+                let failure = await SignOutRevocation.run(
+                    refresher: refresher, credentials: dropped, identifier: identifier, store: store,
+                    configuration: configuration)
+            else { return }
+            events.emit(.revocationFailed(failure.failureClass), session: nil, detail: failure.detail)
         }
     }
 

@@ -508,8 +508,12 @@ final class CredentialsLedger: Sendable {
         /// The credentials it presented, and their refresh token.
         let presented: Credentials
         let sent: String
-        /// The entry's fence when it started: a sign-out since makes its result unwritable.
+        /// The fence its caller writes under (``RefreshStateMachine/signingInFence`` for a session still signing
+        /// in): a sign-out since makes its result unwritable.
         let fence: UInt64
+        /// The entry's own fence when it started: a sign-out of the user while it ran dropped its result, which is
+        /// then revoked (``refreshTakingTurn(identifier:userInfo:credentials:fence:heldFence:takingTurn:backoff:revokingDropped:call:)``).
+        let startedUnder: UInt64
         /// It presented the identifier's newest credentials when it started (what the ledger held as current, or,
         /// with none, credentials read under the fence that holds): if they are not the newest when it returns,
         /// another write replaced them meanwhile.
@@ -755,9 +759,16 @@ final class CredentialsLedger: Sendable {
     /// `takingTurn`, the refresh it ran that succeeded also takes the identifier's write turn when it is free, in
     /// the critical section that records the rotation, and returns it (the caller writes the rotation in it and
     /// leaves it). Joined, answered and failed refreshes take no turn.
+    ///
+    /// A refresh it ran whose result a sign-out of the user dropped while it ran (the user signed out here, or the
+    /// record was found removed elsewhere) is handed to `revokingDropped` once the lock is released: the sign-out
+    /// revoked what the session held, which this refresh had spent already, and a server that ignores the revocation
+    /// of a spent refresh token (RFC 7009 allows it) would otherwise keep the grant alive with tokens nobody holds.
     func refreshTakingTurn(
         identifier: String, userInfo: UserInfo, credentials: Credentials, fence: UInt64, heldFence: UInt64? = nil,
-        takingTurn: Bool, backoff terms: BackoffTerms? = nil, call: () async -> Result<Credentials, UserSessionError>
+        takingTurn: Bool, backoff terms: BackoffTerms? = nil,
+        revokingDropped revoke: (@Sendable (Credentials) -> Void)? = nil,
+        call: () async -> Result<Credentials, UserSessionError>
     ) async -> (result: Result<Credentials, UserSessionError>, turn: TurnGrant?) {
         guard let sent = credentials.refreshToken else { return (await call(), nil) }
         let key = ExactIdentifier(identifier)
@@ -783,6 +794,7 @@ final class CredentialsLedger: Sendable {
                 takingTurn: takingTurn)
             landing.waiters.forEachWaiting { $0.resume(returning: result) }
             for view in landing.views { view.ledgerAdvanced(identifier) }
+            if landing.droppedBySignOut, let revoke, case .success(let dropped) = result { revoke(dropped) }
             if let refusalFence = landing.refusalFence {
                 await recordRefusalInStore(identifier: identifier, fence: refusalFence)
             }
@@ -852,7 +864,10 @@ final class CredentialsLedger: Sendable {
             }
             _ = entry.flights.lead(sent)
             let presentedNewest = entry.current.map { $0.credentials == credentials } ?? (entry.fence == fence)
-            return .run(Flight(presented: credentials, sent: sent, fence: fence, presentedNewest: presentedNewest))
+            return .run(
+                Flight(
+                    presented: credentials, sent: sent, fence: fence, startedUnder: entry.fence,
+                    presentedNewest: presentedNewest))
         }
     }
 
@@ -866,6 +881,8 @@ final class CredentialsLedger: Sendable {
         var turn: TurnGrant?
         /// The views to tell (``CredentialsLedgerView/ledgerAdvanced(_:)``).
         var views: [any CredentialsLedgerView]
+        /// The refresh succeeded, and a sign-out of the user since it started dropped its result.
+        var droppedBySignOut = false
     }
 
     /// The second critical section of a refresh the caller led: `flight` returned `result` (at `failedAt`, when it
@@ -898,7 +915,11 @@ final class CredentialsLedger: Sendable {
             } else if advanced(entry, to: result) {
                 told = viewsToTell(entry)
             }
-            return RefreshLanding(waiters: waiters, refusalFence: refusalFence, turn: turn, views: told)
+            // Signed out while it ran (not before it started: a session signing in refreshes over an entry whose last
+            // sign-out came before its sign-in).
+            let dropped = succeeded && entry.signedOut && entry.fence != flight.startedUnder
+            return RefreshLanding(
+                waiters: waiters, refusalFence: refusalFence, turn: turn, views: told, droppedBySignOut: dropped)
         }
     }
 

@@ -1,0 +1,180 @@
+import Foundation
+import Testing
+import UserSessionsTestSupport
+
+@testable import UserSessions
+
+/// A sign-out while a refresh is on its way back: the server rotated the refresh token, the sign-out revoked the one
+/// the session held (spent already, so a server that ignores the revocation of an invalid token, as RFC 7009 §2.2
+/// allows, keeps the grant alive), and the answer arrives after it. The rotation the sign-out dropped is revoked too.
+/// Ordered by gates and arrival counters, never by sleeping.
+struct LateRotationRevocationTests {
+    /// ``TokenFamilyServer`` behind a network whose answers can be held after the server rotated, revoking as a
+    /// lenient server does: the family's valid refresh token revokes the family, any other token changes nothing.
+    final class LateAnswers: TokenRefresher {
+        let server: TokenFamilyServer
+        private let gate = AsyncGate()
+        private let revokedTokens = Locked<[String]>([])
+        /// While set, revocations fail as an endpoint answering 503 does.
+        let failing = Locked(false)
+        /// One arrival per refresh the server answered (before the answer is held).
+        let rotated = ArrivalCounter()
+
+        init(_ server: TokenFamilyServer) { self.server = server }
+
+        /// The refresh tokens revoked, in order.
+        var revoked: [String] { revokedTokens.withLock { $0 } }
+
+        /// Lets the held answers (and every later one) through.
+        func answer() { gate.open() }
+
+        func refresh(_ credentials: Credentials) async throws -> Credentials {
+            let answer = try await server.refresh(credentials)
+            rotated.arrive()
+            await gate.wait()
+            return answer
+        }
+
+        var canRevoke: Bool { true }
+
+        func revoke(_ credentials: Credentials) async throws {
+            guard let token = credentials.refreshToken else { return }
+            if failing.withLock({ $0 }) {
+                throw UserSessionError(
+                    .refreshFailed, "the revocation endpoint answered 503", failureClass: .transient)
+            }
+            revokedTokens.withLock { $0.append(token) }
+            let family = String(token.prefix { $0 != "/" })
+            if server.validRefreshToken(of: family) == token { server.revoke(family) }
+        }
+    }
+
+    struct Bench {
+        let time = ManualTime()
+        let server: TokenFamilyServer
+        let refresher: LateAnswers
+        let store = OutageStore()
+        let configuration: UserSessionController.Configuration
+
+        init() {
+            let time = time
+            server = TokenFamilyServer(now: { time.now })
+            refresher = LateAnswers(server)
+            configuration = UserSessionController.Configuration(storeTimeout: .milliseconds(500), clock: time.clock)
+        }
+
+        func controller() -> UserSessionController {
+            UserSessionController(store: store, refresher: refresher, configuration: configuration)
+        }
+
+        func registry() throws -> UserSessionRegistry {
+            try UserSessionRegistry(
+                store: store, refresher: refresher, configuration: configuration, maximumOpenSessions: nil,
+                idleTimeout: nil)
+        }
+
+        /// Waits until the server holds no valid refresh token of `family`.
+        func waitUntilRevoked(_ family: String) async throws {
+            try await withHangGuard("\(family)'s grant is revoked") {
+                while server.validRefreshToken(of: family) != nil { await Task.yield() }
+            }
+        }
+    }
+
+    @Test func aSignOutWhileTheRefreshIsOnItsWayBackRevokesTheRotationItDropped() async throws {
+        let bench = Bench()
+        let controller = bench.controller()
+        _ = try await controller.open(bench.server.signIn("alice", expiresIn: 10))
+        let request = Task { try await controller.accessToken() }
+        await bench.refresher.rotated.wait(for: 1)
+
+        try await controller.closeAndClear()
+        #expect(await request.result.errorCode == .sessionNotOpen)
+        // The sign-out revoked what the session held: spent, so the server kept the grant.
+        #expect(bench.refresher.revoked == ["alice/rt-0"])
+        #expect(bench.server.validRefreshToken(of: "alice") == "alice/rt-1")
+
+        bench.refresher.answer()
+        try await bench.waitUntilRevoked("alice")
+        #expect(bench.refresher.revoked == ["alice/rt-0", "alice/rt-1"])
+        #expect(await bench.store.storedToken("alice") == nil)
+    }
+
+    @Test func aSignOutThroughTheRegistryRevokesTheRotationOfARefreshThatOutlivedItsController() async throws {
+        let bench = Bench()
+        let registry = try bench.registry()
+        let alice = try await registry.open(bench.server.signIn("alice", expiresIn: 10))
+        let request = Task { try await alice.accessToken() }
+        await bench.refresher.rotated.wait(for: 1)
+        await registry.close(identifier: "alice")
+        #expect(await request.result.errorCode == .sessionNotOpen)
+
+        try await registry.closeAndClear(identifier: "alice")
+        bench.refresher.answer()
+        try await bench.waitUntilRevoked("alice")
+        #expect(bench.refresher.revoked.last == "alice/rt-1")
+        #expect(await bench.store.storedToken("alice") == nil)
+        await registry.shutdown()
+    }
+
+    @Test func aLateRevocationThatFailsIsReportedWithoutTheToken() async throws {
+        let bench = Bench()
+        let controller = bench.controller()
+        let probe = EventProbe(controller)
+        _ = try await controller.open(bench.server.signIn("alice", expiresIn: 10))
+        let request = Task { try await controller.accessToken() }
+        await bench.refresher.rotated.wait(for: 1)
+        try await controller.closeAndClear()
+        _ = await request.result
+
+        bench.refresher.failing.withLock { $0 = true }
+        bench.refresher.answer()
+        await probe.wait { events in events.contains { $0.kind == .revocationFailed(.transient) } }
+        let reported = probe.events.filter { $0.kind == .revocationFailed(.transient) }
+        #expect(reported.count == 1)
+        #expect(reported.first?.detail?.contains("503") == true)
+        #expect(reported.first?.detail?.contains("rt-1") == false)
+        #expect(bench.server.validRefreshToken(of: "alice") == "alice/rt-1")
+    }
+
+    @Test func aCloseKeepsTheRotationItDoesNotRevokeIt() async throws {
+        let bench = Bench()
+        let controller = bench.controller()
+        _ = try await controller.open(bench.server.signIn("alice", expiresIn: 10))
+        let request = Task { try await controller.accessToken() }
+        await bench.refresher.rotated.wait(for: 1)
+        await controller.close()
+        #expect(await request.result.errorCode == .sessionNotOpen)
+
+        bench.refresher.answer()
+        // The ledger stores the rotation of the closed session: the user is still signed in.
+        try await withHangGuard("alice's rotation is stored") {
+            while await bench.store.storedToken("alice") != "alice/rt-1" { await Task.yield() }
+        }
+        let restored = bench.controller()
+        _ = try await restored.restore(identifier: "alice")
+        #expect(try await restored.accessToken() == "alice/at-1")
+        #expect(bench.refresher.revoked.isEmpty)
+        #expect(bench.server.validRefreshToken(of: "alice") == "alice/rt-1")
+    }
+
+    @Test func aSignOutWithoutRevocationLeavesTheDroppedRotationAlone() async throws {
+        let bench = Bench()
+        var configuration = bench.configuration
+        configuration.revokesOnSignOut = false
+        let controller = UserSessionController(
+            store: bench.store, refresher: bench.refresher, configuration: configuration)
+        _ = try await controller.open(bench.server.signIn("alice", expiresIn: 10))
+        let request = Task { try await controller.accessToken() }
+        await bench.refresher.rotated.wait(for: 1)
+        try await controller.closeAndClear()
+        _ = await request.result
+        bench.refresher.answer()
+        // The flight ends once the ledger forgets alice (its entry goes when nothing is in flight).
+        let ledger = CredentialsLedger.shared(for: bench.store)
+        try await withHangGuard("alice's refresh returns") {
+            while ledger.hasPendingWork("alice") { await Task.yield() }
+        }
+        #expect(bench.refresher.revoked.isEmpty)
+    }
+}
