@@ -137,6 +137,38 @@ struct LateRotationRevocationTests {
         #expect(bench.server.validRefreshToken(of: "alice") == "alice/rt-1")
     }
 
+    @Test func aSignOutRevokesTheRotationTheStoreHasNotTakenYet() async throws {
+        let bench = Bench()
+        bench.refresher.answer()
+        let controller = bench.controller()
+        _ = try await controller.open(bench.server.signIn("alice", expiresIn: 10))
+        bench.store.failWrites(true)
+        #expect(try await controller.accessToken() == "alice/at-1")
+        // Closed with the rotation unwritten: the store still holds the refresh token it spent.
+        await controller.close()
+        #expect(await bench.store.storedToken("alice") == "alice/rt-0")
+
+        try await controller.closeAndClear()
+        #expect(bench.refresher.revoked == ["alice/rt-1", "alice/rt-0"])
+        #expect(bench.server.validRefreshToken(of: "alice") == nil)
+        #expect(await bench.store.storedToken("alice") == nil)
+    }
+
+    @Test func aSignOutThroughTheRegistryRevokesTheRotationTheStoreHasNotTakenYet() async throws {
+        let bench = Bench()
+        bench.refresher.answer()
+        let registry = try bench.registry()
+        let alice = try await registry.open(bench.server.signIn("alice", expiresIn: 10))
+        bench.store.failWrites(true)
+        #expect(try await alice.accessToken() == "alice/at-1")
+        await registry.close(identifier: "alice")
+
+        try await registry.closeAndClear(identifier: "alice")
+        #expect(bench.refresher.revoked.first == "alice/rt-1")
+        #expect(bench.server.validRefreshToken(of: "alice") == nil)
+        await registry.shutdown()
+    }
+
     @Test func aCloseKeepsTheRotationItDoesNotRevokeIt() async throws {
         let bench = Bench()
         let controller = bench.controller()

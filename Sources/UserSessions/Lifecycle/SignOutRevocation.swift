@@ -21,31 +21,43 @@ enum SignOutRevocation {
     /// Revokes `credentials`, or, when `nil`, the credentials stored under `identifier` (a record that cannot be
     /// loaded, or holds none, means nothing to revoke), and returns the failure to report, or `nil`.
     ///
+    /// `newest` are the identifier's newest credentials the process knows (``CredentialsLedger/newest(_:)``), when
+    /// they are another version: a rotation the store has not taken yet, or one a session's copy has not caught up
+    /// with. They are revoked first. The older ones may be spent already, and a server may ignore the revocation of
+    /// a spent refresh token (RFC 7009 §2.2), which would leave the grant alive with the newest tokens.
+    ///
     /// The work runs in a task of its own, awaited for at most the configuration's `revocationTimeout` as timed by
     /// its clock; a revocation that overruns it is cancelled and left behind, reported as transient. Cancelling
     /// the caller cancels the revocation (reported as cancelled) rather than delaying the sign-out.
     static func run(
         refresher: (any TokenRefresher)?,
         credentials: Credentials?,
+        newest: Credentials? = nil,
         identifier: String,
         store: any TokenStore,
         configuration: UserSessionController.Configuration
     ) async -> Failure? {
         guard isEnabled(configuration, refresher), let refresher else { return nil }
         let work = Task<Failure?, Never> {
-            let target: Credentials?
+            let held: Credentials?
             if let credentials {
-                target = credentials
+                held = credentials
             } else {
-                target = try? await store.load(identifier: identifier)?.credentials
+                held = try? await store.load(identifier: identifier)?.credentials
             }
-            guard let target else { return nil }
-            do {
-                try await configuration.instrumentation.measure(.revocation) { try await refresher.revoke(target) }
-                return nil
-            } catch {
-                return failure(error, secrets: [target.accessToken, target.refreshToken ?? ""])
+            var targets: [Credentials] = []
+            if let newest { targets.append(newest) }
+            if let held, !targets.contains(where: { $0.isSameVersion(as: held) }) { targets.append(held) }
+            var firstFailure: Failure?
+            for target in targets {
+                do {
+                    try await configuration.instrumentation.measure(.revocation) { try await refresher.revoke(target) }
+                } catch {
+                    firstFailure =
+                        firstFailure ?? failure(error, secrets: [target.accessToken, target.refreshToken ?? ""])
+                }
             }
+            return firstFailure
         }
         let (clock, timeout) = (configuration.clock, configuration.revocationTimeout)
         let deadlineClock = DeadlineClock { duration in

@@ -65,7 +65,8 @@ extension UserSessionController {
         /// ``OAuth2TokenRefresher``, when it has a revocation endpoint). A failed revocation is reported with
         /// `.revocationFailed` and never stops the local sign-out. A refresh that was on its way back when the user
         /// signed out (the server had rotated the refresh token the sign-out revoked, which a server may ignore) has
-        /// its result revoked too when it arrives.
+        /// its result revoked too when it arrives; and a sign-out revokes the newest credentials the process knows
+        /// for the user first (a rotation the store has not taken yet), then the older ones it holds or reads.
         public var revokesOnSignOut: Bool
         /// How long signing out waits for the revocation (reading the stored credentials if needed, then the
         /// request) before it reports `.revocationFailed(.transient)`, cancels it and removes the credentials

@@ -941,8 +941,8 @@ extension UserSessionController {
         let credentials = sessionWasOpen ? gate.inspect { $0.credentials } : nil
         guard
             let failure = await SignOutRevocation.run(
-                refresher: gate.refresher, credentials: credentials, identifier: identifier, store: store,
-                configuration: configuration)
+                refresher: gate.refresher, credentials: credentials, newest: gate.ledger.newest(identifier),
+                identifier: identifier, store: store, configuration: configuration)
         else { return }
         hub.emit(.revocationFailed(failure.failureClass), session: nil, detail: failure.detail)
     }

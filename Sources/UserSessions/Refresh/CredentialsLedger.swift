@@ -667,6 +667,13 @@ final class CredentialsLedger: Sendable {
         }
     }
 
+    /// The newest credentials of `identifier` this process knows (a refresh's result, a sign-in's, a landed write's or
+    /// an adopted record's), if the entry holds any: what a sign-out revokes first, since the store or a session's
+    /// copy may hold an older version (``SignOutRevocation/run(refresher:credentials:newest:identifier:store:configuration:)``).
+    func newest(_ identifier: String) -> Credentials? {
+        entries.withLock { entries in entries[ExactIdentifier(identifier)]?.current?.credentials }
+    }
+
     /// Whether a caller waits for `identifier` to settle (a probe for tests).
     func awaitsSettlement(_ identifier: String) -> Bool {
         settleWaiters.withLock { $0[ExactIdentifier(identifier)]?.isEmpty == false }
@@ -1758,7 +1765,7 @@ extension StoredSession {
 
 extension Credentials {
     /// Whether `other` holds the same access and refresh tokens (the same version of the credentials).
-    fileprivate func isSameVersion(as other: Credentials) -> Bool {
+    func isSameVersion(as other: Credentials) -> Bool {
         accessToken == other.accessToken && refreshToken == other.refreshToken
     }
 }

@@ -651,8 +651,8 @@ extension UserSessionRegistry {
     func revokeStoredCredentials(of identifier: String) async {
         guard
             let failure = await SignOutRevocation.run(
-                refresher: refresher, credentials: nil, identifier: identifier, store: store,
-                configuration: configuration)
+                refresher: refresher, credentials: nil, newest: ledger.newest(identifier), identifier: identifier,
+                store: store, configuration: configuration)
         else { return }
         let event = UserSessionEvent(
             kind: .revocationFailed(failure.failureClass),
