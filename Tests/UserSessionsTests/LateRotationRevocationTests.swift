@@ -169,6 +169,60 @@ struct LateRotationRevocationTests {
         await registry.shutdown()
     }
 
+    /// A coordinated store whose change notifications never arrive: the commit, not a notification, finds the record
+    /// another process removed.
+    struct UnheardStore: CoordinatedTokenStore {
+        let base: CoordinatedOutageStore
+        func loadRevised(identifier: String) async throws -> RevisedSession? {
+            try await base.loadRevised(identifier: identifier)
+        }
+        func save(_ session: StoredSession, identifier: String, expectedRevision: UInt64?) async throws -> UInt64 {
+            try await base.save(session, identifier: identifier, expectedRevision: expectedRevision)
+        }
+        func withRefreshLease<Result: Sendable>(
+            identifier: String, _ body: @Sendable () async throws -> Result
+        ) async throws -> Result {
+            try await base.withRefreshLease(identifier: identifier, body)
+        }
+        func changes() -> AsyncStream<TokenStoreChange> { AsyncStream { _ in } }
+        func load(identifier: String) async throws -> StoredSession? { try await base.load(identifier: identifier) }
+        func save(_ session: StoredSession, identifier: String) async throws {
+            try await base.save(session, identifier: identifier)
+        }
+        func remove(identifier: String) async throws { try await base.remove(identifier: identifier) }
+        func loadCurrentIdentifier() async throws -> String? { try await base.loadCurrentIdentifier() }
+        func saveCurrentIdentifier(_ identifier: String?) async throws {
+            try await base.saveCurrentIdentifier(identifier)
+        }
+        func storedIdentifiers() async throws -> [String] { try await base.storedIdentifiers() }
+    }
+
+    @Test func aSignOutInAnotherProcessRevokesTheRotationThisProcessWasCommitting() async throws {
+        let bench = Bench()
+        let database = CoordinatedOutageStore()
+        let here = UnheardStore(base: database)
+        let controller = UserSessionController(
+            store: here, refresher: bench.refresher, configuration: bench.configuration)
+        _ = try await controller.open(bench.server.signIn("alice", expiresIn: 10))
+        let request = Task { try await controller.accessToken() }
+        await bench.refresher.rotated.wait(for: 1)
+
+        // Another process signs her out: it revokes the refresh token it reads (spent: ignored) and removes her record.
+        let elsewhere = try UserSessionRegistry(
+            store: database.anotherProcess(), refresher: bench.refresher, configuration: bench.configuration,
+            maximumOpenSessions: nil, idleTimeout: nil)
+        try await elsewhere.closeAndClear(identifier: "alice")
+        #expect(bench.refresher.revoked == ["alice/rt-0"])
+
+        bench.refresher.answer()
+        _ = await request.result
+        try await bench.waitUntilRevoked("alice")
+        #expect(bench.refresher.revoked == ["alice/rt-0", "alice/rt-1"])
+        #expect(database.record("alice") == nil)
+        await elsewhere.shutdown()
+        await controller.shutdown()
+    }
+
     @Test func aCloseKeepsTheRotationItDoesNotRevokeIt() async throws {
         let bench = Bench()
         let controller = bench.controller()

@@ -1017,6 +1017,12 @@ extension CredentialsGate {
         noteLeft(turn)
         if case .superseded(let record) = written {
             // A coordinated store held a newer record (or none): it stands, and is adopted instead, in the turn.
+            // None: the user signed out in another process, which revoked what it had stored, spent by this very
+            // refresh. Its result is dropped here, and revoked like any result a sign-out dropped (by each session
+            // that joined the refresh too: a second revocation of the same tokens changes nothing).
+            if record == nil, SignOutRevocation.isEnabled(settings.configuration, refresher) {
+                revokeDropped(credentials, of: job.identifier)
+            }
             let adoption = adoptHoldingTurn(record, generation: job.generation, turn: turn)
             ledger.leaveWriteTurn(job.identifier, token: turn.token)
             if case .none = adoption {
