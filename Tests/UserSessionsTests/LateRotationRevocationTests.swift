@@ -17,6 +17,13 @@ struct LateRotationRevocationTests {
         private let revokedTokens = Locked<[String]>([])
         /// While set, revocations fail as an endpoint answering 503 does.
         let failing = Locked(false)
+        /// While set, revocations wait for ``answerRevocations()`` (one arrival each on ``revoking`` first).
+        let holdingRevocations = Locked(false)
+        private let revocationGate = AsyncGate()
+        let revoking = ArrivalCounter()
+
+        /// Lets the held revocations (and every later one) through.
+        func answerRevocations() { revocationGate.open() }
         /// One arrival per refresh the server answered (before the answer is held).
         let rotated = ArrivalCounter()
 
@@ -39,6 +46,8 @@ struct LateRotationRevocationTests {
 
         func revoke(_ credentials: Credentials) async throws {
             guard let token = credentials.refreshToken else { return }
+            revoking.arrive()
+            if holdingRevocations.withLock({ $0 }) { await revocationGate.wait() }
             if failing.withLock({ $0 }) {
                 throw UserSessionError(
                     .refreshFailed, "the revocation endpoint answered 503", failureClass: .transient)
@@ -98,6 +107,33 @@ struct LateRotationRevocationTests {
         try await bench.waitUntilRevoked("alice")
         #expect(bench.refresher.revoked == ["alice/rt-0", "alice/rt-1"])
         #expect(await bench.store.storedToken("alice") == nil)
+    }
+
+    @Test func aShutdownWaitsForTheRevocationOfTheDroppedRotation() async throws {
+        let bench = Bench()
+        let controller = bench.controller()
+        _ = try await controller.open(bench.server.signIn("alice", expiresIn: 10))
+        let request = Task { try await controller.accessToken() }
+        await bench.refresher.rotated.wait(for: 1)
+        try await controller.closeAndClear()
+        _ = await request.result
+
+        // The process exits after this shutdown: the dropped rotation must be revoked by then.
+        bench.refresher.holdingRevocations.withLock { $0 = true }
+        let shutdown = Task {
+            await controller.shutdown()
+            return bench.server.validRefreshToken(of: "alice")
+        }
+        try await withHangGuard("the shutdown waits for the refresh") {
+            while !controller.gate.isSettlingBeforeExit { await Task.yield() }
+        }
+        bench.refresher.answer()
+        // The revocation of the dropped rotation starts as the refresh ends; the shutdown is still waiting.
+        await bench.refresher.revoking.wait(for: 2)
+        #expect(controller.gate.isSettlingBeforeExit)
+        bench.refresher.answerRevocations()
+        #expect(await shutdown.value == nil)
+        #expect(bench.refresher.revoked == ["alice/rt-0", "alice/rt-1"])
     }
 
     @Test func aSignOutThroughTheRegistryRevokesTheRotationOfARefreshThatOutlivedItsController() async throws {

@@ -220,13 +220,17 @@ final class CredentialsGate: Sendable {
     /// process that exits next does not leave the store holding a refresh token the server rotated (the next process
     /// would present it, and a server that detects reuse revokes the user's sessions). The flights are waited for
     /// first: one that passed its last check before the close but has not reached the ledger yet would otherwise be
-    /// missed. Past the deadline (a store still down, a refresher that does not return) it reports
-    /// `.persistenceFailed` and returns; the ledger goes on while the process lives.
+    /// missed; so is the revocation of a result a sign-out dropped, which a flight starts as it ends. Past the
+    /// deadline (a store still down, a refresher that does not return) it reports `.persistenceFailed` and returns;
+    /// the ledger goes on while the process lives.
     func settleBeforeExit(_ identifier: String) async {
-        let flights = backgroundWork.withLock { Array($0.running.values) }
-        guard !identifier.isEmpty, !flights.isEmpty || ledger.hasPendingWork(identifier) else { return }
+        let running = backgroundWork.withLock { !$0.running.isEmpty }
+        guard !identifier.isEmpty, running || ledger.hasPendingWork(identifier) else { return }
         let settling = Task {
-            for flight in flights { await flight.value }
+            // Until none is left: a flight may start a revocation as it ends. No flight starts after the close.
+            while case let tasks = backgroundWork.withLock({ Array($0.running.values) }), !tasks.isEmpty {
+                for task in tasks { await task.value }
+            }
             await ledger.settled(identifier)
         }
         backgroundWork.withLock { $0.settlingBeforeExit = true }
@@ -841,7 +845,8 @@ extension CredentialsGate {
     /// ``UserSessionController/Configuration/revocationTimeout``; a failure is reported with `.revocationFailed`.
     private func revokeDropped(_ dropped: Credentials, of identifier: String) {
         let (refresher, store, configuration, events) = (refresher, store, settings.configuration, events)
-        Task {
+        // In the background work, so a shutdown waits for it (``settleBeforeExit(_:)``).
+        runInBackground {
             guard
                 let failure = await SignOutRevocation.run(
                     refresher: refresher, credentials: dropped, identifier: identifier, store: store,
@@ -1536,8 +1541,8 @@ extension CredentialsGate {
 extension CredentialsGate {
     // MARK: - Background work
 
-    /// The unstructured tasks running refreshes and their commits, so a close can cancel them when the store
-    /// overruns its deadline.
+    /// The unstructured tasks running refreshes and their commits (and the revocations of results a sign-out
+    /// dropped), so a close can cancel them when the store overruns its deadline, and a shutdown waits for them.
     struct BackgroundWork {
         var nextID: UInt64 = 0
         var running: [UInt64: Task<Void, Never>] = [:]
