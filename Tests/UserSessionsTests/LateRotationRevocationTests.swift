@@ -82,6 +82,20 @@ struct LateRotationRevocationTests {
                 idleTimeout: nil)
         }
 
+        /// Signs alice in on `controller` with a token about to expire and asks for one: returns the request once
+        /// the server rotated her refresh token, its answer held on the way back.
+        func refreshOnItsWayBack(on controller: UserSessionController) async throws -> Task<String, any Error> {
+            _ = try await controller.open(server.signIn("alice", expiresIn: 10))
+            return try await refreshOnItsWayBack(of: controller)
+        }
+
+        /// Asks `controller`, whose session is open already, for a token: returns as above.
+        func refreshOnItsWayBack(of controller: UserSessionController) async throws -> Task<String, any Error> {
+            let request = Task { try await controller.accessToken() }
+            await refresher.rotated.wait(for: 1)
+            return request
+        }
+
         /// Waits until the server holds no valid refresh token of `family`.
         func waitUntilRevoked(_ family: String) async throws {
             try await withHangGuard("\(family)'s grant is revoked") {
@@ -93,9 +107,7 @@ struct LateRotationRevocationTests {
     @Test func aSignOutWhileTheRefreshIsOnItsWayBackRevokesTheRotationItDropped() async throws {
         let bench = Bench()
         let controller = bench.controller()
-        _ = try await controller.open(bench.server.signIn("alice", expiresIn: 10))
-        let request = Task { try await controller.accessToken() }
-        await bench.refresher.rotated.wait(for: 1)
+        let request = try await bench.refreshOnItsWayBack(on: controller)
 
         try await controller.closeAndClear()
         #expect(await request.result.errorCode == .sessionNotOpen)
@@ -112,9 +124,7 @@ struct LateRotationRevocationTests {
     @Test func aShutdownWaitsForTheRevocationOfTheDroppedRotation() async throws {
         let bench = Bench()
         let controller = bench.controller()
-        _ = try await controller.open(bench.server.signIn("alice", expiresIn: 10))
-        let request = Task { try await controller.accessToken() }
-        await bench.refresher.rotated.wait(for: 1)
+        let request = try await bench.refreshOnItsWayBack(on: controller)
         try await controller.closeAndClear()
         _ = await request.result
 
@@ -140,8 +150,7 @@ struct LateRotationRevocationTests {
         let bench = Bench()
         let registry = try bench.registry()
         let alice = try await registry.open(bench.server.signIn("alice", expiresIn: 10))
-        let request = Task { try await alice.accessToken() }
-        await bench.refresher.rotated.wait(for: 1)
+        let request = try await bench.refreshOnItsWayBack(of: alice)
         await registry.close(identifier: "alice")
         #expect(await request.result.errorCode == .sessionNotOpen)
 
@@ -157,9 +166,7 @@ struct LateRotationRevocationTests {
         let bench = Bench()
         let controller = bench.controller()
         let probe = EventProbe(controller)
-        _ = try await controller.open(bench.server.signIn("alice", expiresIn: 10))
-        let request = Task { try await controller.accessToken() }
-        await bench.refresher.rotated.wait(for: 1)
+        let request = try await bench.refreshOnItsWayBack(on: controller)
         try await controller.closeAndClear()
         _ = await request.result
 
@@ -239,9 +246,7 @@ struct LateRotationRevocationTests {
         let here = UnheardStore(base: database)
         let controller = UserSessionController(
             store: here, refresher: bench.refresher, configuration: bench.configuration)
-        _ = try await controller.open(bench.server.signIn("alice", expiresIn: 10))
-        let request = Task { try await controller.accessToken() }
-        await bench.refresher.rotated.wait(for: 1)
+        let request = try await bench.refreshOnItsWayBack(on: controller)
 
         // Another process signs her out: it revokes the refresh token it reads (spent: ignored) and removes her record.
         let elsewhere = try UserSessionRegistry(
@@ -262,9 +267,7 @@ struct LateRotationRevocationTests {
     @Test func aCloseKeepsTheRotationItDoesNotRevokeIt() async throws {
         let bench = Bench()
         let controller = bench.controller()
-        _ = try await controller.open(bench.server.signIn("alice", expiresIn: 10))
-        let request = Task { try await controller.accessToken() }
-        await bench.refresher.rotated.wait(for: 1)
+        let request = try await bench.refreshOnItsWayBack(on: controller)
         await controller.close()
         #expect(await request.result.errorCode == .sessionNotOpen)
 
@@ -286,9 +289,7 @@ struct LateRotationRevocationTests {
         configuration.revokesOnSignOut = false
         let controller = UserSessionController(
             store: bench.store, refresher: bench.refresher, configuration: configuration)
-        _ = try await controller.open(bench.server.signIn("alice", expiresIn: 10))
-        let request = Task { try await controller.accessToken() }
-        await bench.refresher.rotated.wait(for: 1)
+        let request = try await bench.refreshOnItsWayBack(on: controller)
         try await controller.closeAndClear()
         _ = await request.result
         bench.refresher.answer()

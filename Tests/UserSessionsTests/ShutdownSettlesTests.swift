@@ -47,6 +47,18 @@ struct ShutdownSettlesTests {
             }
         }
 
+        /// Signs alice in through `registry` with a token about to expire, asks for one, holds the refresh at the
+        /// server and closes her session: her refresh is the ledger's alone. Returns her controller.
+        func refreshOutlivingAClose(in registry: UserSessionRegistry) async throws -> UserSessionController {
+            let alice = try await registry.open(server.signIn("alice", expiresIn: 10))
+            server.holdRefreshes()
+            let request = Task { try await alice.accessToken() }
+            await server.started.wait(for: 1)
+            await registry.close(identifier: "alice")
+            #expect(await request.result.errorCode == .sessionNotOpen)
+            return alice
+        }
+
         /// What the next process would restore for `user`: it must hold the refresh token her family accepts now.
         func expectTheNextProcessRestores(_ user: String, accessToken: String) async throws {
             let next = UserSessionController(
@@ -131,14 +143,8 @@ struct ShutdownSettlesTests {
     @Test func aRegistryShutdownWaitsForTheRefreshOfAUserItClosedBefore() async throws {
         let bench = Bench()
         let registry = try bench.registry()
-        let alice = try await registry.open(bench.server.signIn("alice", expiresIn: 10))
         _ = try await registry.open(bench.server.signIn("bob"))
-        bench.server.holdRefreshes()
-        let request = Task { try await alice.accessToken() }
-        await bench.server.started.wait(for: 1)
-        // No controller holds alice any more; her refresh is the ledger's alone.
-        await registry.close(identifier: "alice")
-        #expect(await request.result.errorCode == .sessionNotOpen)
+        _ = try await bench.refreshOutlivingAClose(in: registry)
 
         let shutdown = Task {
             await registry.shutdown()
@@ -154,12 +160,7 @@ struct ShutdownSettlesTests {
         let bench = Bench()
         let registry = try bench.registry()
         let events = registry.events()
-        let alice = try await registry.open(bench.server.signIn("alice", expiresIn: 10))
-        bench.server.holdRefreshes()
-        let request = Task { try await alice.accessToken() }
-        await bench.server.started.wait(for: 1)
-        await registry.close(identifier: "alice")
-        _ = await request.result
+        _ = try await bench.refreshOutlivingAClose(in: registry)
 
         let shutdown = Task { await registry.shutdown() }
         try await bench.waitUntilShutdownWaits(for: "alice")
@@ -177,12 +178,7 @@ struct ShutdownSettlesTests {
     @Test func anEvictionDoesNotWaitForTheLedger() async throws {
         let bench = Bench()
         let registry = try bench.registry()
-        let alice = try await registry.open(bench.server.signIn("alice", expiresIn: 10))
-        bench.server.holdRefreshes()
-        let request = Task { try await alice.accessToken() }
-        await bench.server.started.wait(for: 1)
-        await registry.close(identifier: "alice")
-        _ = await request.result
+        let alice = try await bench.refreshOutlivingAClose(in: registry)
         // A controller the registry drops is shut down without the wait: the process goes on, and so does the ledger.
         try await withHangGuard("the dropped controller's shutdown returns") { await alice.shutdown(settling: false) }
         #expect(!bench.ledger.awaitsSettlement("alice"))
