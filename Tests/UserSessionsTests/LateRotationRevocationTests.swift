@@ -60,6 +60,7 @@ struct LateRotationRevocationTests {
 
     struct Bench {
         let time = ManualTime()
+        let deadlines = ManualTime()
         let server: TokenFamilyServer
         let refresher: LateAnswers
         let store = OutageStore()
@@ -69,7 +70,10 @@ struct LateRotationRevocationTests {
             let time = time
             server = TokenFamilyServer(now: { time.now })
             refresher = LateAnswers(server)
-            configuration = UserSessionController.Configuration(storeTimeout: .milliseconds(500), clock: time.clock)
+            var configuration = UserSessionController.Configuration(storeTimeout: .seconds(5), clock: time.clock)
+            // Deadlines that pass only when a test moves them (none does): a slow run never cuts a wait short.
+            configuration.deadlineClock = deadlines.deadlineClock
+            self.configuration = configuration
         }
 
         func controller() -> UserSessionController {
@@ -119,6 +123,23 @@ struct LateRotationRevocationTests {
         try await bench.waitUntilRevoked("alice")
         #expect(bench.refresher.revoked == ["alice/rt-0", "alice/rt-1"])
         #expect(await bench.store.storedToken("alice") == nil)
+    }
+
+    @Test func aSignOutFollowedByASignInStillRevokesTheRotationTheSignOutDropped() async throws {
+        let bench = Bench()
+        let controller = bench.controller()
+        let request = try await bench.refreshOnItsWayBack(on: controller)
+        try await controller.closeAndClear()
+        _ = await request.result
+        // She signs in again before the answer arrives: a new grant, which the late answer must not touch.
+        _ = try await controller.open(bench.server.signIn("alice"))
+
+        bench.refresher.answer()
+        try await bench.waitUntilRevoked("alice")
+        #expect(bench.refresher.revoked == ["alice/rt-0", "alice/rt-1"])
+        #expect(bench.server.validRefreshToken(of: "alice~1") == "alice~1/rt-0")
+        #expect(controller.credentials?.refreshToken == "alice~1/rt-0")
+        #expect(await bench.store.storedToken("alice") == "alice~1/rt-0")
     }
 
     @Test func aShutdownWaitsForTheRevocationOfTheDroppedRotation() async throws {

@@ -146,8 +146,8 @@ final class CredentialsLedger: Sendable {
         /// Writes the ledger owes that have not asked for the write turn yet (each keeps the entry): a record to
         /// remove again, the repair of a write that landed late while another held the turn.
         var reservedWrites: Int {
-            get { detail?.reservedWrites ?? 0 }
-            set { made().reservedWrites = newValue }
+            get { Int(detail?.reservedWrites ?? 0) }
+            set { made().reservedWrites = Int32(clamping: newValue) }
         }
         /// The ledger's own write loop runs.
         var retrying: Bool {
@@ -167,10 +167,10 @@ final class CredentialsLedger: Sendable {
             self.schedule = schedule
         }
         /// Whether the last fence came from a sign-out (not a sign-in): only then is a late write removed again.
-        var signedOut: Bool {
-            get { detail?.signedOut ?? false }
-            set { made().signedOut = newValue }
-        }
+        var signedOut: Bool { detail?.signedOutUnder == fence }
+        /// Whether the user signed out after `fence` was the entry's: the last sign-out made a newer fence (fences only
+        /// grow). A sign-in since does not hide it, unlike ``signedOut``.
+        func signedOut(after fence: UInt64) -> Bool { (detail?.signedOutUnder ?? 0) > fence }
         /// A sign-in or a sign-out holds the write turn: the record may change on either side of its fence.
         var fencingWrite: Bool {
             get { detail?.fencingWrite ?? false }
@@ -201,8 +201,8 @@ final class CredentialsLedger: Sendable {
         /// Writes that lost the turn to a close's deadline and have not landed: the entry (and what it knows of a
         /// sign-out since) stays until they land, so their landing is judged against the right fence.
         var lateWrites: Int {
-            get { detail?.lateWrites ?? 0 }
-            set { made().lateWrites = newValue }
+            get { Int(detail?.lateWrites ?? 0) }
+            set { made().lateWrites = Int32(clamping: newValue) }
         }
 
         var isIdle: Bool { holders == 0 && (detail?.isIdle ?? true) }
@@ -258,7 +258,6 @@ final class CredentialsLedger: Sendable {
         /// ``CredentialsLedger/signedIn(_:session:)``.
         mutating func signIn(_ session: StoredSession?) -> UInt64 {
             renewFence()
-            signedOut = false
             refused = nil
             backoff = nil
             unwritten = false
@@ -278,7 +277,7 @@ final class CredentialsLedger: Sendable {
         @discardableResult
         mutating func signOut() -> [any CredentialsLedgerView] {
             renewFence()
-            signedOut = true
+            made().signedOutUnder = fence
             unwritten = false
             current = nil
             refused = nil
@@ -445,11 +444,14 @@ final class CredentialsLedger: Sendable {
         var flights = SingleFlight<String, Joiner>()
         var rotations: [Rotation] = []
         var refused: String?
-        var reservedWrites = 0
         var kept: KeptSchedule?
         var backoff: SharedBackoff?
         var turnQueue: [TurnWaiter] = []
-        var lateWrites = 0
+        /// The fence the last sign-out made (0: none since the entry was made): the entry is signed out while it is
+        /// still the fence, and a refresh that started under an older one was dropped by a sign-out.
+        var signedOutUnder: UInt64 = 0
+        var reservedWrites: Int32 = 0
+        var lateWrites: Int32 = 0
         /// The views of the holders beyond ``Entry``'s first.
         var otherViews: [WeakView] = []
         var current: StoredSession?
@@ -457,7 +459,6 @@ final class CredentialsLedger: Sendable {
         var turn: UInt64?
         var unwritten = false
         var retrying = false
-        var signedOut = false
         var fencingWrite = false
 
         init() {}
@@ -923,8 +924,8 @@ final class CredentialsLedger: Sendable {
                 told = viewsToTell(entry)
             }
             // Signed out while it ran (not before it started: a session signing in refreshes over an entry whose last
-            // sign-out came before its sign-in).
-            let dropped = succeeded && entry.signedOut && entry.fence != flight.startedUnder
+            // sign-out came before its sign-in), whether or not a sign-in followed.
+            let dropped = succeeded && entry.signedOut(after: flight.startedUnder)
             return RefreshLanding(
                 waiters: waiters, refusalFence: refusalFence, turn: turn, views: told, droppedBySignOut: dropped)
         }
