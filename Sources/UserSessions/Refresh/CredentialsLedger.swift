@@ -463,10 +463,8 @@ final class CredentialsLedger: Sendable {
 
         init() {}
 
-        var isIdle: Bool {
-            flights.isEmpty && !unwritten && reservedWrites == 0 && !retrying && turn == nil && turnQueue.isEmpty
-                && lateWrites == 0
-        }
+        /// Nothing pending and no write loop running: the entry can go once nobody holds it.
+        var isIdle: Bool { !hasPendingWork && !retrying }
 
         /// Whether a refresh is in flight, or a write is owed, held, queued or reserved (a refusal to record, a late
         /// landing to repair): what a session with it must not be evicted for, and what a process shutting down
