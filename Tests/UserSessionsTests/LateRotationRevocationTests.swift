@@ -93,6 +93,14 @@ struct LateRotationRevocationTests {
             return try await refreshOnItsWayBack(of: controller)
         }
 
+        /// Signs alice in on `controller`, lets her refresh reach the server, and signs her out before its answer
+        /// arrives: her request fails, and the sign-out revoked the refresh token that refresh had spent.
+        func signOutWhileARefreshIsOnItsWayBack(on controller: UserSessionController) async throws {
+            let request = try await refreshOnItsWayBack(on: controller)
+            try await controller.closeAndClear()
+            #expect(await request.result.errorCode == .sessionNotOpen)
+        }
+
         /// Asks `controller`, whose session is open already, for a token: returns as above.
         func refreshOnItsWayBack(of controller: UserSessionController) async throws -> Task<String, any Error> {
             let request = Task { try await controller.accessToken() }
@@ -111,10 +119,7 @@ struct LateRotationRevocationTests {
     @Test func aSignOutWhileTheRefreshIsOnItsWayBackRevokesTheRotationItDropped() async throws {
         let bench = Bench()
         let controller = bench.controller()
-        let request = try await bench.refreshOnItsWayBack(on: controller)
-
-        try await controller.closeAndClear()
-        #expect(await request.result.errorCode == .sessionNotOpen)
+        try await bench.signOutWhileARefreshIsOnItsWayBack(on: controller)
         // The sign-out revoked what the session held: spent, so the server kept the grant.
         #expect(bench.refresher.revoked == ["alice/rt-0"])
         #expect(bench.server.validRefreshToken(of: "alice") == "alice/rt-1")
@@ -128,9 +133,7 @@ struct LateRotationRevocationTests {
     @Test func aSignOutFollowedByASignInStillRevokesTheRotationTheSignOutDropped() async throws {
         let bench = Bench()
         let controller = bench.controller()
-        let request = try await bench.refreshOnItsWayBack(on: controller)
-        try await controller.closeAndClear()
-        _ = await request.result
+        try await bench.signOutWhileARefreshIsOnItsWayBack(on: controller)
         // She signs in again before the answer arrives: a new grant, which the late answer must not touch.
         _ = try await controller.open(bench.server.signIn("alice"))
 
@@ -145,9 +148,7 @@ struct LateRotationRevocationTests {
     @Test func aShutdownWaitsForTheRevocationOfTheDroppedRotation() async throws {
         let bench = Bench()
         let controller = bench.controller()
-        let request = try await bench.refreshOnItsWayBack(on: controller)
-        try await controller.closeAndClear()
-        _ = await request.result
+        try await bench.signOutWhileARefreshIsOnItsWayBack(on: controller)
 
         // The process exits after this shutdown: the dropped rotation must be revoked by then.
         bench.refresher.holdingRevocations.withLock { $0 = true }
@@ -187,9 +188,7 @@ struct LateRotationRevocationTests {
         let bench = Bench()
         let controller = bench.controller()
         let probe = EventProbe(controller)
-        let request = try await bench.refreshOnItsWayBack(on: controller)
-        try await controller.closeAndClear()
-        _ = await request.result
+        try await bench.signOutWhileARefreshIsOnItsWayBack(on: controller)
 
         bench.refresher.failing.withLock { $0 = true }
         bench.refresher.answer()
@@ -235,8 +234,9 @@ struct LateRotationRevocationTests {
 
     /// A coordinated store whose change notifications never arrive: the commit, not a notification, finds the record
     /// another process removed.
-    struct UnheardStore: CoordinatedTokenStore {
+    struct UnheardStore: CoordinatedTokenStore, ForwardingTokenStore {
         let base: CoordinatedOutageStore
+        var forwardedTo: any TokenStore { base }
         func loadRevised(identifier: String) async throws -> RevisedSession? {
             try await base.loadRevised(identifier: identifier)
         }
@@ -249,16 +249,6 @@ struct LateRotationRevocationTests {
             try await base.withRefreshLease(identifier: identifier, body)
         }
         func changes() -> AsyncStream<TokenStoreChange> { AsyncStream { _ in } }
-        func load(identifier: String) async throws -> StoredSession? { try await base.load(identifier: identifier) }
-        func save(_ session: StoredSession, identifier: String) async throws {
-            try await base.save(session, identifier: identifier)
-        }
-        func remove(identifier: String) async throws { try await base.remove(identifier: identifier) }
-        func loadCurrentIdentifier() async throws -> String? { try await base.loadCurrentIdentifier() }
-        func saveCurrentIdentifier(_ identifier: String?) async throws {
-            try await base.saveCurrentIdentifier(identifier)
-        }
-        func storedIdentifiers() async throws -> [String] { try await base.storedIdentifiers() }
     }
 
     @Test func aSignOutInAnotherProcessRevokesTheRotationThisProcessWasCommitting() async throws {
@@ -310,9 +300,7 @@ struct LateRotationRevocationTests {
         configuration.revokesOnSignOut = false
         let controller = UserSessionController(
             store: bench.store, refresher: bench.refresher, configuration: configuration)
-        let request = try await bench.refreshOnItsWayBack(on: controller)
-        try await controller.closeAndClear()
-        _ = await request.result
+        try await bench.signOutWhileARefreshIsOnItsWayBack(on: controller)
         bench.refresher.answer()
         // The flight ends once the ledger forgets alice (its entry goes when nothing is in flight).
         let ledger = CredentialsLedger.shared(for: bench.store)
