@@ -37,10 +37,10 @@ final class CredentialsGate: Sendable {
     private let waiterIDs = Atomic<UInt64>(0)
     /// When a token was last asked for, as the bit pattern of seconds since the reference date; see `noteDemand`.
     let lastDemandBits = Atomic<UInt64>(0)
-    /// The controller, once it exists (see ``CredentialsGateOwner``).
-    private let owner = Locked(OwnerReference())
-    /// The background tasks, the final flushes and the probe tests may install (see ``BackgroundWork``).
-    let backgroundWork = Locked(BackgroundWork())
+    /// What the gate is tied to besides its machine, under one lock: the controller above it, the identifier it
+    /// holds in the ledger, the task following the coordinated store's changes, and the work it runs in the
+    /// background (see ``Links``).
+    let links = Locked(Links())
     /// Orders the events of refreshes (started, failed, loop tripped) and of late writes against `deactivate()`:
     /// one is emitted only while its session is active, checked and emitted under this lock, which `deactivate()`
     /// takes too. So none of them ever follows the session's `.closed` or `.invalidated`. Never taken on the hot
@@ -58,14 +58,9 @@ final class CredentialsGate: Sendable {
     /// `store`, when it coordinates refreshes across processes: refreshes then run under its lease, writes are
     /// conditional on the revision held, and its changes are adopted while a session is active.
     var coordinatedStore: (any CoordinatedTokenStore)? { settings.ledger.coordinatedStore }
-    /// The task consuming the coordinated store's changes for the active session.
-    let changeSubscription = TaskSlot()
     let events: EventHub
     /// The owner of every identifier's credentials shared by the controllers of this process that use `store`.
     var ledger: CredentialsLedger { settings.ledger }
-    /// The identifier this gate holds in the ledger, from ``activate(identifier:userInfo:credentials:generation:revision:heldFence:signingIn:)``
-    /// until ``deactivate()`` has written what it could.
-    let ledgerHold = Locked<String?>(nil)
     var policy: Policy { settings.policy }
     /// The session clock: token expiry, backoffs and retry times.
     var clock: SessionClock { settings.policy.clock }
@@ -75,11 +70,6 @@ final class CredentialsGate: Sendable {
     @inline(__always)
     func nowSeconds() -> Double {
         readsSystemClock ? SessionClock.coarseSystemSeconds() : clock.nowSeconds()
-    }
-
-    /// The owner, held weakly.
-    struct OwnerReference {
-        weak var value: (any CredentialsGateOwner)?
     }
 
     /// Everything the gate takes from the controller's configuration, as plain values.
@@ -106,7 +96,7 @@ final class CredentialsGate: Sendable {
     /// unwritten, it keeps writing on the session's clock and policy, as after a close; its failures are reported to
     /// nobody, since the session that would report them is gone.
     deinit {
-        guard let held = ledgerHold.withLock({ $0 }) else { return }
+        guard let held = links.withLock({ $0.ledgerHold }) else { return }
         ledger.release(held, schedule: CredentialsLedger.Schedule(clock: clock, policy: policy.refresh))
     }
 
@@ -124,11 +114,11 @@ final class CredentialsGate: Sendable {
 
     /// Sets what the gate calls up to (the controller that made it).
     func setOwner(_ owner: any CredentialsGateOwner) {
-        self.owner.withLock { $0.value = owner }
+        links.withLock { $0.owner = owner }
     }
 
     /// The owner, if it still exists.
-    private var currentOwner: (any CredentialsGateOwner)? { owner.withLock { $0.value } }
+    private var currentOwner: (any CredentialsGateOwner)? { links.withLock { $0.owner } }
 
     /// Starts serving `credentials` for a newly opened session of `generation`. A refresh still running for an
     /// earlier generation is not served to it: it runs in the ledger, which writes its rotation, and a refresh of the
@@ -150,9 +140,9 @@ final class CredentialsGate: Sendable {
         stopWatchingStore()
         events.setGeneration(generation)
         let fence = heldFence ?? ledger.hold(identifier, view: currentOwner)
-        let previous = ledgerHold.withLock { hold in
-            defer { hold = identifier }
-            return hold
+        let previous = links.withLock { links in
+            defer { links.ledgerHold = identifier }
+            return links.ledgerHold
         }
         if let previous { releaseInLedger(previous) }
         modifyStateAndRunActions {
@@ -191,7 +181,7 @@ final class CredentialsGate: Sendable {
             return
         }
         let (timeout, deadlineClock) = (policy.storeTimeout, policy.deadlineClock)
-        let number = backgroundWork.withLock { work in
+        let number = links.withLock { work in
             work.flushesStarted += 1
             return work.flushesStarted
         }
@@ -201,10 +191,10 @@ final class CredentialsGate: Sendable {
         if await Deadline.wait(for: flush, timeout: timeout, clock: deadlineClock) { return }
         // Marked abandoned under the event lock, so the flush, which checks the mark under it, reports nothing
         // later; cancelled after the lock is released, since cancelling runs the store's cancellation handlers.
-        eventOrder.withLock { _ in backgroundWork.withLock { $0.flushAbandoned = number } }
+        eventOrder.withLock { _ in links.withLock { $0.flushAbandoned = number } }
         flush.cancel()
         // The flush waits for the identifier's write turn: a write of this gate holding it loses it.
-        let stuck = backgroundWork.withLock { work in
+        let stuck = links.withLock { work in
             work.heldTurns.filter { ExactIdentifier.areEqual($0.value, identifier) }.keys
         }
         for token in stuck { ledger.abandonWriteTurn(identifier, token: token) }
@@ -224,17 +214,17 @@ final class CredentialsGate: Sendable {
     /// deadline (a store still down, a refresher that does not return) it reports `.persistenceFailed` and returns;
     /// the ledger goes on while the process lives.
     func settleBeforeExit(_ identifier: String) async {
-        let running = backgroundWork.withLock { !$0.running.isEmpty }
+        let running = links.withLock { !$0.running.isEmpty }
         guard !identifier.isEmpty, running || ledger.hasPendingWork(identifier) else { return }
         let settling = Task {
             // Until none is left: a flight may start a revocation as it ends. No flight starts after the close.
-            while case let tasks = backgroundWork.withLock({ Array($0.running.values) }), !tasks.isEmpty {
+            while case let tasks = links.withLock({ Array($0.running.values) }), !tasks.isEmpty {
                 for task in tasks { await task.value }
             }
             await ledger.settled(identifier)
         }
-        backgroundWork.withLock { $0.settlingBeforeExit = true }
-        defer { backgroundWork.withLock { $0.settlingBeforeExit = false } }
+        links.withLock { $0.settlingBeforeExit = true }
+        defer { links.withLock { $0.settlingBeforeExit = false } }
         if await Deadline.wait(for: settling, timeout: policy.storeTimeout, clock: policy.deadlineClock) { return }
         events.emit(
             .persistenceFailed, session: nil, detail: CredentialsLedger.unsettledAtShutdown(policy.storeTimeout))
@@ -260,9 +250,9 @@ final class CredentialsGate: Sendable {
     /// Lets go of the identifier held in the ledger; a rotation that could not be written stays there and the
     /// ledger keeps writing it.
     private func releaseLedgerHold() {
-        let held = ledgerHold.withLock { hold in
-            defer { hold = nil }
-            return hold
+        let held = links.withLock { links in
+            defer { links.ledgerHold = nil }
+            return links.ledgerHold
         }
         if let held { releaseInLedger(held) }
     }
@@ -279,7 +269,7 @@ final class CredentialsGate: Sendable {
                 let error = await write(flush, in: turn)
             else { return }
             let observed = eventOrder.withLock { _ -> EventHub.Observed? in
-                guard !Task.isCancelled, backgroundWork.withLock({ $0.flushAbandoned < number }) else { return nil }
+                guard !Task.isCancelled, links.withLock({ $0.flushAbandoned < number }) else { return nil }
                 return events.record(
                     .persistenceFailed, session: nil, detail: RefreshStateMachine.describePersistFailure(error))
             }
@@ -1109,12 +1099,12 @@ extension CredentialsGate {
     /// Records that a write of this gate holds `turn` of `identifier`, for `deactivate()` to take it away when it
     /// overruns both deadlines.
     private func noteHeld(_ turn: CredentialsLedger.TurnGrant, of identifier: String) {
-        backgroundWork.withLock { $0.heldTurns[turn.token] = identifier }
+        links.withLock { $0.heldTurns[turn.token] = identifier }
     }
 
     /// The write holding `turn` leaves it (or has left it), and can no longer be taken away.
     private func noteLeft(_ turn: CredentialsLedger.TurnGrant) {
-        backgroundWork.withLock { work in
+        links.withLock { work in
             _ = work.heldTurns.removeValue(forKey: turn.token)
             // An empty map keeps no storage: a session idle after its opening write holds none.
             if work.heldTurns.isEmpty { work.heldTurns = [:] }
@@ -1516,11 +1506,21 @@ extension CredentialsGate {
                 await self.storeChanged(change, identifier: identifier, generation: generation)
             }
         }
-        changeSubscription.replace(with: task)
+        replaceStoreWatch(with: task)
     }
 
     func stopWatchingStore() {
-        changeSubscription.replace(with: nil)
+        replaceStoreWatch(with: nil)
+    }
+
+    /// Follows the store's changes with `task` (or nothing) from now on; the task that did before is cancelled, after
+    /// the lock.
+    private func replaceStoreWatch(with task: Task<Void, Never>?) {
+        let previous = links.withLock { links in
+            defer { links.storeWatch = task }
+            return links.storeWatch
+        }
+        previous?.cancel()
     }
 
     private func storeChanged(_ change: TokenStoreChange, identifier: String, generation: UInt64) async {
@@ -1539,11 +1539,21 @@ extension CredentialsGate {
 }
 
 extension CredentialsGate {
-    // MARK: - Background work
+    // MARK: - Links and background work
 
-    /// The unstructured tasks running refreshes and their commits (and the revocations of results a sign-out
-    /// dropped), so a close can cancel them when the store overruns its deadline, and a shutdown waits for them.
-    struct BackgroundWork {
+    /// What the gate is tied to besides its machine. Each is small and taken briefly, never with another lock of the
+    /// gate held except ``eventOrder`` (which is taken first), so one lock serves them all:
+    /// - the controller above the gate, weakly (see ``CredentialsGateOwner``);
+    /// - the identifier the gate holds in the ledger, from
+    ///   ``activate(identifier:userInfo:credentials:generation:revision:heldFence:signingIn:)`` until
+    ///   ``deactivate()`` has written what it could;
+    /// - the task consuming the coordinated store's changes for the active session;
+    /// - the unstructured tasks running refreshes and their commits (and the revocations of results a sign-out
+    ///   dropped), so a close can cancel them when the store overruns its deadline, and a shutdown waits for them.
+    struct Links {
+        weak var owner: (any CredentialsGateOwner)?
+        var ledgerHold: String?
+        var storeWatch: Task<Void, Never>?
         var nextID: UInt64 = 0
         var running: [UInt64: Task<Void, Never>] = [:]
         /// Tasks that finished before they were recorded (a task may finish before `Task {}` returns).
@@ -1565,17 +1575,17 @@ extension CredentialsGate {
     /// Runs `body` in an unstructured task that no caller's cancellation reaches, recorded until it finishes.
     @discardableResult
     func runInBackground(_ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
-        let id = backgroundWork.withLock { work -> UInt64 in
+        let id = links.withLock { work -> UInt64 in
             work.nextID += 1
             return work.nextID
         }
         let task = Task {
             await body()
-            self.backgroundWork.withLock { work in
+            self.links.withLock { work in
                 if work.running.removeValue(forKey: id) == nil { work.finishedEarly.insert(id) }
             }
         }
-        let probe = backgroundWork.withLock { work in
+        let probe = links.withLock { work in
             if work.finishedEarly.remove(id) == nil { work.running[id] = task }
             return work.probe
         }
@@ -1584,10 +1594,10 @@ extension CredentialsGate {
     }
 
     /// Whether a shutdown waits for the flights and the ledger now (a probe for tests).
-    var isSettlingBeforeExit: Bool { backgroundWork.withLock { $0.settlingBeforeExit } }
+    var isSettlingBeforeExit: Bool { links.withLock { $0.settlingBeforeExit } }
 
     func cancelBackgroundWork() {
-        let tasks = backgroundWork.withLock { Array($0.running.values) }
+        let tasks = links.withLock { Array($0.running.values) }
         for task in tasks { task.cancel() }
     }
 }
@@ -1613,7 +1623,7 @@ extension CredentialsGate {
     /// The ledger's work counts too: nothing with a refresh in flight or an unwritten rotation is evicted.
     var hasWorkInProgress: Bool {
         let (busy, identifier) = inspect { ($0.flights.isRefreshing, $0.identifier) }
-        return busy || !backgroundWork.withLock({ $0.heldTurns.isEmpty })
+        return busy || !links.withLock({ $0.heldTurns.isEmpty })
             || (!identifier.isEmpty && ledger.hasPendingWork(identifier))
     }
 }

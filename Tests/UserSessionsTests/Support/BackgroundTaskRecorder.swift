@@ -29,7 +29,7 @@ extension CredentialsGate {
     /// The gate's recorder of background tasks, installed at the first use: use it before the work to be awaited
     /// starts.
     var backgroundTasks: BackgroundTaskRecorder {
-        backgroundWork.withLock { work in
+        links.withLock { work in
             if let recorder = work.probe as? BackgroundTaskRecorder { return recorder }
             let recorder = BackgroundTaskRecorder()
             work.probe = recorder
