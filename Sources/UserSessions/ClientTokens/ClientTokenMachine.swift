@@ -107,8 +107,8 @@ struct ClientTokenMachine<Continuation> {
             if hasToken, token != rejected, now < held.expiresAt { return .served(token) }
         } else if hasToken, now < held.expiresAt - held.leadTime {
             // Fresh, or inside the proactive window: served at once, one background request in the window.
-            guard now >= held.expiresAt - held.softWindow, flight == nil, now >= (backoff?.retryAt ?? -.infinity),
-                backoff?.blocksProactive != true
+            guard now >= held.expiresAt - held.softWindow(policy), flight == nil,
+                now >= (backoff?.retryAt ?? -.infinity), backoff?.blocksProactive != true
             else { return .served(token) }
             let job = startFlight(rejected: nil)
             return .servedRefreshing(token, job)
@@ -123,7 +123,7 @@ struct ClientTokenMachine<Continuation> {
             return .failed(backoff.lastFailure)
         }
         if rejected != nil {
-            guard breaker.allows(now: now, window: held.loopWindow, maximum: policy.loopMaximum) else {
+            guard breaker.allows(now: now, window: held.loopWindow(policy), maximum: policy.loopMaximum) else {
                 return .failed(ClientTokenErrors.loop)
             }
             // The held token was refused: nobody gets it again.
@@ -214,7 +214,7 @@ struct ClientTokenMachine<Continuation> {
     }
 
     private mutating func recomputeFreshness() {
-        freshUntil = held.credentials == nil || rejection != nil ? -.infinity : held.expiresAt - held.softWindow
+        freshUntil = held.credentials == nil || rejection != nil ? -.infinity : held.expiresAt - held.softWindow(policy)
     }
 }
 

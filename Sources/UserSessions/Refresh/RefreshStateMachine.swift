@@ -341,7 +341,7 @@ extension RefreshStateMachine {
             return decide(.forced(replacing: replacing), now: now)
         case .minimumValidity(let validity):
             if expiresAt - now >= validity { return .serve(credentials) }
-            if let lifetime, lifetime < validity { return .fail(Self.unreachableValidity, loopTripped: false) }
+            if lifetime < validity { return .fail(Self.unreachableValidity, loopTripped: false) }
             if flights.isRefreshing { return .wait(start: nil) }
             if let refusal = backoffRefusal(now: now) { return refusal }
             return startRequiredFlight(.demand, now: now)
@@ -491,20 +491,22 @@ extension RefreshStateMachine {
         }
     }
 
-    /// The current credentials with everything the machine derives from them, computed once when they change.
+    /// The current credentials with what the machine reads of them at every request, computed once when they change.
+    ///
+    /// The soft window and the loop-breaker window also scale to the lifetime, but they are read only when a refresh
+    /// may start or the deadline is recomputed: they are derived from ``lifetime`` and the policy there
+    /// (``softWindow(_:)``, ``loopWindow(_:)``) rather than kept in every idle session.
     struct Held {
         let credentials: Credentials?
         /// A copy of `credentials?.accessToken` for the hot path (empty without credentials).
         let token: String
         /// When they expire, in seconds since the reference date (`infinity` when unknown).
         let expiresAt: Double
-        /// Expiry minus issue time, when both are known.
-        let lifetime: Double?
-        /// The lead time, soft window and loop-breaker window for these credentials: the policy's, scaled down to
-        /// the lifetime when it is known.
+        /// Expiry minus issue time when both are known, else `infinity`: an unknown lifetime scales nothing, as an
+        /// endless one would not.
+        let lifetime: Double
+        /// The lead time for these credentials: the policy's, scaled down to the lifetime.
         let leadTime: Double
-        let softWindow: Double
-        let loopWindow: Double
 
         /// Derives everything from `credentials`, whose lifetime counts from their ``Credentials/lastRefreshedAt``,
         /// or else from `issuedAt` (when the refresh that returned them started); without either it is unknown.
@@ -520,17 +522,18 @@ extension RefreshStateMachine {
             let expiry = credentials?.expiresAt?.timeIntervalSinceReferenceDate ?? .infinity
             expiresAt = expiry
             let issued = credentials?.lastRefreshedAt?.timeIntervalSinceReferenceDate ?? issuedAt
-            let lifetime = expiry.isFinite ? issued.map { expiry - $0 } : nil
-            self.lifetime = lifetime
-            guard let lifetime else {
-                (leadTime, softWindow, loopWindow) = (policy.leadTime, policy.softWindow, policy.loopWindow)
-                return
-            }
-            let span = max(0, lifetime)
-            let lead = min(policy.leadTime, span * Policy.leadFraction)
-            leadTime = lead
-            softWindow = max(lead, min(policy.softWindow, span * Policy.softWindowFraction))
-            loopWindow = min(policy.loopWindow, max(span, Policy.minimumLoopWindow))
+            lifetime = expiry.isFinite ? issued.map { expiry - $0 } ?? .infinity : .infinity
+            leadTime = min(policy.leadTime, max(0, lifetime) * Policy.leadFraction)
+        }
+
+        /// The soft window for these credentials under `policy` (at least the lead time).
+        func softWindow(_ policy: Policy) -> Double {
+            max(leadTime, min(policy.softWindow, max(0, lifetime) * Policy.softWindowFraction))
+        }
+
+        /// The loop breaker's window for these credentials under `policy`.
+        func loopWindow(_ policy: Policy) -> Double {
+            min(policy.loopWindow, max(lifetime, Policy.minimumLoopWindow))
         }
     }
 
@@ -577,10 +580,11 @@ extension RefreshStateMachine {
     var credentials: Credentials? { held.credentials }
     var token: String { held.token }
     var expiresAt: Double { held.expiresAt }
-    var lifetime: Double? { held.lifetime }
+    /// Expiry minus issue time, `infinity` when unknown.
+    var lifetime: Double { held.lifetime }
     var leadTime: Double { held.leadTime }
-    var softWindow: Double { held.softWindow }
-    var loopWindow: Double { held.loopWindow }
+    var softWindow: Double { held.softWindow(policy) }
+    var loopWindow: Double { held.loopWindow(policy) }
     var heldRevision: UInt64? { base.revision }
 
     /// Makes `credentials` current.
