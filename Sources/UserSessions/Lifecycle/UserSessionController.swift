@@ -445,7 +445,8 @@ extension UserSessionController {
 
     /// The opening step of an open: the prototype's credentials become readable and are written to the store. The
     /// identifier's write turn is taken before the credentials become readable, so no refresh commit of this session
-    /// can be written before its first write; it is left before any unwind, whose `deactivate()` takes it.
+    /// can be written before its first write; it is left before any unwind, whose `deactivate()` takes it. Once it is
+    /// left, the ledger may forget what the sign-in made it keep (``CredentialsGate/signInSettled(identifier:)``).
     private func activateAndWriteSignIn(_ prototype: UserSessionPrototype, generation: UInt64) async throws {
         let gate = self.gate
         do {
@@ -462,6 +463,7 @@ extension UserSessionController {
         } catch {
             throw Self.storeError(error, OpeningSource.prototype(prototype).persistFailure)
         }
+        gate.signInSettled(identifier: prototype.identifier)
     }
 
     /// The opening step of a restore whose stored credentials expired: they are refreshed before it goes on.

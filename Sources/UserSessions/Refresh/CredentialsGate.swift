@@ -1207,6 +1207,21 @@ extension CredentialsGate {
         modifyStateAndRunActions { $0.signedIn(identifier: identifier, revision: revision, ledgerFence: fence) }
     }
 
+    /// The active session's sign-in of `identifier` landed and its write turn was left: the ledger may forget what
+    /// the sign-in made it keep (``CredentialsLedger/signInSettled(_:fence:holding:)``). Only while the session has no
+    /// refresh in flight: one started before the sign-in landed leads under the fence held before it, which the
+    /// ledger must still recognize; one started after this read leads under the sign-in's.
+    func signInSettled(identifier: String) {
+        let held = inspect { machine -> (fence: UInt64, credentials: Credentials?)? in
+            guard machine.active, !machine.signingIn, !machine.flights.isRefreshing,
+                ExactIdentifier.areEqual(machine.identifier, identifier)
+            else { return nil }
+            return (machine.heldFence, machine.credentials)
+        }
+        guard let held else { return }
+        ledger.signInSettled(identifier, fence: held.fence, holding: held.credentials)
+    }
+
     /// `closeAndClear()`'s removal of `identifier`'s record (its session is already deactivated), fenced against
     /// every write: no write taken before it can land after it.
     ///

@@ -86,7 +86,9 @@ final class CredentialsLedger: Sendable {
     /// An identifier that is only held (an idle open session, the common case on a server) costs four words in the
     /// dictionary: its fence, its holder count, its first view (a weak reference to a controller, which its gate
     /// references weakly already, so it costs the controller no side table of its own) and no ``Detail``. The rest
-    /// is made at the first refresh, write or sign-out and lives in a ``Detail`` until the entry is dropped.
+    /// is made at the first refresh, write or sign-out and lives in a ``Detail`` until the entry is dropped, or until
+    /// the one holder that signed in settles in with nothing else to remember (``Entry/settleSignIn(fence:holding:)``):
+    /// an idle session that signed in alone then costs what a restored one costs.
     struct Entry {
         /// Changes at every sign-out and sign-in: a write taken under an older fence must not land.
         var fence: UInt64
@@ -206,6 +208,25 @@ final class CredentialsLedger: Sendable {
         }
 
         var isIdle: Bool { holders == 0 && (detail?.isIdle ?? true) }
+
+        /// The one holder settled in after its sign-in landed: it holds `fence` (the one the sign-in made) and
+        /// `credentials`. When the detail keeps nothing beyond that sign-in, it goes: the entry is then what a session
+        /// restored from the record holds (born under the holder's fence, the store holding the newest), so an idle
+        /// signed-in session costs the ledger no more than a restored one.
+        ///
+        /// Only with a single holder: another may hold an older fence, which the sign-in's ``bornFence`` still lets
+        /// lead. That holder is the one settling in, which has no refresh in flight under an older fence
+        /// (``CredentialsLedger/signInSettled(_:fence:holding:)``), so every refresh it starts leads under `fence`,
+        /// and one that presents `credentials` presents the newest, as ``current`` said.
+        mutating func settleSignIn(fence: UInt64, holding credentials: Credentials?) {
+            guard holders == 1, self.fence == fence, !signedOut, let detail,
+                detail.keepsOnlyALandedSignIn(of: credentials)
+            else { return }
+            self.detail = nil
+        }
+
+        /// Whether it keeps a ``Detail`` (a probe).
+        var keepsDetail: Bool { detail != nil }
 
         /// Whether a refresh is in flight or a write is owed (``Detail/hasPendingWork``).
         var hasPendingWork: Bool { detail?.hasPendingWork ?? false }
@@ -437,7 +458,7 @@ final class CredentialsLedger: Sendable {
     /// The part of an ``Entry`` beyond its fence and holders. A class, so that an entry stays small in the
     /// dictionary; it is read and changed only inside the ledger's critical sections, like the entry that holds it.
     ///
-    /// A session opened by a sign-in keeps one while it is open (the sign-in's fence and record), so its fields are
+    /// A session that refreshed, or signed in beside another holder, keeps one while it is open, so its fields are
     /// laid out by size, words first and flags last, leaving no padding between them; the write loop's schedule,
     /// kept only while a write is owed, is referenced rather than held (see ``KeptSchedule``).
     final class Detail {
@@ -465,6 +486,14 @@ final class CredentialsLedger: Sendable {
 
         /// Nothing pending and no write loop running: the entry can go once nobody holds it.
         var isIdle: Bool { !hasPendingWork && !retrying }
+
+        /// Whether it keeps nothing beyond a sign-in of `credentials` that landed: nothing pending, queued, refused,
+        /// backed off, kept for the write loop or remembered of a refresh, no second view, and `credentials` the
+        /// newest (see ``Entry/settleSignIn(fence:holding:)``).
+        func keepsOnlyALandedSignIn(of credentials: Credentials?) -> Bool {
+            isIdle && !fencingWrite && rotations.isEmpty && refused == nil && backoff == nil && kept == nil
+                && otherViews.isEmpty && current?.refreshTokenRefused != true && current?.credentials == credentials
+        }
 
         /// Whether a refresh is in flight, or a write is owed, held, queued or reserved (a refusal to record, a late
         /// landing to repair): what a session with it must not be evicted for, and what a process shutting down
@@ -552,6 +581,11 @@ final class CredentialsLedger: Sendable {
 
     /// How many identifiers the ledger holds an entry for (a probe for tests and the benchmark).
     var entryCount: Int { entries.withLock { $0.count } }
+
+    /// Whether the entry of `identifier` keeps a ``Detail`` (a probe for tests).
+    func keepsDetail(_ identifier: String) -> Bool {
+        entries.withLock { $0[ExactIdentifier(identifier)]?.keepsDetail ?? false }
+    }
 
     /// How many callers wait for `identifier`'s refresh in flight besides the one running it (a probe).
     func joinedWaiters(_ identifier: String) -> Int {
@@ -1608,6 +1642,13 @@ final class CredentialsLedger: Sendable {
     @discardableResult
     func signedIn(_ identifier: String, session: StoredSession? = nil) -> UInt64 {
         modify(ExactIdentifier(identifier)) { $0.signIn(session) }
+    }
+
+    /// The session that signed `identifier` in holds the new `fence` and `credentials` now, its write turn left and
+    /// no refresh of its own in flight under an older fence: when it alone holds the identifier and the ledger keeps
+    /// nothing beyond that sign-in, the entry forgets it (``Entry/settleSignIn(fence:holding:)``).
+    func signInSettled(_ identifier: String, fence: UInt64, holding credentials: Credentials?) {
+        modify(ExactIdentifier(identifier)) { $0.settleSignIn(fence: fence, holding: credentials) }
     }
 
     /// `identifier` signed out, seen in the store (another instance removed the record): every write taken before
