@@ -96,8 +96,9 @@ final class CredentialsGate: Sendable {
     /// unwritten, it keeps writing on the session's clock and policy, as after a close; its failures are reported to
     /// nobody, since the session that would report them is gone.
     deinit {
-        guard let held = links.withLock({ $0.ledgerHold }) else { return }
-        ledger.release(held, schedule: CredentialsLedger.Schedule(clock: clock, policy: policy.refresh))
+        guard links.withLock({ $0.holdsIdentifier }) else { return }
+        ledger.release(
+            inspect { $0.identifier }, schedule: CredentialsLedger.Schedule(clock: clock, policy: policy.refresh))
     }
 
     /// A gate of its own settings (for tests that drive a gate without a controller).
@@ -140,11 +141,12 @@ final class CredentialsGate: Sendable {
         stopWatchingStore()
         events.setGeneration(generation)
         let fence = heldFence ?? ledger.hold(identifier, view: currentOwner)
-        let previous = links.withLock { links in
-            defer { links.ledgerHold = identifier }
-            return links.ledgerHold
+        // The identifier held before is the machine's until the transition below replaces it.
+        let heldBefore = links.withLock { links in
+            defer { links.holdsIdentifier = true }
+            return links.holdsIdentifier
         }
-        if let previous { releaseInLedger(previous) }
+        if heldBefore { releaseInLedger(inspect { $0.identifier }) }
         modifyStateAndRunActions {
             $0.activated(
                 identifier: identifier, userInfo: userInfo, credentials: credentials, generation: generation,
@@ -251,10 +253,10 @@ final class CredentialsGate: Sendable {
     /// ledger keeps writing it.
     private func releaseLedgerHold() {
         let held = links.withLock { links in
-            defer { links.ledgerHold = nil }
-            return links.ledgerHold
+            defer { links.holdsIdentifier = false }
+            return links.holdsIdentifier
         }
-        if let held { releaseInLedger(held) }
+        if held { releaseInLedger(inspect { $0.identifier }) }
     }
 
     /// Waits for the write in progress (the identifier's write turn), then writes once more what the ledger has not
@@ -1559,7 +1561,8 @@ extension CredentialsGate {
     /// What the gate is tied to besides its machine. Each is small and taken briefly, never with another lock of the
     /// gate held except ``eventOrder`` (which is taken first), so one lock serves them all:
     /// - the controller above the gate, weakly (see ``CredentialsGateOwner``);
-    /// - the identifier the gate holds in the ledger, from
+    /// - whether the gate holds its session's identifier (the machine's ``RefreshStateMachine/identifier``, kept
+    ///   until the next activation) in the ledger, from
     ///   ``activate(identifier:userInfo:credentials:generation:revision:heldFence:signingIn:)`` until
     ///   ``deactivate()`` has written what it could;
     /// - the task consuming the coordinated store's changes for the active session;
@@ -1567,7 +1570,6 @@ extension CredentialsGate {
     ///   dropped), so a close can cancel them when the store overruns its deadline, and a shutdown waits for them.
     struct Links {
         weak var owner: (any CredentialsGateOwner)?
-        var ledgerHold: String?
         var storeWatch: Task<Void, Never>?
         var nextID: UInt64 = 0
         var running: [UInt64: Task<Void, Never>] = [:]
@@ -1582,6 +1584,8 @@ extension CredentialsGate {
         var heldTurns: [UInt64: String] = [:]
         /// Whether a shutdown waits for the flights and the ledger (``settleBeforeExit(_:)``; a probe for tests).
         var settlingBeforeExit = false
+        /// Whether the session's identifier is held in the ledger (see above); beside the flag before it, in one word.
+        var holdsIdentifier = false
         /// What observes the background work, if anything (see ``BackgroundWorkProbe``; production code installs
         /// none).
         var probe: (any BackgroundWorkProbe)?
