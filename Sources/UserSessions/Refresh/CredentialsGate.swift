@@ -1101,16 +1101,13 @@ extension CredentialsGate {
     /// Records that a write of this gate holds `turn` of `identifier`, for `deactivate()` to take it away when it
     /// overruns both deadlines.
     private func noteHeld(_ turn: CredentialsLedger.TurnGrant, of identifier: String) {
-        links.withLock { $0.heldTurns[turn.token] = identifier }
+        links.withLock { $0.modifyWork { $0.heldTurns[turn.token] = identifier } }
     }
 
     /// The write holding `turn` leaves it (or has left it), and can no longer be taken away.
     private func noteLeft(_ turn: CredentialsLedger.TurnGrant) {
-        links.withLock { work in
-            _ = work.heldTurns.removeValue(forKey: turn.token)
-            // An empty map keeps no storage: a session idle after its opening write holds none.
-            if work.heldTurns.isEmpty { work.heldTurns = [:] }
-        }
+        // The work, with nothing left in it, is dropped: a session idle after its opening write keeps none.
+        links.withLock { $0.modifyWork { _ = $0.heldTurns.removeValue(forKey: turn.token) } }
     }
 
     /// Writes `target` to the store holding its identifier's write `turn`; returns the error when the write failed.
@@ -1571,24 +1568,52 @@ extension CredentialsGate {
     struct Links {
         weak var owner: (any CredentialsGateOwner)?
         var storeWatch: Task<Void, Never>?
+        /// The last background task's id: never reused, so an id stays unique when ``work`` is dropped and made again.
         var nextID: UInt64 = 0
-        var running: [UInt64: Task<Void, Never>] = [:]
-        /// Tasks that finished before they were recorded (a task may finish before `Task {}` returns).
-        var finishedEarly: Set<UInt64> = []
         /// The final flushes started by ``deactivate()``, and the newest one it stopped waiting for: an abandoned
         /// flush reports nothing.
         var flushesStarted: UInt64 = 0
         var flushAbandoned: UInt64 = 0
-        /// The ledger's write turns this gate's writes hold now (token to identifier): one that overran both of
-        /// `deactivate()`'s deadlines loses its turn.
-        var heldTurns: [UInt64: String] = [:]
         /// Whether a shutdown waits for the flights and the ledger (``settleBeforeExit(_:)``; a probe for tests).
         var settlingBeforeExit = false
         /// Whether the session's identifier is held in the ledger (see above); beside the flag before it, in one word.
         var holdsIdentifier = false
+        /// The background tasks running and the write turns held, while there are any (see ``BackgroundWork``).
+        private var work: BackgroundWork?
+
+        /// The running background tasks, by id.
+        var running: [UInt64: Task<Void, Never>] { work?.running ?? [:] }
+        /// Whether a write of this gate holds a write turn now.
+        var holdsTurns: Bool { work?.heldTurns.isEmpty == false }
+        /// The write turns held now (token to identifier).
+        var heldTurns: [UInt64: String] { work?.heldTurns ?? [:] }
+        /// What observes the background work, if anything.
+        var probe: (any BackgroundWorkProbe)? { work?.probe }
+
+        /// Changes the background work, made now if there is none; dropped again once it holds nothing.
+        mutating func modifyWork<Value>(_ body: (BackgroundWork) -> Value) -> Value {
+            let work = self.work ?? BackgroundWork()
+            let value = body(work)
+            self.work = work.isEmpty ? nil : work
+            return value
+        }
+    }
+
+    /// What a gate runs in the background and the write turns its writes hold, in an object of its own: a session
+    /// that runs nothing keeps a word for it, not four. Read and changed only under ``links``' lock, like the
+    /// ``Links`` that hold it.
+    final class BackgroundWork {
+        var running: [UInt64: Task<Void, Never>] = [:]
+        /// Tasks that finished before they were recorded (a task may finish before `Task {}` returns).
+        var finishedEarly: Set<UInt64> = []
+        /// The ledger's write turns this gate's writes hold now (token to identifier): one that overran both of
+        /// `deactivate()`'s deadlines loses its turn.
+        var heldTurns: [UInt64: String] = [:]
         /// What observes the background work, if anything (see ``BackgroundWorkProbe``; production code installs
         /// none).
         var probe: (any BackgroundWorkProbe)?
+
+        var isEmpty: Bool { running.isEmpty && finishedEarly.isEmpty && heldTurns.isEmpty && probe == nil }
     }
 
     /// Runs `body` in an unstructured task that no caller's cancellation reaches, recorded until it finishes.
@@ -1600,13 +1625,17 @@ extension CredentialsGate {
         }
         let task = Task {
             await body()
-            self.links.withLock { work in
-                if work.running.removeValue(forKey: id) == nil { work.finishedEarly.insert(id) }
+            self.links.withLock { links in
+                links.modifyWork { work in
+                    if work.running.removeValue(forKey: id) == nil { work.finishedEarly.insert(id) }
+                }
             }
         }
-        let probe = links.withLock { work in
-            if work.finishedEarly.remove(id) == nil { work.running[id] = task }
-            return work.probe
+        let probe = links.withLock { links in
+            links.modifyWork { work in
+                if work.finishedEarly.remove(id) == nil { work.running[id] = task }
+                return work.probe
+            }
         }
         probe?.backgroundTaskStarted(task)
         return task
@@ -1642,7 +1671,7 @@ extension CredentialsGate {
     /// The ledger's work counts too: nothing with a refresh in flight or an unwritten rotation is evicted.
     var hasWorkInProgress: Bool {
         let (busy, identifier) = inspect { ($0.flights.isRefreshing, $0.identifier) }
-        return busy || !links.withLock({ $0.heldTurns.isEmpty })
+        return busy || links.withLock({ $0.holdsTurns })
             || (!identifier.isEmpty && ledger.hasPendingWork(identifier))
     }
 }

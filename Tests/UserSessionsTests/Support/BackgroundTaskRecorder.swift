@@ -29,11 +29,13 @@ extension CredentialsGate {
     /// The gate's recorder of background tasks, installed at the first use: use it before the work to be awaited
     /// starts.
     var backgroundTasks: BackgroundTaskRecorder {
-        links.withLock { work in
-            if let recorder = work.probe as? BackgroundTaskRecorder { return recorder }
-            let recorder = BackgroundTaskRecorder()
-            work.probe = recorder
-            return recorder
+        links.withLock { links in
+            links.modifyWork { work in
+                if let recorder = work.probe as? BackgroundTaskRecorder { return recorder }
+                let recorder = BackgroundTaskRecorder()
+                work.probe = recorder
+                return recorder
+            }
         }
     }
 }
