@@ -479,6 +479,32 @@ struct RefreshStateMachineTests {
         #expect(waiters == nil)
         #expect(actions.events.isEmpty)
     }
+
+    /// The record a session holds (its revision and refresh token) is kept only over a coordinated store, the one
+    /// whose writes are conditional on it: a session of another store keeps none, whatever it activates, adopts or
+    /// commits.
+    @Test func onlyAMachineOfACoordinatedStoreKeepsTheRecordItHolds() {
+        for coordinated in [false, true] {
+            var machine = RefreshStateMachine(
+                policy: UserSessionController.Configuration().refreshPolicy.refresh, hasRefresher: true,
+                coordinated: coordinated)
+            let credentials = Credentials(
+                accessToken: "at-0", refreshToken: "rt-0",
+                expiresAt: Date(timeIntervalSinceReferenceDate: Self.start + 10))
+            _ = machine.activated(
+                identifier: "user", userInfo: UserInfo(id: "user"), credentials: credentials, generation: 1,
+                revision: 3)
+            #expect(machine.heldRevision == (coordinated ? 3 : nil))
+            #expect(machine.base?.refreshToken == (coordinated ? "rt-0" : nil))
+            let adopted = RevisedSession(
+                session: StoredSession(
+                    userInfo: UserInfo(id: "user"), credentials: Self.refreshed(1, expiresAt: Self.start + 3600)),
+                revision: 5)
+            #expect(machine.recordAdopted(adopted, generation: 1).0)
+            #expect(machine.heldRevision == (coordinated ? 5 : nil))
+            #expect(machine.base?.refreshToken == (coordinated ? "rt-1" : nil))
+        }
+    }
 }
 
 /// Parked callers, one per id, that a test hands to a state machine.

@@ -88,7 +88,9 @@ final class CredentialsGate: Sendable {
         self.readsSystemClock = settings.policy.clock.isSystem
         self.events = events
         self.state = Locked(
-            RefreshStateMachine(policy: settings.policy.refresh, hasRefresher: settings.refresher != nil))
+            RefreshStateMachine(
+                policy: settings.policy.refresh, hasRefresher: settings.refresher != nil,
+                coordinated: settings.ledger.coordinatedStore != nil))
     }
 
     /// A gate dropped while it still holds its identifier in the ledger (its controller was released without

@@ -107,6 +107,9 @@ struct RefreshStateMachine {
     /// Whether the active session's sign-in has not landed yet: until it does, its writes are taken under
     /// ``signingInFence`` (see ``heldFence``). Declared beside ``hasRefresher``, in the same word.
     private(set) var signingIn = false
+    /// Whether the store coordinates refreshes (a ``CoordinatedTokenStore``): only then is ``base`` kept. In the
+    /// same word as the two flags above.
+    let coordinated: Bool
 
     // MARK: Session
 
@@ -146,13 +149,22 @@ struct RefreshStateMachine {
     // MARK: Coordination (a ``CoordinatedTokenStore``)
 
     /// The stored record the active session's credentials were read from or last written as (see
-    /// ``StoredBase``); empty for a store without coordination.
-    private(set) var base = StoredBase()
+    /// ``StoredBase``); none for a store without coordination, whose writes are not conditional on a record: an idle
+    /// session of such a store keeps one word for it.
+    private(set) var base: StoredBase?
 
-    init(policy: Policy, hasRefresher: Bool) {
+    init(policy: Policy, hasRefresher: Bool, coordinated: Bool = false) {
         self.policy = policy
         self.hasRefresher = hasRefresher
+        self.coordinated = coordinated
         held = Held(nil, policy: policy)
+    }
+
+    /// The record the session holds is now of `revision` (`nil`: unknown) with `refreshToken`; kept only over a
+    /// coordinated store.
+    private mutating func setBase(revision: UInt64?, refreshToken: String?) {
+        guard coordinated else { return }
+        base = StoredBase(revision: revision, refreshToken: refreshToken)
     }
 
     /// Whether there are credentials. Matched by pattern on purpose: `credentials != nil` picks `Equatable`'s `==`
@@ -191,7 +203,7 @@ extension RefreshStateMachine {
         self.heldFence = heldFence
         self.signingIn = signingIn
         let leftovers = flights.credentialsChanged()
-        base = StoredBase(revision: revision, refreshToken: credentials?.refreshToken)
+        setBase(revision: revision, refreshToken: credentials?.refreshToken)
         phase = .active(Identity(generation: generation, identifier: identifier, userInfo: userInfo))
         breaker = LoopBreaker()
         setCredentials(credentials)
@@ -211,7 +223,7 @@ extension RefreshStateMachine {
     mutating func signedIn(identifier: String, revision: UInt64?, ledgerFence: UInt64) -> Actions {
         guard active else { return .none }
         if let revision, ExactIdentifier.areEqual(self.identifier, identifier) {
-            base = StoredBase(revision: revision, refreshToken: credentials?.refreshToken)
+            setBase(revision: revision, refreshToken: credentials?.refreshToken)
         }
         heldFence = ledgerFence
         signingIn = false
@@ -560,13 +572,18 @@ extension RefreshStateMachine {
     }
 
     /// For a ``CoordinatedTokenStore``: the stored record the active session's credentials were read from or last
-    /// written as.
-    struct StoredBase {
-        /// Its revision; `nil` when unknown (a store without coordination).
-        var revision: UInt64?
+    /// written as. A class, made anew at each change: a session of a store without coordination keeps none.
+    final class StoredBase: Sendable {
+        /// Its revision; `nil` when unknown (before a sign-in's first write landed).
+        let revision: UInt64?
         /// Its refresh token, as far as this session knows: a conflicting write finding it still stored may write
         /// over that record, since it holds nothing newer.
-        var refreshToken: String?
+        let refreshToken: String?
+
+        init(revision: UInt64?, refreshToken: String?) {
+            self.revision = revision
+            self.refreshToken = refreshToken
+        }
     }
 
     // MARK: - Reading the session's data
@@ -585,7 +602,7 @@ extension RefreshStateMachine {
     var leadTime: Double { held.leadTime }
     var softWindow: Double { held.softWindow(policy) }
     var loopWindow: Double { held.loopWindow(policy) }
-    var heldRevision: UInt64? { base.revision }
+    var heldRevision: UInt64? { base?.revision }
 
     /// Makes `credentials` current.
     private mutating func setCredentials(_ credentials: Credentials?, issuedAt: Double? = nil) {
@@ -669,7 +686,7 @@ extension RefreshStateMachine {
         guard isCurrent(flightID: flightID) else { return (nil, .none) }
         if let revision {
             // A conditional write landed as `revision`: the record the session's next write is conditional on.
-            base = StoredBase(revision: max(base.revision ?? 0, revision), refreshToken: newCredentials.refreshToken)
+            setBase(revision: max(heldRevision ?? 0, revision), refreshToken: newCredentials.refreshToken)
         }
         let (flight, waiters) = flights.succeeded()
         setCredentials(newCredentials, issuedAt: flight.startedAt)
@@ -712,8 +729,7 @@ extension RefreshStateMachine {
             let credentials = record.session.credentials,
             let replaced = replaceCredentials(with: credentials, generation: generation)
         else { return (false, .none) }
-        if record.revision > 0 { base.revision = record.revision }
-        base.refreshToken = credentials.refreshToken
+        setBase(revision: record.revision > 0 ? record.revision : heldRevision, refreshToken: credentials.refreshToken)
         var change = replaced.change
         change.adoptedFromStore = true
         var actions = Actions.resume(replaced.waiters, with: .success(credentials))
@@ -733,7 +749,7 @@ extension RefreshStateMachine {
         guard !flights.isRefreshing, !flights.isTerminated, credentials == held,
             let replaced = replaceCredentials(with: newest, generation: generation)
         else { return (false, .none) }
-        base.refreshToken = newest.refreshToken
+        setBase(revision: heldRevision, refreshToken: newest.refreshToken)
         var actions = Actions.resume(replaced.waiters, with: .success(newest))
         let kind: UserSessionEvent.Kind = refreshedOnly ? .credentialsRefreshed : .credentialsUpdated(replaced.change)
         actions.events = [.init(kind: kind, detail: "changed by another controller of this process")]
@@ -848,8 +864,7 @@ extension RefreshStateMachine {
     mutating func recordWritten(_ target: PersistTarget, revision: UInt64) -> Actions {
         guard active, generation == target.generation, ExactIdentifier.areEqual(identifier, target.identifier)
         else { return .none }
-        base = StoredBase(
-            revision: max(base.revision ?? 0, revision), refreshToken: target.stored.credentials?.refreshToken)
+        setBase(revision: max(heldRevision ?? 0, revision), refreshToken: target.stored.credentials?.refreshToken)
         return .none
     }
 
@@ -864,7 +879,7 @@ extension RefreshStateMachine {
         return (
             PersistTarget(
                 identifier: identifier, stored: unwritten, generation: generation, baseRevision: heldRevision,
-                baseRefreshToken: base.refreshToken, ledgerFence: ledgerFence),
+                baseRefreshToken: base?.refreshToken, ledgerFence: ledgerFence),
             .none
         )
     }
@@ -896,7 +911,7 @@ extension RefreshStateMachine {
         PersistTarget(
             identifier: identifier, stored: StoredSession(userInfo: userInfo, credentials: credentials),
             generation: generation, baseRevision: heldRevision,
-            baseRefreshToken: base.refreshToken, ledgerFence: ledgerFence)
+            baseRefreshToken: base?.refreshToken, ledgerFence: ledgerFence)
     }
 }
 
