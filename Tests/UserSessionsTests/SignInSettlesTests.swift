@@ -7,26 +7,11 @@ import Testing
 /// forgets what the sign-in made it keep, unless another holder still needs it. Against a server that rotates refresh
 /// tokens and revokes the family on reuse (``TokenFamilyServer``), on a manual clock.
 struct SignInSettlesTests {
-    struct Bench {
-        let time = ManualTime()
-        let server: TokenFamilyServer
-        let store = InMemoryTokenStore()
+    /// A store a test can hold in the middle of a call, a token server, a manual clock.
+    typealias Bench = LedgerOneOwnerSeamTests.Bench
 
-        init() {
-            let time = time
-            server = TokenFamilyServer(now: { time.now })
-        }
-
-        func controller() -> UserSessionController {
-            UserSessionController(
-                store: store, refresher: server, configuration: UserSessionController.Configuration(clock: time.clock))
-        }
-
-        var ledger: CredentialsLedger { CredentialsLedger.shared(for: store) }
-
-        func storedRefreshToken(_ user: String) async throws -> String? {
-            try await store.load(identifier: user)?.credentials?.refreshToken
-        }
+    static func storedRefreshToken(_ user: String, in bench: Bench) async throws -> String? {
+        try await bench.store.base.load(identifier: user)?.credentials?.refreshToken
     }
 
     @Test func aSessionSignedInAloneLeavesTheLedgerNoDetailAndStillRefreshesOnce() async throws {
@@ -39,7 +24,7 @@ struct SignInSettlesTests {
         // Inside the lead time: one refresh, served, its rotation stored; nothing presented twice.
         bench.time.advance(by: 5)
         #expect(try await alice.accessToken() == "alice/at-1")
-        #expect(try await bench.storedRefreshToken("alice") == "alice/rt-1")
+        #expect(try await Self.storedRefreshToken("alice", in: bench) == "alice/rt-1")
         #expect(bench.server.presented == ["alice/rt-0"])
 
         // A second controller restores her from the record: it holds the rotation and refreshes it, not the sign-in's.
@@ -66,35 +51,31 @@ struct SignInSettlesTests {
         #expect(try await first.accessToken() == "alice/at-1")
         #expect(bench.server.reuses == 0)
         // The newer sign-in stays in the store: the first's rotation is fenced.
-        #expect(try await bench.storedRefreshToken("alice") == "alice~1/rt-0")
+        #expect(try await Self.storedRefreshToken("alice", in: bench) == "alice~1/rt-0")
         await first.shutdown()
         await second.shutdown()
     }
 
     @Test func aSignInWhoseSessionRefreshesMeanwhileKeepsTheDetailAndWritesTheRotation() async throws {
         let bench = Bench()
-        let store = GatedStore()
-        let controller = UserSessionController(
-            store: store, refresher: bench.server,
-            configuration: UserSessionController.Configuration(clock: bench.time.clock))
+        let controller = bench.controller()
         // The sign-in's write waits; meanwhile the session, readable already, refreshes its expired token.
-        let save = store.holdNextSave(of: "alice")
+        let save = bench.store.holdNextSave(of: "alice")
         let opening = Task { try await controller.open(bench.server.signIn("alice", expiresIn: 0)) }
-        await store.savesHeld.wait(for: 1)
+        await bench.store.savesHeld.wait(for: 1)
         bench.server.holdRefreshes()
         let request = Task { try await controller.accessToken() }
         await bench.server.started.wait(for: 1)
         save.open()
         _ = try await opening.value
         // The refresh is in flight: the sign-in's memory stays, and so it does once the rotation is written.
-        let ledger = CredentialsLedger.shared(for: store)
-        #expect(ledger.keepsDetail("alice"))
+        #expect(bench.ledger.keepsDetail("alice"))
         bench.server.releaseRefreshes()
         #expect(try await request.value == "alice/at-1")
-        #expect(try await store.base.load(identifier: "alice")?.credentials?.refreshToken == "alice/rt-1")
-        #expect(ledger.keepsDetail("alice"))
+        #expect(try await Self.storedRefreshToken("alice", in: bench) == "alice/rt-1")
+        #expect(bench.ledger.keepsDetail("alice"))
         #expect(bench.server.reuses == 0)
         await controller.shutdown()
-        #expect(ledger.entryCount == 0)
+        #expect(bench.ledger.entryCount == 0)
     }
 }
