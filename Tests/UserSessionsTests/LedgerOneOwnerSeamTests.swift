@@ -36,6 +36,22 @@ struct LedgerOneOwnerSeamTests {
 
         var ledger: CredentialsLedger { CredentialsLedger.shared(for: store) }
 
+        /// Alice signs in on `controller` (tokens valid for 10 s) while the store holds her sign-in's write; meanwhile
+        /// her session, readable already, asks for a token after they expired, and the server holds the refresh.
+        /// Returns the write to let go, the open, and the token request.
+        func signInWhileItsSessionRefreshes(on controller: UserSessionController) async -> (
+            write: AsyncGate, open: Task<UserSession, any Error>, request: Task<String, any Error>
+        ) {
+            let write = store.holdNextSave(of: "alice")
+            let open = Task { try await controller.open(server.signIn("alice", expiresIn: 10)) }
+            await store.savesHeld.wait(for: 1)
+            server.holdRefreshes()
+            time.advance(by: 20)
+            let request = Task { try await controller.accessToken() }
+            await server.started.wait(for: 1)
+            return (write, open, request)
+        }
+
         /// Waits until `task` finished, or until a write of `identifier` waits for the identifier's write turn (held
         /// by a store call the test holds): the two orders a late write can take.
         func waitUntilDoneOrQueued<T: Sendable>(_ task: Task<T, any Error>, done: ArrivalCounter, _ identifier: String)
@@ -161,13 +177,7 @@ struct LedgerOneOwnerSeamTests {
     @Test func aRefreshOfASessionSigningInThatOutlivesItReachesTheRecordItsSignInMade() async throws {
         let bench = Bench()
         let controller = bench.controller()
-        let signIn = bench.store.holdNextSave(of: "alice")
-        let open = Task { try await controller.open(bench.server.signIn("alice", expiresIn: 10)) }
-        await bench.store.savesHeld.wait(for: 1)
-        bench.server.holdRefreshes()
-        bench.time.advance(by: 20)
-        let asked = Task { try await controller.accessToken() }
-        await bench.server.started.wait(for: 1)
+        let (signIn, open, asked) = await bench.signInWhileItsSessionRefreshes(on: controller)
         signIn.open()
         _ = try await open.value
         await controller.close()

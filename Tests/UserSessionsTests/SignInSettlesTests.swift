@@ -60,12 +60,7 @@ struct SignInSettlesTests {
         let bench = Bench()
         let controller = bench.controller()
         // The sign-in's write waits; meanwhile the session, readable already, refreshes its expired token.
-        let save = bench.store.holdNextSave(of: "alice")
-        let opening = Task { try await controller.open(bench.server.signIn("alice", expiresIn: 0)) }
-        await bench.store.savesHeld.wait(for: 1)
-        bench.server.holdRefreshes()
-        let request = Task { try await controller.accessToken() }
-        await bench.server.started.wait(for: 1)
+        let (save, opening, request) = await bench.signInWhileItsSessionRefreshes(on: controller)
         save.open()
         _ = try await opening.value
         // The refresh is in flight: the sign-in's memory stays, and so it does once the rotation is written.
