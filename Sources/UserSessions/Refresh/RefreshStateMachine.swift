@@ -514,8 +514,8 @@ extension RefreshStateMachine {
         let token: String
         /// When they expire, in seconds since the reference date (`infinity` when unknown).
         let expiresAt: Double
-        /// Expiry minus issue time when both are known, else `infinity`: an unknown lifetime scales nothing, as an
-        /// endless one would not.
+        /// Expiry minus issue time when both are known, else `infinity`: an unknown lifetime counts as an endless one,
+        /// and neither scales the policy's windows down.
         let lifetime: Double
         /// The lead time for these credentials: the policy's, scaled down to the lifetime.
         let leadTime: Double
