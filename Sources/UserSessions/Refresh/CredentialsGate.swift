@@ -37,9 +37,9 @@ final class CredentialsGate: Sendable {
     private let waiterIDs = Atomic<UInt64>(0)
     /// When a token was last asked for, as the bit pattern of seconds since the reference date; see `noteDemand`.
     let lastDemandBits = Atomic<UInt64>(0)
-    /// What the gate is tied to besides its machine, under one lock: the controller above it, the identifier it
-    /// holds in the ledger, the task following the coordinated store's changes, and the work it runs in the
-    /// background (see ``Links``).
+    /// What the gate is tied to besides its machine, under one lock: the controller above it, whether it holds its
+    /// session's identifier in the ledger, the task following the coordinated store's changes, and the work it runs
+    /// in the background (see ``Links``).
     let links = Locked(Links())
     /// Orders the events of refreshes (started, failed, loop tripped) and of late writes against `deactivate()`:
     /// one is emitted only while its session is active, checked and emitted under this lock, which `deactivate()`
@@ -185,9 +185,9 @@ final class CredentialsGate: Sendable {
             return
         }
         let (timeout, deadlineClock) = (policy.storeTimeout, policy.deadlineClock)
-        let number = links.withLock { work in
-            work.flushesStarted += 1
-            return work.flushesStarted
+        let number = links.withLock { links in
+            links.flushesStarted += 1
+            return links.flushesStarted
         }
         let flush = Task { await self.finalFlush(number, identifier: identifier) }
         if await Deadline.wait(for: flush, timeout: timeout, clock: deadlineClock) { return }
@@ -198,8 +198,8 @@ final class CredentialsGate: Sendable {
         eventOrder.withLock { _ in links.withLock { $0.flushAbandoned = number } }
         flush.cancel()
         // The flush waits for the identifier's write turn: a write of this gate holding it loses it.
-        let stuck = links.withLock { work in
-            work.heldTurns.filter { ExactIdentifier.areEqual($0.value, identifier) }.keys
+        let stuck = links.withLock { links in
+            links.heldTurns.filter { ExactIdentifier.areEqual($0.value, identifier) }.keys
         }
         for token in stuck { ledger.abandonWriteTurn(identifier, token: token) }
         events.emit(
@@ -1621,9 +1621,9 @@ extension CredentialsGate {
     /// Runs `body` in an unstructured task that no caller's cancellation reaches, recorded until it finishes.
     @discardableResult
     func runInBackground(_ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
-        let id = links.withLock { work -> UInt64 in
-            work.nextID += 1
-            return work.nextID
+        let id = links.withLock { links -> UInt64 in
+            links.nextID += 1
+            return links.nextID
         }
         let task = Task {
             await body()
