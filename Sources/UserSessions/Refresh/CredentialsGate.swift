@@ -148,7 +148,7 @@ final class CredentialsGate: Sendable {
             defer { links.holdsIdentifier = true }
             return links.holdsIdentifier
         }
-        if heldBefore { releaseInLedger(inspect { $0.identifier }) }
+        if heldBefore { releaseSessionIdentifier() }
         modifyStateAndRunActions {
             $0.activated(
                 identifier: identifier, userInfo: userInfo, credentials: credentials, generation: generation,
@@ -251,6 +251,13 @@ final class CredentialsGate: Sendable {
         ledger.release(identifier, view: currentOwner, schedule: ledgerSchedule(for: generation))
     }
 
+    /// ``releaseInLedger(_:)`` for the identifier the machine holds: it and its session's generation come from one
+    /// read of the machine.
+    private func releaseSessionIdentifier() {
+        let (identifier, generation) = inspect { ($0.identifier, $0.generation) }
+        ledger.release(identifier, view: currentOwner, schedule: ledgerSchedule(for: generation))
+    }
+
     /// Lets go of the identifier held in the ledger; a rotation that could not be written stays there and the
     /// ledger keeps writing it.
     private func releaseLedgerHold() {
@@ -258,7 +265,7 @@ final class CredentialsGate: Sendable {
             defer { links.holdsIdentifier = false }
             return links.holdsIdentifier
         }
-        if held { releaseInLedger(inspect { $0.identifier }) }
+        if held { releaseSessionIdentifier() }
     }
 
     /// Waits for the write in progress (the identifier's write turn), then writes once more what the ledger has not
@@ -290,12 +297,17 @@ final class CredentialsGate: Sendable {
     /// `ordered` is for the inputs whose events must be ordered against ``deactivate()`` (a refresh starting or
     /// failing, an event of a background write): the transition and its events then run under ``eventOrder``
     /// too, which `deactivate()` takes for its own transition, so none of them follows the session's `.closed`.
+    ///
+    /// `beforeActions` runs after every lock is released and before the actions: what the parked callers must find
+    /// done when they resume (a superseded commit's session taking the newest credentials).
     @discardableResult
     func modifyStateAndRunActions<Value>(
-        ordered: Bool = false, _ input: (inout RefreshStateMachine) -> (Value, RefreshStateMachine.Actions)
+        ordered: Bool = false, beforeActions: (() -> Void)? = nil,
+        _ input: (inout RefreshStateMachine) -> (Value, RefreshStateMachine.Actions)
     ) -> Value {
         guard ordered else {
             let (value, actions) = state.withLock { machine in input(&machine) }
+            beforeActions?()
             run(actions)
             return value
         }
@@ -308,6 +320,7 @@ final class CredentialsGate: Sendable {
         }
         for observation in observed { events.publish(observation) }
         actions.events = []
+        beforeActions?()
         run(actions)
         return value
     }
@@ -1037,13 +1050,15 @@ extension CredentialsGate {
         }
         let now = nowSeconds()
         let jitter = Double.random(in: 0...1)
-        let waiters = modifyStateAndRunActions(ordered: true) { machine in
+        // Superseded: the session takes the newest before the flight's waiters resume, so none of them (nor anything
+        // it does next) sees the session hold what the entry replaced.
+        let takeNewest: (() -> Void)? =
+            if case .superseded = nothingToWrite { { self.ledgerAdvanced(job.identifier) } } else { nil }
+        return modifyStateAndRunActions(ordered: true, beforeActions: takeNewest) { machine in
             machine.commitWritten(
                 flightID: job.flightID, newCredentials: credentials, revision: written.revision,
                 persistError: written.error, now: now, jitter: jitter)
         }
-        if case .superseded = nothingToWrite { ledgerAdvanced(job.identifier) }
-        return waiters
     }
 }
 
