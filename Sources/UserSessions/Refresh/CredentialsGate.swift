@@ -120,8 +120,10 @@ final class CredentialsGate: Sendable {
         links.withLock { $0.owner = owner }
     }
 
-    /// The owner, if it still exists.
-    private var currentOwner: (any CredentialsGateOwner)? { links.withLock { $0.owner } }
+    /// The owner, if it still exists (read back as the owner it was set as: ``Links/owner``).
+    private var currentOwner: (any CredentialsGateOwner)? {
+        links.withLock { $0.owner } as? any CredentialsGateOwner
+    }
 
     /// Starts serving `credentials` for a newly opened session of `generation`. A refresh still running for an
     /// earlier generation is not served to it: it runs in the ledger, which writes its rotation, and a refresh of the
@@ -1583,7 +1585,10 @@ extension CredentialsGate {
     /// - the unstructured tasks running refreshes and their commits (and the revocations of results a sign-out
     ///   dropped), so a close can cancel them when the store overruns its deadline, and a shutdown waits for them.
     struct Links {
-        weak var owner: (any CredentialsGateOwner)?
+        /// The ``CredentialsGateOwner`` set by ``setOwner(_:)``, held as a bare object: a weak existential would keep
+        /// its witness table beside it in every idle session, for reads that happen only when a session ends or hears
+        /// from the ledger.
+        weak var owner: AnyObject?
         var storeWatch: Task<Void, Never>?
         /// The last background task's id: never reused, so an id stays unique when ``work`` is dropped and made again.
         var nextID: UInt64 = 0

@@ -510,8 +510,6 @@ extension RefreshStateMachine {
     /// (``softWindow(_:)``, ``loopWindow(_:)``) rather than kept in every idle session.
     struct Held {
         let credentials: Credentials?
-        /// A copy of `credentials?.accessToken` for the hot path (empty without credentials).
-        let token: String
         /// When they expire, in seconds since the reference date (`infinity` when unknown).
         let expiresAt: Double
         /// Expiry minus issue time when both are known, else `infinity`: an unknown lifetime counts as an endless one,
@@ -530,13 +528,16 @@ extension RefreshStateMachine {
         /// Long-lived tokens keep the configured values; credentials of unknown lifetime use them too.
         init(_ credentials: Credentials?, issuedAt: Double? = nil, policy: Policy) {
             self.credentials = credentials
-            token = credentials?.accessToken ?? ""
             let expiry = credentials?.expiresAt?.timeIntervalSinceReferenceDate ?? .infinity
             expiresAt = expiry
             let issued = credentials?.lastRefreshedAt?.timeIntervalSinceReferenceDate ?? issuedAt
             lifetime = expiry.isFinite ? issued.map { expiry - $0 } ?? .infinity : .infinity
             leadTime = min(policy.leadTime, max(0, lifetime) * Policy.leadFraction)
         }
+
+        /// The access token (empty without credentials), read from the credentials' shared fields: a copy kept here
+        /// would cost every idle session 16 bytes to save the hot path one load.
+        var token: String { credentials?.accessToken ?? "" }
 
         /// The soft window for these credentials under `policy` (at least the lead time).
         func softWindow(_ policy: Policy) -> Double {
