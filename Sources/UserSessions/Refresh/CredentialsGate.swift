@@ -187,9 +187,10 @@ final class CredentialsGate: Sendable {
             return
         }
         let (timeout, deadlineClock) = (policy.storeTimeout, policy.deadlineClock)
+        // Numbered like the background tasks: a flush started later has a greater number.
         let number = links.withLock { links in
-            links.flushesStarted += 1
-            return links.flushesStarted
+            links.nextID += 1
+            return links.nextID
         }
         let flush = Task { await self.finalFlush(number, identifier: identifier) }
         if await Deadline.wait(for: flush, timeout: timeout, clock: deadlineClock) { return }
@@ -197,7 +198,7 @@ final class CredentialsGate: Sendable {
         if await Deadline.wait(for: flush, timeout: timeout, clock: deadlineClock) { return }
         // Marked abandoned under the event lock, so the flush, which checks the mark under it, reports nothing
         // later; cancelled after the lock is released, since cancelling runs the store's cancellation handlers.
-        eventOrder.withLock { _ in links.withLock { $0.flushAbandoned = number } }
+        eventOrder.withLock { _ in links.withLock { links in links.modifyWork { $0.flushAbandoned = number } } }
         flush.cancel()
         // The flush waits for the identifier's write turn: a write of this gate holding it loses it.
         let stuck = links.withLock { links in
@@ -1590,12 +1591,9 @@ extension CredentialsGate {
         /// from the ledger.
         weak var owner: AnyObject?
         var storeWatch: Task<Void, Never>?
-        /// The last background task's id: never reused, so an id stays unique when ``work`` is dropped and made again.
+        /// The last id given to a background task or a final flush of ``deactivate()``: never reused, so an id stays
+        /// unique when ``work`` is dropped and made again, and a later flush has a greater one.
         var nextID: UInt64 = 0
-        /// The final flushes started by ``deactivate()``, and the newest one it stopped waiting for: an abandoned
-        /// flush reports nothing.
-        var flushesStarted: UInt64 = 0
-        var flushAbandoned: UInt64 = 0
         /// Whether a shutdown waits for the flights and the ledger (``settleBeforeExit(_:)``; a probe for tests).
         var settlingBeforeExit = false
         /// Whether the session's identifier is held in the ledger (see above); beside the flag before it, in one word.
@@ -1611,6 +1609,9 @@ extension CredentialsGate {
         var heldTurns: [UInt64: String] { work?.heldTurns ?? [:] }
         /// What observes the background work, if anything.
         var probe: (any BackgroundWorkProbe)? { work?.probe }
+        /// The newest final flush ``deactivate()`` stopped waiting for (0: none): a flush numbered up to it reports
+        /// nothing.
+        var flushAbandoned: UInt64 { work?.flushAbandoned ?? 0 }
 
         /// Changes the background work, made now if there is none; dropped again once it holds nothing.
         mutating func modifyWork<Value>(_ body: (BackgroundWork) -> Value) -> Value {
@@ -1621,8 +1622,8 @@ extension CredentialsGate {
         }
     }
 
-    /// What a gate runs in the background and the write turns its writes hold, in an object of its own: a session
-    /// that runs nothing keeps a word for it, not four. Read and changed only under ``links``' lock, like the
+    /// What a gate runs in the background, the write turns its writes hold and the final flush a close abandoned, in an
+    /// object of its own: a session that runs nothing keeps a word for it, not five. Read and changed only under ``links``' lock, like the
     /// ``Links`` that hold it.
     final class BackgroundWork {
         var running: [UInt64: Task<Void, Never>] = [:]
@@ -1634,8 +1635,13 @@ extension CredentialsGate {
         /// What observes the background work, if anything (see ``BackgroundWorkProbe``; production code installs
         /// none).
         var probe: (any BackgroundWorkProbe)?
+        /// See ``Links/flushAbandoned``: kept from the first abandoned flush on (a store that overran both of a close's
+        /// deadlines), so the object stays for the gate's life from then.
+        var flushAbandoned: UInt64 = 0
 
-        var isEmpty: Bool { running.isEmpty && finishedEarly.isEmpty && heldTurns.isEmpty && probe == nil }
+        var isEmpty: Bool {
+            running.isEmpty && finishedEarly.isEmpty && heldTurns.isEmpty && probe == nil && flushAbandoned == 0
+        }
     }
 
     /// Runs `body` in an unstructured task that no caller's cancellation reaches, recorded until it finishes.
