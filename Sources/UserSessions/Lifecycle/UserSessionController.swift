@@ -44,10 +44,10 @@ public actor UserSessionController: CredentialsGateOwner {
     /// session, so that it lets the controller go (set once by the registry, before it hands the controller out).
     nonisolated let membership = Locked(RegistryMembership())
 
-    /// Where a registry keeps this controller.
+    /// Where a registry keeps this controller: under its sessions' identifier (a registry opens and restores only
+    /// its key's sessions in it, so the key is not kept twice), as the entry `entryID`.
     struct RegistryMembership {
         weak var registry: UserSessionRegistry?
-        var key = ExactIdentifier("")
         var entryID: UInt64 = 0
     }
 
@@ -250,7 +250,8 @@ public actor UserSessionController: CredentialsGateOwner {
     func credentialsRevoked(generation: UInt64) async {
         await invalidate(generation: generation, reason: .credentialsRevoked)
         let membership = membership.withLock { $0 }
-        await membership.registry?.removeIfInvalid(membership.key, entryID: membership.entryID)
+        guard let registry = membership.registry, let identifier = hub.session.identifier else { return }
+        await registry.removeIfInvalid(ExactIdentifier(identifier), entryID: membership.entryID)
     }
 
     /// The gate's call up when a coordinated store's record was removed elsewhere.

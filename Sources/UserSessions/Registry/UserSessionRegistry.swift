@@ -175,7 +175,7 @@ public final class UserSessionRegistry: Sendable {
         if let entryID {
             // After the lock, before the controller is handed out: a registry call opens it only after this.
             relay.attach(.init(entryID: entryID, identifier: identifier, controller: controller))
-            leaveWhenInvalidated(controller, key: key, entryID: entryID)
+            leaveWhenInvalidated(controller, entryID: entryID)
         }
         return controller
     }
@@ -625,8 +625,8 @@ extension UserSessionRegistry {
 
     /// Makes `controller` leave the registry when a terminal refresh failure invalidates its session: the controller
     /// calls ``removeIfInvalid(_:entryID:)`` once it invalidated the session.
-    func leaveWhenInvalidated(_ controller: UserSessionController, key: ExactIdentifier, entryID: UInt64) {
-        controller.membership.withLock { $0 = .init(registry: self, key: key, entryID: entryID) }
+    func leaveWhenInvalidated(_ controller: UserSessionController, entryID: UInt64) {
+        controller.membership.withLock { $0 = .init(registry: self, entryID: entryID) }
     }
 
     /// Drops the controller held as `entryID` for `key` if its session is invalid, in the identifier's turn.
