@@ -1,3 +1,5 @@
+import Synchronization
+
 /// Fans events out to every subscriber, each through its own bounded buffer (an ``EventSubscription``) read as an
 /// `AsyncStream`.
 ///
@@ -20,7 +22,6 @@ final class EventHub: Sendable {
         /// Declared right after `session`, whose last word it shares: every hub is one allocation size smaller.
         var finished = false
         var sequence: UInt64 = 0
-        var nextID = 0
         var subscriptions: [Int: EventSubscription] = [:]
         /// The session generation that emitted events belong to (see ``setGeneration(_:)``).
         var generation: UInt64 = 0
@@ -29,14 +30,36 @@ final class EventHub: Sendable {
     }
 
     private let state = Locked(State())
-    let defaultBufferSize: Int
-    /// Called with every emitted event, after the lock is released.
-    let observers: [any UserSessionObserver]
+    /// What every hub of one configuration shares (a registry's controllers: one object for all of them).
+    let options: Options
 
-    init(defaultBufferSize: Int, observers: [any UserSessionObserver] = []) {
-        self.defaultBufferSize = defaultBufferSize
-        self.observers = observers
+    /// The buffer size and observers of a configuration, made once for every hub it makes.
+    final class Options: Sendable {
+        let defaultBufferSize: Int
+        /// Called with every emitted event, after the lock is released.
+        let observers: [any UserSessionObserver]
+
+        init(defaultBufferSize: Int, observers: [any UserSessionObserver] = []) {
+            self.defaultBufferSize = defaultBufferSize
+            self.observers = observers
+        }
     }
+
+    /// Subscription ids, unique in the process (a hub keeps no counter of its own).
+    private static let subscriptionIDs = Atomic<Int>(0)
+
+    init(options: Options) {
+        self.options = options
+    }
+
+    /// A hub with options of its own.
+    convenience init(defaultBufferSize: Int, observers: [any UserSessionObserver] = []) {
+        self.init(options: Options(defaultBufferSize: defaultBufferSize, observers: observers))
+    }
+
+    var defaultBufferSize: Int { options.defaultBufferSize }
+    /// Called with every emitted event, after the lock is released.
+    var observers: [any UserSessionObserver] { options.observers }
 
     /// Marks the events emitted from now on as belonging to session `generation`, for observers.
     func setGeneration(_ generation: UInt64) {
@@ -57,11 +80,11 @@ final class EventHub: Sendable {
     /// After ``finish()`` the subscription yields its `.current` element and finishes at once.
     func subscribe(bufferSize: Int? = nil) -> AsyncStream<UserSessionEvent> {
         let capacity = max(1, bufferSize ?? defaultBufferSize)
+        let newID = Self.subscriptionIDs.wrappingAdd(1, ordering: .relaxed).newValue
         let (subscription, id) = state.withLock { state -> (EventSubscription, Int?) in
             let subscription = EventSubscription(current: state.currentEvent, capacity: capacity)
             guard !state.finished else { return (subscription, nil) }
-            let id = state.nextID
-            state.nextID += 1
+            let id = newID
             state.subscriptions[id] = subscription
             return (subscription, id)
         }

@@ -13,6 +13,9 @@ final class ControllerSettings: Sendable {
     /// The owner of each identifier's credentials for the store (see ``CredentialsLedger``).
     let ledger: CredentialsLedger
     let refresher: (any TokenRefresher)?
+    /// The event buffer size and observers of `configuration`, shared by the hubs of every controller made from these
+    /// settings.
+    let eventOptions: EventHub.Options
 
     init(
         store: any TokenStore, refresher: (any TokenRefresher)?, configuration: UserSessionController.Configuration,
@@ -28,6 +31,8 @@ final class ControllerSettings: Sendable {
         self.policy = policy ?? configuration.refreshPolicy
         self.ledger = ledger ?? CredentialsLedger.shared(for: store)
         self.refresher = refresher
+        eventOptions = EventHub.Options(
+            defaultBufferSize: configuration.eventBufferSize, observers: configuration.observers)
     }
 
     /// The store every controller made from these settings reads and writes.

@@ -84,8 +84,7 @@ public actor UserSessionController: CredentialsGateOwner {
     init(settings: ControllerSettings, services: [any UserSessionService]) {
         self.settings = settings
         self.services = services
-        let hub = EventHub(
-            defaultBufferSize: settings.configuration.eventBufferSize, observers: settings.configuration.observers)
+        let hub = EventHub(options: settings.eventOptions)
         self.hub = hub
         self.gate = CredentialsGate(settings: settings, events: hub)
         gate.setOwner(self)
