@@ -105,13 +105,15 @@ struct RefreshMachineInputsTests {
             Issue.record("an activated machine is active")
             return
         }
-        #expect(identity.generation == 7)
+        #expect(identity.identifier == "user")
+        #expect(machine.generation == 7)
         _ = machine.deactivated()
         guard case .ended(let ended) = machine.phase else {
             Issue.record("a deactivated machine has ended")
             return
         }
         #expect(ended.identifier == "user")
+        #expect(machine.generation == 7)  // the ended session's, until the next activation
         #expect(!machine.active)
         #expect(machine.nextActionAt == -.infinity)
         #expect(machine.credentials?.accessToken == "at-0")

@@ -114,11 +114,10 @@ struct RefreshStateMachine {
     // MARK: Session
 
     /// Which session the machine serves, if any (see ``Phase``).
-    private(set) var phase = Phase.none {
-        didSet { generation = phase.identity?.generation ?? 0 }
-    }
-    /// The generation of ``phase``'s session (0 before the first), kept beside it: the hot path reads it at every
-    /// call, and reading it out of the phase would copy the session's identity (its strings) each time.
+    private(set) var phase = Phase.none
+    /// The generation of ``phase``'s session (0 before the first), set with it and kept beside it, not in it: the hot
+    /// path reads it at every call, and reading it out of the phase would copy the session's identity (its strings)
+    /// each time.
     private(set) var generation: UInt64 = 0
     /// The session's credentials with what derives from them: the hot path's token, the expiry, the lead time and
     /// windows scaled to their lifetime (see ``Held``). Replaced as a whole when the credentials change.
@@ -204,7 +203,8 @@ extension RefreshStateMachine {
         self.signingIn = signingIn
         let leftovers = flights.credentialsChanged()
         setBase(revision: revision, refreshToken: credentials?.refreshToken)
-        phase = .active(Identity(generation: generation, identifier: identifier, userInfo: userInfo))
+        self.generation = generation
+        phase = .active(Identity(identifier: identifier, userInfo: userInfo))
         breaker = LoopBreaker()
         setCredentials(credentials)
         recomputeDeadline()
@@ -475,9 +475,9 @@ extension RefreshStateMachine {
 /// them, the loop breaker's memory and the stored record it is based on. Each is a value of its own, replaced or
 /// changed through one `mutating func`, so the machine has no loose fields to keep in step.
 extension RefreshStateMachine {
-    /// Who a session is: its generation (one per open or restore), identifier and user info.
+    /// Who a session is: its identifier and user info (its generation, one per open or restore, is the machine's
+    /// ``RefreshStateMachine/generation``).
     struct Identity {
-        let generation: UInt64
         let identifier: String
         let userInfo: UserInfo
     }
