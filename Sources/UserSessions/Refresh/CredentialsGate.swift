@@ -33,8 +33,9 @@ final class CredentialsGate: Sendable {
     /// The machine. Private: it changes only through ``modifyStateAndRunActions(ordered:_:)`` and is read only
     /// through ``inspect(_:)`` and the hot path.
     private let state: Locked<RefreshStateMachine>
-    /// Waiter ids, increasing, allocated without the lock so that the cancellation handler knows its id.
-    private let waiterIDs = Atomic<UInt64>(0)
+    /// Waiter ids, increasing, allocated without the lock so that the cancellation handler knows its id: one counter
+    /// for the process (ids need only be unique and increasing per gate), so an idle session keeps none.
+    private static let waiterIDs = Atomic<UInt64>(0)
     /// When a token was last asked for, as the bit pattern of seconds since the reference date; see `noteDemand`.
     let lastDemandBits = Atomic<UInt64>(0)
     /// What the gate is tied to besides its machine, under one lock: the controller above it, whether it holds its
@@ -420,7 +421,7 @@ final class CredentialsGate: Sendable {
     /// cancellation flag is read outside the lock.
     @usableFromInline
     nonisolated(nonsending) func waitForCurrentToken() async throws -> (token: String, generation: UInt64) {
-        let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
+        let waiterID = Self.waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
         return try await withTaskCancellationHandler {
             var generation: UInt64 = 0
             // Answered through the machine's actions; see `credentialsAndGeneration(for:)`.
@@ -490,7 +491,7 @@ final class CredentialsGate: Sendable {
     nonisolated(nonsending) func credentialsAndGeneration(for request: RefreshStateMachine.Request) async throws
         -> (credentials: Credentials, generation: UInt64)
     {
-        let waiterID = waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
+        let waiterID = Self.waiterIDs.wrappingAdd(1, ordering: .relaxed).newValue
         return try await withTaskCancellationHandler {
             var generation: UInt64 = 0
             // The parked caller is answered through the machine's actions: either right away by `enqueue` (and
