@@ -60,16 +60,21 @@ struct LifecycleStateMachine<Waiter> {
     }
 
     private enum Activity: Equatable {
-        case idle
+        /// No opening or ending runs; `opened` is the generation of the session opened now, if any (one is opened
+        /// only while nothing opens or ends: an open runs once no session is opened, and its commit makes it idle).
+        case idle(opened: UInt64?)
         case opening(generation: UInt64?, rollBack: Bool, invalidation: UserSessionEvent.InvalidationReason?)
         case ending(generation: UInt64)
     }
 
     private var turns = FIFOLanes<SingleLane, Waiter>()
-    private var activity = Activity.idle
+    private var activity = Activity.idle(opened: nil)
     private(set) var isShutDown = false
-    /// The generation of the session that is opened now, if any.
-    private(set) var openedGeneration: UInt64?
+    /// The generation of the session that is opened now, if any (kept in the idle ``Activity``).
+    var openedGeneration: UInt64? {
+        if case .idle(let opened) = activity { return opened }
+        return nil
+    }
 
     init() {}
 
@@ -121,7 +126,7 @@ struct LifecycleStateMachine<Waiter> {
 
     /// The running call finished; returns the next waiter to resume, if it is parked already.
     mutating func leave(_ ticket: Ticket) -> Waiter? {
-        activity = .idle
+        endActivity()
         return turns.leave(ticket)
     }
 
@@ -148,19 +153,18 @@ struct LifecycleStateMachine<Waiter> {
 
     /// The running open committed `generation`: the session is opened.
     mutating func opened(generation: UInt64) {
-        activity = .idle
-        openedGeneration = generation
+        activity = .idle(opened: generation)
     }
 
     /// The running call starts ending the opened session; invalidations for it are dropped from now on.
     mutating func beginEnding() {
         if let openedGeneration { activity = .ending(generation: openedGeneration) }
-        openedGeneration = nil
     }
 
     /// The running call is done with its opening or ending phase.
     mutating func endActivity() {
-        activity = .idle
+        if case .idle = activity { return }
+        activity = .idle(opened: nil)
     }
 
     private mutating func takeTicket() -> EntryAction {
