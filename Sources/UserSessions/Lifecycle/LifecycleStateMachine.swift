@@ -63,11 +63,16 @@ struct LifecycleStateMachine<Waiter> {
         /// No opening or ending runs; `opened` is the generation of the session opened now, if any (one is opened
         /// only while nothing opens or ends: an open runs once no session is opened, and its commit makes it idle).
         case idle(opened: UInt64?)
-        case opening(generation: UInt64?, rollBack: Bool, invalidation: UserSessionEvent.InvalidationReason?)
+        case opening(invalidation: UserSessionEvent.InvalidationReason?, generation: UInt64?, rollBack: Bool)
         case ending(generation: UInt64)
     }
 
     private var turns = FIFOLanes<SingleLane, Waiter>()
+    /// The generation of the newest opening: grows by one with every session opened or restored (the gate uses it
+    /// to discard late refreshes).
+    private(set) var lastGeneration: UInt64 = 0
+    /// Declared after the word above and before the flag below: with the reason first in its opening case, the
+    /// activity leaves the flag room in its last word, and the turnstile is a word smaller.
     private var activity = Activity.idle(opened: nil)
     private(set) var isShutDown = false
     /// The generation of the session that is opened now, if any (kept in the idle ``Activity``).
@@ -95,8 +100,8 @@ struct LifecycleStateMachine<Waiter> {
             // `close()` after shutdown is a no-op that still waits for the shutdown to finish; `closeAndClear()`
             // checks ``isShutDown`` itself before entering.
             var cancelStarting = false
-            if case .opening(let generation, false, let invalidation) = activity {
-                activity = .opening(generation: generation, rollBack: true, invalidation: invalidation)
+            if case .opening(let invalidation, let generation, false) = activity {
+                activity = .opening(invalidation: invalidation, generation: generation, rollBack: true)
                 cancelStarting = true
             }
             if call == .shutdown { isShutDown = true }
@@ -104,10 +109,10 @@ struct LifecycleStateMachine<Waiter> {
         case .invalidate(let generation, let reason):
             if isShutDown { return Entry(action: .dropped) }
             switch activity {
-            case .opening(generation, let rollBack, nil):
-                activity = .opening(generation: generation, rollBack: rollBack, invalidation: reason)
+            case .opening(nil, generation, let rollBack):
+                activity = .opening(invalidation: reason, generation: generation, rollBack: rollBack)
                 return Entry(action: .dropped, cancelStarting: !rollBack)
-            case .opening(generation, _, _?):
+            case .opening(_?, generation, _):
                 return Entry(action: .dropped)
             case .ending(generation):
                 return Entry(action: .dropped)
@@ -130,22 +135,26 @@ struct LifecycleStateMachine<Waiter> {
         return turns.leave(ticket)
     }
 
-    /// The running call starts opening a session; close-like calls arriving from now on roll it back.
-    mutating func beginOpening() {
-        activity = .opening(generation: nil, rollBack: false, invalidation: nil)
+    /// The running call starts opening a session; close-like calls arriving from now on roll it back. Returns the
+    /// new session's generation.
+    @discardableResult
+    mutating func beginOpening() -> UInt64 {
+        activity = .opening(invalidation: nil, generation: nil, rollBack: false)
+        lastGeneration += 1
+        return lastGeneration
     }
 
     /// The running open activated `generation` in the gate; invalidations for it are folded into the open.
     mutating func openingActivated(generation: UInt64) {
-        guard case .opening(_, let rollBack, let invalidation) = activity else {
+        guard case .opening(let invalidation, _, let rollBack) = activity else {
             preconditionFailure("lifecycle turnstile: activation outside an opening")
         }
-        activity = .opening(generation: generation, rollBack: rollBack, invalidation: invalidation)
+        activity = .opening(invalidation: invalidation, generation: generation, rollBack: rollBack)
     }
 
     /// What the running open must do now.
     var openingVerdict: OpeningVerdict {
-        guard case .opening(_, let rollBack, let invalidation) = activity else { return .proceed }
+        guard case .opening(let invalidation, _, let rollBack) = activity else { return .proceed }
         if rollBack { return .rollBack }
         if let invalidation { return .invalidate(invalidation) }
         return .proceed

@@ -22,10 +22,11 @@ public actor UserSessionController: CredentialsGateOwner {
     @usableFromInline nonisolated let gate: CredentialsGate
     /// The services started by the next open, in registration order.
     var services: [any UserSessionService]
-    /// Grows by one with every session that is opened or restored; the gate uses it to discard late refreshes.
-    var generation: UInt64 = 0
-    /// The ordering of lifecycle calls: the turnstile, whose parked calls are resumed on the actor.
+    /// The ordering of lifecycle calls: the turnstile, whose parked calls are resumed on the actor. It also counts the
+    /// sessions opened or restored (``generation``).
     var lifecycle = Turnstile()
+    /// Grows by one with every session that is opened or restored; the gate uses it to discard late refreshes.
+    var generation: UInt64 { lifecycle.lastGeneration }
     typealias Turnstile = LifecycleStateMachine<Parked<Void, Never>>
     /// The opened session, its generation and the services that started for it.
     var running: RunningSession?
@@ -40,16 +41,13 @@ public actor UserSessionController: CredentialsGateOwner {
         if let configurationError { throw configurationError }
     }
 
-    /// The registry holding this controller, if one does: told when a terminal refresh failure invalidated the
-    /// session, so that it lets the controller go (set once by the registry, before it hands the controller out).
-    nonisolated let membership = Locked(RegistryMembership())
-
-    /// Where a registry keeps this controller: under its sessions' identifier (a registry opens and restores only
-    /// its key's sessions in it, so the key is not kept twice), as the entry `entryID`.
-    struct RegistryMembership {
-        weak var registry: UserSessionRegistry?
-        var entryID: UInt64 = 0
-    }
+    /// The registry holding this controller, if one made it: told when a terminal refresh failure invalidated the
+    /// session, so that it lets the controller go. It keeps the controller under its sessions' identifier (a
+    /// registry opens and restores only its key's sessions in it, so the key is not kept twice), as the entry
+    /// ``registryEntryID``. Both are set when the controller is made, so reading them takes no lock.
+    nonisolated weak let registry: UserSessionRegistry?
+    /// The registry's entry for this controller (0 without a registry).
+    nonisolated let registryEntryID: UInt64
 
     /// The opened session's generation and started services. The session itself is the hub's current one
     /// (``session``): `.opened` made it so, and nothing changes it until the session ends.
@@ -80,10 +78,16 @@ public actor UserSessionController: CredentialsGateOwner {
             services: services)
     }
 
-    /// A controller made from `settings` (a registry's, shared by its controllers).
-    init(settings: ControllerSettings, services: [any UserSessionService]) {
+    /// A controller made from `settings` (a registry's, shared by its controllers); a registry making it passes
+    /// itself and the entry it keeps the controller as.
+    init(
+        settings: ControllerSettings, services: [any UserSessionService], registry: UserSessionRegistry? = nil,
+        entryID: UInt64 = 0
+    ) {
         self.settings = settings
         self.services = services
+        self.registry = registry
+        registryEntryID = entryID
         let hub = EventHub(options: settings.eventOptions)
         self.hub = hub
         self.gate = CredentialsGate(settings: settings, events: hub)
@@ -248,9 +252,8 @@ public actor UserSessionController: CredentialsGateOwner {
     /// registry holding the controller, if any, lets it go.
     func credentialsRevoked(generation: UInt64) async {
         await invalidate(generation: generation, reason: .credentialsRevoked)
-        let membership = membership.withLock { $0 }
-        guard let registry = membership.registry, let identifier = hub.session.identifier else { return }
-        await registry.removeIfInvalid(ExactIdentifier(identifier), entryID: membership.entryID)
+        guard let registry, let identifier = hub.session.identifier else { return }
+        await registry.removeIfInvalid(ExactIdentifier(identifier), entryID: registryEntryID)
     }
 
     /// The gate's call up when a coordinated store's record was removed elsewhere.
@@ -398,9 +401,7 @@ extension UserSessionController {
         services: [any UserSessionService],
         openedAt: Date
     ) async throws -> UserSession {
-        lifecycle.beginOpening()
-        generation += 1
-        let generation = generation
+        let generation = lifecycle.beginOpening()
         let identifier = source.identifier
         let session = UserSession(
             identifier: identifier, state: .opened, userInfo: source.userInfo, openedAt: openedAt)

@@ -50,7 +50,6 @@ struct RegistryState {
     var flights = SingleFlight<UInt64, Parked<UserSessionController, any Error>>()
     var currentIdentifier: String?
     var isShutDown = false
-    private var nextEntryID: UInt64 = 0
     private var nextStamp: UInt64 = 0
     private var nextFlightID: UInt64 = 0
 
@@ -103,12 +102,10 @@ struct RegistryState {
         return lookUp(key, now: now)
     }
 
-    /// Holds `controller` for `key` (which must hold none) and returns its entry id.
-    mutating func insert(_ controller: UserSessionController, for key: ExactIdentifier, now: Double) -> UInt64 {
-        nextEntryID += 1
+    /// Holds `controller` for `key` (which must hold none) as the entry `entryID`.
+    mutating func insert(_ controller: UserSessionController, for key: ExactIdentifier, entryID: UInt64, now: Double) {
         nextStamp += 1
-        entries[key] = Entry(id: nextEntryID, controller: controller, lastLookup: now, lookupStamp: nextStamp)
-        return nextEntryID
+        entries[key] = Entry(id: entryID, controller: controller, lastLookup: now, lookupStamp: nextStamp)
     }
 
     /// Drops the entry for `key` if it is still the one with `entryID`; returns whether it did.

@@ -52,6 +52,10 @@ public final class UserSessionRegistry: Sendable {
     let relay: RegistryEventRelay
     /// Ids of callers waiting for a get-or-restore, allocated outside the lock for their cancellation handlers.
     let waiterIDs = Atomic<UInt64>(0)
+    /// The ids of the registry's entries, one per controller it makes (a controller that did not become an entry
+    /// leaves a gap): a controller knows its entry from the start, and leaves the registry through it when a terminal
+    /// refresh failure invalidates its session (``removeIfInvalid(_:entryID:)``).
+    let entryIDs = Atomic<UInt64>(0)
 
     /// Creates a registry whose open sessions are not bounded.
     ///
@@ -165,19 +169,21 @@ public final class UserSessionRegistry: Sendable {
         }) {
             return held
         }
-        // The factory is user code: it runs outside the lock (it may call the registry).
-        let candidate = UserSessionController(settings: settings, services: makeServices(identifier))
-        let (controller, entryID) = try state.withLock { state -> (UserSessionController, UInt64?) in
+        // The factory is user code: it runs outside the lock (it may call the registry). The controller knows the entry
+        // it is made for, which it becomes unless another call held one for `key` first.
+        let entryID = entryIDs.wrappingAdd(1, ordering: .relaxed).newValue
+        let candidate = UserSessionController(
+            settings: settings, services: makeServices(identifier), registry: self, entryID: entryID)
+        let inserted = try state.withLock { state -> UserSessionController? in
             guard !state.isShutDown else { throw Self.shutdownError }
-            if let held = state.lookUp(key, now: now) { return (held, nil) }
-            return (candidate, state.insert(candidate, for: key, now: now))
+            if let held = state.lookUp(key, now: now) { return held }
+            state.insert(candidate, for: key, entryID: entryID, now: now)
+            return nil
         }
-        if let entryID {
-            // After the lock, before the controller is handed out: a registry call opens it only after this.
-            relay.attach(.init(entryID: entryID, identifier: identifier, controller: controller))
-            leaveWhenInvalidated(controller, entryID: entryID)
-        }
-        return controller
+        if let held = inserted { return held }
+        // After the lock, before the controller is handed out: a registry call opens it only after this.
+        relay.attach(.init(entryID: entryID, identifier: identifier, controller: candidate))
+        return candidate
     }
 
     /// Drops the controller held for `key` if it is still `controller` and its session is not open, and shuts it
@@ -621,12 +627,6 @@ extension UserSessionRegistry {
         _ = state.withLock { $0.remove(victim.key, entryID: victim.entryID) }
         reportEviction(victim.key.value)
         return true
-    }
-
-    /// Makes `controller` leave the registry when a terminal refresh failure invalidates its session: the controller
-    /// calls ``removeIfInvalid(_:entryID:)`` once it invalidated the session.
-    func leaveWhenInvalidated(_ controller: UserSessionController, entryID: UInt64) {
-        controller.membership.withLock { $0 = .init(registry: self, entryID: entryID) }
     }
 
     /// Drops the controller held as `entryID` for `key` if its session is invalid, in the identifier's turn.
