@@ -47,6 +47,15 @@ struct ShutdownSettlesTests {
             }
         }
 
+        /// Waits until the shutdown's deadline sleeps on ``deadlines``: the shutdown says it waits just before it
+        /// arms its deadline, and moved in between, the clock would pass the deadline unseen and the shutdown would
+        /// wait for ever.
+        func waitUntilTheDeadlineIsArmed() async throws {
+            try await withHangGuard("the shutdown's deadline is armed") {
+                while deadlines.sleeperCount == 0 { await Task.yield() }
+            }
+        }
+
         /// Signs alice in through `registry` with a token about to expire, asks for one, holds the refresh at the
         /// server and closes her session: her refresh is the ledger's alone. Returns her controller.
         func refreshOutlivingAClose(in registry: UserSessionRegistry) async throws -> UserSessionController {
@@ -103,6 +112,7 @@ struct ShutdownSettlesTests {
 
         let shutdown = Task { await controller.shutdown() }
         try await bench.waitUntilShutdownWaits(for: "alice", of: controller)
+        try await bench.waitUntilTheDeadlineIsArmed()
         bench.deadlines.advance(by: Bench.storeTimeout.seconds)
         await shutdown.value
         await probe.waitUntilFinished()
@@ -164,6 +174,7 @@ struct ShutdownSettlesTests {
 
         let shutdown = Task { await registry.shutdown() }
         try await bench.waitUntilShutdownWaits(for: "alice")
+        try await bench.waitUntilTheDeadlineIsArmed()
         bench.deadlines.advance(by: Bench.storeTimeout.seconds)
         await shutdown.value
         var reported: [UserSessionRegistry.Event] = []
