@@ -84,9 +84,8 @@ final class EventHub: Sendable {
         let (subscription, id) = state.withLock { state -> (EventSubscription, Int?) in
             let subscription = EventSubscription(current: state.currentEvent, capacity: capacity)
             guard !state.finished else { return (subscription, nil) }
-            let id = newID
-            state.subscriptions[id] = subscription
-            return (subscription, id)
+            state.subscriptions[newID] = subscription
+            return (subscription, newID)
         }
         // After a finish, the subscription yields its `.current` element and ends.
         if id == nil { subscription.finish() }

@@ -189,10 +189,7 @@ final class CredentialsGate: Sendable {
         }
         let (timeout, deadlineClock) = (policy.storeTimeout, policy.deadlineClock)
         // Numbered like the background tasks: a flush started later has a greater number.
-        let number = links.withLock { links in
-            links.nextID += 1
-            return links.nextID
-        }
+        let number = links.withLock { $0.takeID() }
         let flush = Task { await self.finalFlush(number, identifier: identifier) }
         if await Deadline.wait(for: flush, timeout: timeout, clock: deadlineClock) { return }
         cancelBackgroundWork()
@@ -251,14 +248,17 @@ final class CredentialsGate: Sendable {
     /// session the gate serves now (or served last). The generation is read before the ledger's lock is taken: the
     /// schedule is made inside it, only when the ledger needs one.
     func releaseInLedger(_ identifier: String) {
-        let generation = inspect { $0.generation }
-        ledger.release(identifier, view: currentOwner, schedule: ledgerSchedule(for: generation))
+        release(identifier, generation: inspect { $0.generation })
     }
 
     /// ``releaseInLedger(_:)`` for the identifier the machine holds: it and its session's generation come from one
     /// read of the machine.
     private func releaseSessionIdentifier() {
         let (identifier, generation) = inspect { ($0.identifier, $0.generation) }
+        release(identifier, generation: generation)
+    }
+
+    private func release(_ identifier: String, generation: UInt64) {
         ledger.release(identifier, view: currentOwner, schedule: ledgerSchedule(for: generation))
     }
 
@@ -1614,6 +1614,12 @@ extension CredentialsGate {
         /// nothing.
         var flushAbandoned: UInt64 { work?.flushAbandoned ?? 0 }
 
+        /// The next id for a background task or a final flush.
+        mutating func takeID() -> UInt64 {
+            nextID += 1
+            return nextID
+        }
+
         /// Changes the background work, made now if there is none; dropped again once it holds nothing.
         mutating func modifyWork<Value>(_ body: (BackgroundWork) -> Value) -> Value {
             let work = self.work ?? BackgroundWork()
@@ -1624,8 +1630,8 @@ extension CredentialsGate {
     }
 
     /// What a gate runs in the background, the write turns its writes hold and the final flush a close abandoned, in an
-    /// object of its own: a session that runs nothing keeps a word for it, not five. Read and changed only under ``links``' lock, like the
-    /// ``Links`` that hold it.
+    /// object of its own: a session that runs nothing keeps a word for it, not five. Read and changed only under
+    /// ``links``' lock, like the ``Links`` that hold it.
     final class BackgroundWork {
         var running: [UInt64: Task<Void, Never>] = [:]
         /// Tasks that finished before they were recorded (a task may finish before `Task {}` returns).
@@ -1648,10 +1654,7 @@ extension CredentialsGate {
     /// Runs `body` in an unstructured task that no caller's cancellation reaches, recorded until it finishes.
     @discardableResult
     func runInBackground(_ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
-        let id = links.withLock { links -> UInt64 in
-            links.nextID += 1
-            return links.nextID
-        }
+        let id = links.withLock { $0.takeID() }
         let task = Task {
             await body()
             self.links.withLock { links in
