@@ -14,7 +14,9 @@ mkdir -p .build-tsan
 log=.build-tsan/tsan-test-output.txt
 status=0
 # Serial: under TSAN the stress tests (100,000 waiters, 10,000 users) would starve the others past their hang guards.
-swift test --sanitize=thread --no-parallel --scratch-path .build-tsan -Xswiftc -DUSER_SESSIONS_TSAN "$@" 2>&1 \
+# Bounded (Scripts/bounded.sh) like the other test steps of .ci/run: a test that hangs fails the run after 25 minutes
+# (build included; build and run take about 10 minutes here), naming the tests in flight with the process's stacks.
+Scripts/bounded.sh 1500 swift test --sanitize=thread --no-parallel --scratch-path .build-tsan -Xswiftc -DUSER_SESSIONS_TSAN "$@" 2>&1 \
     | tee "$log" || status=$?
 if grep -q "WARNING: ThreadSanitizer" "$log"; then
     python3 - "$log" <<'PY'
