@@ -1,3 +1,5 @@
+import Synchronization
+
 /// The single flight of one session's refreshes: whether a refresh runs (and who waits for it), whether the last
 /// ones failed (and how long to back off), or whether the session's refreshes are over.
 ///
@@ -62,7 +64,9 @@ struct FlightMachine {
     }
 
     private var state = State.idle
-    private var nextFlightID: UInt64 = 1
+    /// Flight ids: one counter for the process (an id need only be unique and increasing per session, to tell a
+    /// current flight from a finished one), so an idle session keeps none.
+    private static let flightIDs = Atomic<UInt64>(0)
 
     // MARK: - Reading
 
@@ -131,8 +135,7 @@ struct FlightMachine {
         case .refreshing: preconditionFailure("a refresh started while another one runs")
         case .terminated: preconditionFailure("a refresh started after a terminal failure")
         }
-        let id = nextFlightID
-        nextFlightID += 1
+        let id = Self.flightIDs.wrappingAdd(1, ordering: .relaxed).newValue
         let flight = Flight(id: id, kind: kind, startedAt: now)
         state = .refreshing(flight: flight, waiters: FlightWaiters(), backoff: backoff)
         return id
