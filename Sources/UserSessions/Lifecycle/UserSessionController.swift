@@ -16,9 +16,11 @@ public actor UserSessionController: CredentialsGateOwner {
     public nonisolated var store: any TokenStore { settings.store }
     /// The settings.
     public nonisolated var configuration: Configuration { settings.configuration }
-    /// The configuration with what is derived from it, shared with the other controllers of a registry.
-    nonisolated let settings: ControllerSettings
-    nonisolated let hub: EventHub
+    /// The configuration with what is derived from it, shared with the other controllers of a registry. Held by the
+    /// gate, like the event hub: the controller keeps neither a second time.
+    nonisolated var settings: ControllerSettings { gate.settings }
+    /// The session's events and its current state.
+    nonisolated var hub: EventHub { gate.events }
     @usableFromInline nonisolated let gate: CredentialsGate
     /// The services started by the next open, in registration order.
     var services: [any UserSessionService]
@@ -28,10 +30,13 @@ public actor UserSessionController: CredentialsGateOwner {
     /// Grows by one with every session that is opened or restored; the gate uses it to discard late refreshes.
     var generation: UInt64 { lifecycle.lastGeneration }
     typealias Turnstile = LifecycleStateMachine<Parked<Void, Never>>
-    /// The opened session, its generation and the services that started for it.
-    var running: RunningSession?
-    /// Cancels what the running open is waiting for (its service start or its restore refresh), if anything.
-    var cancelOpeningWork: (@Sendable () -> Void)?
+    /// The services started for the opened session, `nil` while no session is opened. The session itself is the
+    /// hub's current one (``session``), and its generation the turnstile's opened one
+    /// (``LifecycleStateMachine/openedGeneration``): `.opened` set both, and nothing changes them until it ends.
+    var runningServices: [any UserSessionService]?
+    /// What the running open is waiting for (a step of its own, or its services' start), if anything: a close that
+    /// arrives meanwhile cancels it. One task type for both (a step returns `nil`), so the field is one word.
+    var openingWork: Task<ServiceStartOutcome?, any Error>?
     /// Why ``configuration`` cannot work, if it cannot; opens and restores throw it.
     nonisolated var configurationError: UserSessionError? { settings.configurationError }
 
@@ -48,13 +53,6 @@ public actor UserSessionController: CredentialsGateOwner {
     nonisolated weak let registry: UserSessionRegistry?
     /// The registry's entry for this controller (0 without a registry).
     nonisolated let registryEntryID: UInt64
-
-    /// The opened session's generation and started services. The session itself is the hub's current one
-    /// (``session``): `.opened` made it so, and nothing changes it until the session ends.
-    struct RunningSession {
-        var generation: UInt64
-        var services: [any UserSessionService]
-    }
 
     /// Creates a controller with no session (state ``UserSession/State/undefined``).
     ///
@@ -84,13 +82,10 @@ public actor UserSessionController: CredentialsGateOwner {
         settings: ControllerSettings, services: [any UserSessionService], registry: UserSessionRegistry? = nil,
         entryID: UInt64 = 0
     ) {
-        self.settings = settings
         self.services = services
         self.registry = registry
         registryEntryID = entryID
-        let hub = EventHub(options: settings.eventOptions)
-        self.hub = hub
-        self.gate = CredentialsGate(settings: settings, events: hub)
+        self.gate = CredentialsGate(settings: settings, events: EventHub(options: settings.eventOptions))
         gate.setOwner(self)
     }
 
@@ -203,7 +198,7 @@ public actor UserSessionController: CredentialsGateOwner {
         guard let ticket = try await enterTurn(.close) else { return }
         defer { leaveTurn(ticket) }
         let knownIdentifier = hub.session.identifier
-        let wasOpen = running != nil
+        let wasOpen = runningServices != nil
         await endRunningSession(state: .closed, event: .closed(.cleared))
         do {
             let persisted = try await store.loadCurrentIdentifier()
@@ -272,7 +267,7 @@ public actor UserSessionController: CredentialsGateOwner {
         let entry = lifecycle.enter(.invalidate(generation: generation, reason: reason))
         guard let ticket = await takeTurn(entry) else { return }
         defer { leaveTurn(ticket) }
-        guard let running, running.generation == generation else { return }
+        guard lifecycle.openedGeneration == generation else { return }
         await endRunningSession(state: .invalid, event: .invalidated(reason))
     }
 
@@ -280,10 +275,10 @@ public actor UserSessionController: CredentialsGateOwner {
     /// store was removed by another process. Ignored when that session is not the opened one (an opening session
     /// finds the record gone when it next reads it).
     func closeClearedElsewhere(generation: UInt64) async {
-        guard running?.generation == generation else { return }
+        guard lifecycle.openedGeneration == generation else { return }
         guard let ticket = try? await enterTurn(.close) else { return }
         defer { leaveTurn(ticket) }
-        guard let running, running.generation == generation else { return }
+        guard lifecycle.openedGeneration == generation else { return }
         await endRunningSession(state: .closed, event: .closed(.clearedElsewhere))
     }
 
@@ -298,7 +293,7 @@ public actor UserSessionController: CredentialsGateOwner {
     }
 
     private func takeTurn(_ entry: Turnstile.Entry) async -> Turnstile.Ticket? {
-        if entry.cancelStarting { cancelOpeningWork?() }
+        if entry.cancelStarting { openingWork?.cancel() }
         switch entry.action {
         case .proceed(let ticket):
             return ticket
@@ -316,12 +311,12 @@ public actor UserSessionController: CredentialsGateOwner {
 
     /// Ends the opened session, if any: credentials first, then services in reverse order, then the event.
     func endRunningSession(state: UserSession.State, event: UserSessionEvent.Kind) async {
-        guard let running else { return }
+        guard let services = runningServices else { return }
         lifecycle.beginEnding()
         let session = hub.session
         await gate.deactivate()
-        await stopServices(running.services, session: session)
-        self.running = nil
+        await stopServices(services, session: session)
+        runningServices = nil
         lifecycle.endActivity()
         var ended = session
         ended.state = state
@@ -492,14 +487,17 @@ extension UserSessionController {
     }
 
     /// Runs a step of an opening session in a task of its own, so that a close arriving meanwhile (through
-    /// `cancelOpeningWork`) or the caller's cancellation cancels it: a store that never answers but honours
+    /// ``openingWork``) or the caller's cancellation cancels it: a store that never answers but honours
     /// cancellation cannot keep the open, and the close queued behind it, waiting forever. A store that ignores
     /// cancellation is still awaited, so that its write never lands after a later `closeAndClear()` removed it.
     func runOpeningStep(_ step: @escaping @Sendable () async throws -> Void) async throws {
-        let task = Task { try await step() }
-        cancelOpeningWork = { task.cancel() }
-        defer { cancelOpeningWork = nil }
-        try await withTaskCancellationHandler {
+        let task = Task<ServiceStartOutcome?, any Error> {
+            try await step()
+            return nil
+        }
+        openingWork = task
+        defer { openingWork = nil }
+        _ = try await withTaskCancellationHandler {
             try await task.value
         } onCancel: {
             task.cancel()
@@ -526,7 +524,7 @@ extension UserSessionController {
         guard case .proceed = lifecycle.openingVerdict, case .started(let started) = outcome else {
             throw await abandonOpening(session, outcome: outcome)
         }
-        running = RunningSession(generation: generation, services: started)
+        runningServices = started
         lifecycle.opened(generation: generation)
         hub.emit(.opened, session: session)
         return session
@@ -537,14 +535,17 @@ extension UserSessionController {
     private func startServices(_ services: [any UserSessionService], session: UserSession) async
         -> ServiceStartOutcome
     {
-        let starting = Task { await ServiceRunner.start(services, session: session) }
-        cancelOpeningWork = { starting.cancel() }
-        let outcome = await withTaskCancellationHandler {
-            await starting.value
+        let starting = Task<ServiceStartOutcome?, any Error> { await ServiceRunner.start(services, session: session) }
+        openingWork = starting
+        let result = await withTaskCancellationHandler {
+            await starting.result
         } onCancel: {
             starting.cancel()
         }
-        cancelOpeningWork = nil
+        openingWork = nil
+        guard case .success(let outcome?) = result else {
+            preconditionFailure("a service start neither throws nor returns nil")
+        }
         return outcome
     }
 
@@ -645,7 +646,7 @@ extension UserSessionController {
         try checkConfigured()
         guard let ticket = try await enterTurn(.open) else { return nil }
         defer { leaveTurn(ticket) }
-        guard running == nil else { throw Self.wrongStateError }
+        guard runningServices == nil else { throw Self.wrongStateError }
         guard let identifier = try await loadCurrentIdentifier() else { return nil }
         return try await restoreInTurn(identifier: identifier)
     }
@@ -687,7 +688,7 @@ extension UserSessionController {
         try checkConfigured()
         guard let ticket = try await enterTurn(.open) else { return nil }
         defer { leaveTurn(ticket) }
-        guard running == nil else { throw Self.wrongStateError }
+        guard runningServices == nil else { throw Self.wrongStateError }
         return try await restoreInTurn(identifier: identifier)
     }
 

@@ -42,16 +42,16 @@ final class CredentialsGate: Sendable {
     /// session's identifier in the ledger, the task following the coordinated store's changes, and the work it runs
     /// in the background (see ``Links``).
     let links = Locked(Links())
+    /// Whether the session clock is the system clock, kept inline (after the links' flags, with the lock below in the
+    /// same word): the hot path then reads the coarse system clock without reaching the shared settings, which would
+    /// retain and release that object, one cache line every task of the process shares. A custom clock (tests,
+    /// simulations) is read through the settings.
+    let readsSystemClock: Bool
     /// Orders the events of refreshes (started, failed, loop tripped) and of late writes against `deactivate()`:
     /// one is emitted only while its session is active, checked and emitted under this lock, which `deactivate()`
     /// takes too. So none of them ever follows the session's `.closed` or `.invalidated`. Never taken on the hot
     /// path; taken before `state`, never after it.
     let eventOrder = Locked(())
-    /// Whether the session clock is the system clock, kept inline (beside the lock above, in its padding): the hot
-    /// path then reads the coarse system clock without reaching the shared settings, which would retain and release
-    /// that object, one cache line every task of the process shares. A custom clock (tests, simulations) is read
-    /// through the settings.
-    let readsSystemClock: Bool
     /// The refresher, the ledger and the policy, shared with the other controllers of a registry.
     let settings: ControllerSettings
     var refresher: (any TokenRefresher)? { settings.refresher }
@@ -1595,12 +1595,14 @@ extension CredentialsGate {
         /// The last id given to a background task or a final flush of ``deactivate()``: never reused, so an id stays
         /// unique when ``work`` is dropped and made again, and a later flush has a greater one.
         var nextID: UInt64 = 0
-        /// Whether a shutdown waits for the flights and the ledger (``settleBeforeExit(_:)``; a probe for tests).
-        var settlingBeforeExit = false
-        /// Whether the session's identifier is held in the ledger (see above); beside the flag before it, in one word.
-        var holdsIdentifier = false
         /// The background tasks running and the write turns held, while there are any (see ``BackgroundWork``).
         private var work: BackgroundWork?
+        /// Whether a shutdown waits for the flights and the ledger (``settleBeforeExit(_:)``; a probe for tests).
+        /// The two flags come last, so the gate's own flag and lock fill the rest of their word (see
+        /// ``CredentialsGate/readsSystemClock``).
+        var settlingBeforeExit = false
+        /// Whether the session's identifier is held in the ledger (see above).
+        var holdsIdentifier = false
 
         /// The running background tasks, by id.
         var running: [UInt64: Task<Void, Never>] { work?.running ?? [:] }
