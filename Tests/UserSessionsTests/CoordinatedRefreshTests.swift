@@ -177,6 +177,44 @@ import Testing
         #expect(rig.store.conditionalSaves.isEmpty)
     }
 
+    /// Found by the PostgreSQL fleet test (a node counted 4 refreshes and 1 adoption for 5 expiries): the store's
+    /// notification of the commit's own write can come, and be read, after the write turn is handed on but before
+    /// the commit publishes. The record is then the newest this process knows while the refresh is in flight: not
+    /// news. Adopted, it made the flight stale, so its refresh was never reported.
+    @Test func theNotificationOfACommitsOwnWriteBeforeItPublishesIsNotAdopted() async throws {
+        let rig = Rig(expiresIn: -1)
+        await rig.store.subscriptions.wait(for: 1)
+        let commit = AsyncGate()
+        let probe = rig.gate.backgroundTasks
+        probe.holdNextCommit(until: commit)
+        let waiter = Task { try await rig.gate.accessToken() }
+        await probe.heldCommits.wait(for: 1)
+        let written = try #require(rig.store.record("user"))
+        #expect(written.session.credentials?.accessToken == "at-1", "the commit's write landed")
+        // The notification of that write is read while the commit waits to publish (the read is held so that the
+        // watch has the turn and has read the session's credentials before the test goes on).
+        let read = AsyncGate()
+        rig.store.pauseNextRead(until: read)
+        rig.store.send(.saved(identifier: "user", revision: written.revision))
+        await rig.store.pausedReads.wait(for: 1)
+        // A second change, handled after the first: once its read is held, the first one's handling is over.
+        let next = AsyncGate()
+        rig.store.pauseNextRead(until: next)
+        rig.store.send(.resynchronize)
+        read.open()
+        await rig.store.pausedReads.wait(for: 2)
+        commit.open()
+        #expect(try await waiter.value == "at-1")
+        let kinds = await rig.kinds { kind in
+            if case .credentialsRefreshed = kind { return true }
+            return Self.isAdoption(kind)
+        }
+        #expect(kinds.last == .credentialsRefreshed, "the refresh is reported, not adopted from the store: \(kinds)")
+        #expect(rig.gate.inspect { $0.heldRevision } == written.revision)
+        next.open()
+        #expect(rig.refresher.calls == 1)
+    }
+
     @Test func aSavedNotificationWithANewerRevisionIsAdoptedWithoutRefreshing() async throws {
         let rig = Rig(expiresIn: 3600)
         await rig.store.subscriptions.wait(for: 1)

@@ -1030,7 +1030,7 @@ extension CredentialsGate {
         } else {
             written = await performWrite(target, in: turn, leavesTurn: true)
         }
-        noteLeft(turn)
+        if let probe = noteLeft(turn) { await probe.commitLanded() }
         if case .superseded(let record) = written {
             // A coordinated store held a newer record (or none): it stands, and is adopted instead, in the turn.
             // None: the user signed out in another process, which revoked what it had stored, spent by this very
@@ -1125,10 +1125,17 @@ extension CredentialsGate {
         links.withLock { $0.modifyWork { $0.heldTurns[turn.token] = identifier } }
     }
 
-    /// The write holding `turn` leaves it (or has left it), and can no longer be taken away.
-    private func noteLeft(_ turn: CredentialsLedger.TurnGrant) {
+    /// The write holding `turn` leaves it (or has left it), and can no longer be taken away. Returns the probe of the
+    /// background work, if a test installed one (read in the same section).
+    @discardableResult
+    private func noteLeft(_ turn: CredentialsLedger.TurnGrant) -> (any BackgroundWorkProbe)? {
         // The work, with nothing left in it, is dropped: a session idle after its opening write keeps none.
-        links.withLock { $0.modifyWork { _ = $0.heldTurns.removeValue(forKey: turn.token) } }
+        links.withLock { links in
+            links.modifyWork { work in
+                work.heldTurns.removeValue(forKey: turn.token)
+                return work.probe
+            }
+        }
     }
 
     /// Writes `target` to the store holding its identifier's write `turn`; returns the error when the write failed.
@@ -1515,10 +1522,17 @@ extension CredentialsGate {
                 return nil
             }
             // A record marked refused is acted on even when it holds the very credentials the session holds.
+            // A record holding the newest credentials this process knows, while the session's refresh is in flight,
+            // is not news: it is that refresh's own write, whose notification can come before the commit
+            // publishes it (the commit hands the turn on first), or a result the entry answers the flight with. The
+            // flight publishes it; adopted here, the flight would go stale and its refresh go unreported.
+            let newest = ledger.newest(identifier)
             let newer = record.map { record in
-                inspect {
-                    $0.storeIsNewer(record, than: held, generation: generation)
-                        || $0.storeRefuses(record, held, generation: generation)
+                inspect { machine in
+                    if machine.storeRefuses(record, held, generation: generation) { return true }
+                    guard machine.storeIsNewer(record, than: held, generation: generation) else { return false }
+                    guard machine.flights.isRefreshing, let newest else { return true }
+                    return !record.session.holdsSameTokens(as: newest)
                 }
             }
             guard newer ?? true else { return nil }
@@ -1715,4 +1729,12 @@ extension CredentialsGate {
 protocol BackgroundWorkProbe: AnyObject, Sendable {
     /// `task` was started. Called with no lock of the gate held.
     func backgroundTaskStarted(_ task: Task<Void, Never>)
+    /// A commit's write landed (the write turn is handed on) and the commit is about to publish it: a test can hold
+    /// it here, in the window where another writer of the identifier, or a change notification, runs before the
+    /// publication. Called with no lock of the gate held.
+    func commitLanded() async
+}
+
+extension BackgroundWorkProbe {
+    func commitLanded() async {}
 }
