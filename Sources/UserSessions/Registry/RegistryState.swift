@@ -6,9 +6,10 @@
 struct RegistryState {
     /// One held controller.
     struct Entry {
-        /// Tells this controller apart from a later one for the same identifier.
-        let id: UInt64
         let controller: UserSessionController
+        /// Tells this controller apart from a later one for the same identifier: the entry id the registry gave the
+        /// controller when it made it (kept there, not a second time in every slot of ``entries``).
+        var id: UInt64 { controller.registryEntryID }
         /// When the registry last handed the controller out (seconds since the reference date).
         var lastLookup: Double
         /// Orders lookups made at the same clock reading, for the least-recently-used choice.
@@ -102,10 +103,10 @@ struct RegistryState {
         return lookUp(key, now: now)
     }
 
-    /// Holds `controller` for `key` (which must hold none) as the entry `entryID`.
-    mutating func insert(_ controller: UserSessionController, for key: ExactIdentifier, entryID: UInt64, now: Double) {
+    /// Holds `controller` for `key` (which must hold none), as the entry the registry made it for.
+    mutating func insert(_ controller: UserSessionController, for key: ExactIdentifier, now: Double) {
         nextStamp += 1
-        entries[key] = Entry(id: entryID, controller: controller, lastLookup: now, lookupStamp: nextStamp)
+        entries[key] = Entry(controller: controller, lastLookup: now, lookupStamp: nextStamp)
     }
 
     /// Drops the entry for `key` if it is still the one with `entryID`; returns whether it did.

@@ -177,7 +177,7 @@ public final class UserSessionRegistry: Sendable {
         let inserted = try state.withLock { state -> UserSessionController? in
             guard !state.isShutDown else { throw Self.shutdownError }
             if let held = state.lookUp(key, now: now) { return held }
-            state.insert(candidate, for: key, entryID: entryID, now: now)
+            state.insert(candidate, for: key, now: now)
             return nil
         }
         if let held = inserted { return held }
