@@ -1030,7 +1030,7 @@ extension CredentialsGate {
         } else {
             written = await performWrite(target, in: turn, leavesTurn: true)
         }
-        if let probe = noteLeft(turn) { await probe.commitLanded() }
+        let probe = noteLeft(turn)
         if case .superseded(let record) = written {
             // A coordinated store held a newer record (or none): it stands, and is adopted instead, in the turn.
             // None: the user signed out in another process, which revoked what it had stored, spent by this very
@@ -1052,6 +1052,8 @@ extension CredentialsGate {
             await finishAdoption(adoption, generation: job.generation)
             return nil
         }
+        // The turn is handed on; a test may hold the commit here, before it publishes.
+        if let probe { await probe.commitLanded() }
         let now = nowSeconds()
         let jitter = Double.random(in: 0...1)
         // Superseded: the session takes the newest before the flight's waiters resume, so none of them (nor anything
@@ -1729,9 +1731,9 @@ extension CredentialsGate {
 protocol BackgroundWorkProbe: AnyObject, Sendable {
     /// `task` was started. Called with no lock of the gate held.
     func backgroundTaskStarted(_ task: Task<Void, Never>)
-    /// A commit's write landed (the write turn is handed on) and the commit is about to publish it: a test can hold
-    /// it here, in the window where another writer of the identifier, or a change notification, runs before the
-    /// publication. Called with no lock of the gate held.
+    /// A commit's write returned (or the store held its record already), the write turn is handed on, and the commit
+    /// is about to publish: a test can hold it here, in the window where another writer of the identifier, or a
+    /// change notification, runs before the publication. Called with no lock of the gate held.
     func commitLanded() async
 }
 
