@@ -53,9 +53,9 @@ struct LifecycleStateMachineTests {
     @Test func aCloseWhileNoOpenIsRunningDoesNotCancelAnything() {
         var machine = Machine()
         guard case .proceed(let ticket) = machine.enter(.open).action else { return }
-        machine.beginOpening()
-        machine.openingActivated(generation: 1)
-        machine.opened(generation: 1)
+        _ = machine.beginOpening()
+        machine.openingActivated()
+        machine.opened()
         _ = machine.leave(ticket)
         #expect(machine.enter(.close).cancelStarting == false)
     }
@@ -74,42 +74,46 @@ struct LifecycleStateMachineTests {
     @Test func invalidationOfTheOpeningGenerationIsFoldedIntoTheOpen() {
         var machine = Machine()
         guard case .proceed = machine.enter(.open).action else { return }
-        machine.beginOpening()
-        machine.openingActivated(generation: 7)
+        let generation = machine.beginOpening()
+        machine.openingActivated()
 
-        let entry = machine.enter(.invalidate(generation: 7, reason: .credentialsRevoked))
+        let entry = machine.enter(.invalidate(generation: generation, reason: .credentialsRevoked))
         #expect(entry.action == .dropped)
         #expect(entry.cancelStarting)
         #expect(machine.openingVerdict == .invalidate(.credentialsRevoked))
-        #expect(machine.enter(.invalidate(generation: 7, reason: .credentialsRevoked)).cancelStarting == false)
+        #expect(machine.enter(.invalidate(generation: generation, reason: .credentialsRevoked)).cancelStarting == false)
     }
 
     @Test func invalidationsOfStaleOrEndingGenerationsAreDropped() {
         var machine = Machine()
         guard case .proceed(let ticket) = machine.enter(.open).action else { return }
-        machine.beginOpening()
-        machine.openingActivated(generation: 3)
-        machine.opened(generation: 3)
+        _ = machine.beginOpening()
         _ = machine.leave(ticket)
+        guard case .proceed(let reopening) = machine.enter(.open).action else { return }
+        let generation = machine.beginOpening()
+        machine.openingActivated()
+        machine.opened()
+        _ = machine.leave(reopening)
 
-        #expect(machine.enter(.invalidate(generation: 2, reason: .credentialsRevoked)).action == .dropped)
+        #expect(machine.enter(.invalidate(generation: generation - 1, reason: .credentialsRevoked)).action == .dropped)
 
         guard case .proceed(let closing) = machine.enter(.close).action else { return }
         machine.beginEnding()
-        #expect(machine.enter(.invalidate(generation: 3, reason: .credentialsRevoked)).action == .dropped)
+        #expect(machine.enter(.invalidate(generation: generation, reason: .credentialsRevoked)).action == .dropped)
         machine.endActivity()
         _ = machine.leave(closing)
-        #expect(machine.enter(.invalidate(generation: 3, reason: .credentialsRevoked)).action == .dropped)
+        #expect(machine.enter(.invalidate(generation: generation, reason: .credentialsRevoked)).action == .dropped)
     }
 
     @Test func invalidationOfTheOpenedGenerationTakesATurn() {
         var machine = Machine()
         guard case .proceed(let ticket) = machine.enter(.open).action else { return }
-        machine.beginOpening()
-        machine.openingActivated(generation: 1)
-        machine.opened(generation: 1)
+        let generation = machine.beginOpening()
+        machine.openingActivated()
+        machine.opened()
         _ = machine.leave(ticket)
-        guard case .proceed = machine.enter(.invalidate(generation: 1, reason: .credentialsExpired)).action else {
+        guard case .proceed = machine.enter(.invalidate(generation: generation, reason: .credentialsExpired)).action
+        else {
             Issue.record("expected the invalidation to run")
             return
         }

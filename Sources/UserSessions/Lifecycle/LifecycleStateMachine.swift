@@ -24,7 +24,23 @@ struct LifecycleStateMachine<Waiter> {
         /// `shutdown()`.
         case shutdown
         /// The gate reported a terminal failure for `generation`.
-        case invalidate(generation: UInt64, reason: UserSessionEvent.InvalidationReason)
+        case invalidate(generation: UInt64, reason: Invalidation)
+    }
+
+    /// Why the gate invalidates a session: the reasons an invalidation arriving as a call can have. (A service that
+    /// fails to start is the opening's own failure, never a call.) One byte, so the opening that folds it in keeps
+    /// no copy of a reason's text.
+    enum Invalidation: Equatable {
+        case credentialsRevoked
+        case credentialsExpired
+
+        /// The reason the session's `.invalidated` event gives.
+        var reason: UserSessionEvent.InvalidationReason {
+            switch self {
+            case .credentialsRevoked: .credentialsRevoked
+            case .credentialsExpired: .credentialsExpired
+            }
+        }
     }
 
     /// A place in the queue.
@@ -59,25 +75,29 @@ struct LifecycleStateMachine<Waiter> {
         case invalidate(UserSessionEvent.InvalidationReason)
     }
 
+    /// What runs besides the turns. Every session it speaks of is the newest, ``lastGeneration``'s: a session opens
+    /// only while nothing opens or ends (an open runs once no session is opened, and its commit makes the activity
+    /// idle), and no opening begins while it is opened or ending. So no case carries a generation.
     private enum Activity: Equatable {
-        /// No opening or ending runs; `opened` is the generation of the session opened now, if any (one is opened
-        /// only while nothing opens or ends: an open runs once no session is opened, and its commit makes it idle).
-        case idle(opened: UInt64?)
-        case opening(invalidation: UserSessionEvent.InvalidationReason?, generation: UInt64?, rollBack: Bool)
-        case ending(generation: UInt64)
+        /// No opening or ending runs; `opened` when a session is opened now.
+        case idle(opened: Bool)
+        /// A session opens: `activated` once the gate serves it (invalidations for it are folded into the open from
+        /// then on), with the invalidation that arrived and whether a close rolls it back.
+        case opening(invalidation: Invalidation?, activated: Bool, rollBack: Bool)
+        /// The opened session ends.
+        case ending
     }
 
     private var turns = FIFOLanes<SingleLane, Waiter>()
     /// The generation of the newest opening: grows by one with every session opened or restored (the gate uses it
     /// to discard late refreshes).
     private(set) var lastGeneration: UInt64 = 0
-    /// Declared after the word above and before the flag below: with the reason first in its opening case, the
-    /// activity leaves the flag room in its last word, and the turnstile is a word smaller.
-    private var activity = Activity.idle(opened: nil)
+    /// A few bytes (no generation, a one-byte reason), beside the flag below in the turnstile's last word.
+    private var activity = Activity.idle(opened: false)
     private(set) var isShutDown = false
-    /// The generation of the session that is opened now, if any (kept in the idle ``Activity``).
+    /// The generation of the session that is opened now, if any: the newest (see ``Activity``).
     var openedGeneration: UInt64? {
-        if case .idle(let opened) = activity { return opened }
+        if case .idle(opened: true) = activity { return lastGeneration }
         return nil
     }
 
@@ -100,8 +120,8 @@ struct LifecycleStateMachine<Waiter> {
             // `close()` after shutdown is a no-op that still waits for the shutdown to finish; `closeAndClear()`
             // checks ``isShutDown`` itself before entering.
             var cancelStarting = false
-            if case .opening(let invalidation, let generation, false) = activity {
-                activity = .opening(invalidation: invalidation, generation: generation, rollBack: true)
+            if case .opening(let invalidation, let activated, false) = activity {
+                activity = .opening(invalidation: invalidation, activated: activated, rollBack: true)
                 cancelStarting = true
             }
             if call == .shutdown { isShutDown = true }
@@ -109,12 +129,12 @@ struct LifecycleStateMachine<Waiter> {
         case .invalidate(let generation, let reason):
             if isShutDown { return Entry(action: .dropped) }
             switch activity {
-            case .opening(nil, generation, let rollBack):
-                activity = .opening(invalidation: reason, generation: generation, rollBack: rollBack)
+            case .opening(nil, activated: true, let rollBack) where generation == lastGeneration:
+                activity = .opening(invalidation: reason, activated: true, rollBack: rollBack)
                 return Entry(action: .dropped, cancelStarting: !rollBack)
-            case .opening(_?, generation, _):
+            case .opening(_?, activated: true, _) where generation == lastGeneration:
                 return Entry(action: .dropped)
-            case .ending(generation):
+            case .ending where generation == lastGeneration:
                 return Entry(action: .dropped)
             default:
                 break
@@ -139,41 +159,42 @@ struct LifecycleStateMachine<Waiter> {
     /// new session's generation.
     @discardableResult
     mutating func beginOpening() -> UInt64 {
-        activity = .opening(invalidation: nil, generation: nil, rollBack: false)
+        activity = .opening(invalidation: nil, activated: false, rollBack: false)
         lastGeneration += 1
         return lastGeneration
     }
 
-    /// The running open activated `generation` in the gate; invalidations for it are folded into the open.
-    mutating func openingActivated(generation: UInt64) {
+    /// The running open activated its session (the newest generation) in the gate; invalidations for it are folded
+    /// into the open.
+    mutating func openingActivated() {
         guard case .opening(let invalidation, _, let rollBack) = activity else {
             preconditionFailure("lifecycle turnstile: activation outside an opening")
         }
-        activity = .opening(invalidation: invalidation, generation: generation, rollBack: rollBack)
+        activity = .opening(invalidation: invalidation, activated: true, rollBack: rollBack)
     }
 
     /// What the running open must do now.
     var openingVerdict: OpeningVerdict {
         guard case .opening(let invalidation, _, let rollBack) = activity else { return .proceed }
         if rollBack { return .rollBack }
-        if let invalidation { return .invalidate(invalidation) }
+        if let invalidation { return .invalidate(invalidation.reason) }
         return .proceed
     }
 
-    /// The running open committed `generation`: the session is opened.
-    mutating func opened(generation: UInt64) {
-        activity = .idle(opened: generation)
+    /// The running open committed: its session (the newest generation) is opened.
+    mutating func opened() {
+        activity = .idle(opened: true)
     }
 
     /// The running call starts ending the opened session; invalidations for it are dropped from now on.
     mutating func beginEnding() {
-        if let openedGeneration { activity = .ending(generation: openedGeneration) }
+        if case .idle(opened: true) = activity { activity = .ending }
     }
 
     /// The running call is done with its opening or ending phase.
     mutating func endActivity() {
         if case .idle = activity { return }
-        activity = .idle(opened: nil)
+        activity = .idle(opened: false)
     }
 
     private mutating func takeTicket() -> EntryAction {

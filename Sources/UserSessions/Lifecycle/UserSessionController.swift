@@ -263,12 +263,12 @@ public actor UserSessionController: CredentialsGateOwner {
     /// persisted). An invalidation of a session that is still opening makes that open fail instead, without
     /// waiting for it, and one for a session that is being closed is dropped, so this never waits behind a call
     /// that waits for the gate.
-    func invalidate(generation: UInt64, reason: UserSessionEvent.InvalidationReason) async {
+    func invalidate(generation: UInt64, reason: Turnstile.Invalidation) async {
         let entry = lifecycle.enter(.invalidate(generation: generation, reason: reason))
         guard let ticket = await takeTurn(entry) else { return }
         defer { leaveTurn(ticket) }
         guard lifecycle.openedGeneration == generation else { return }
-        await endRunningSession(state: .invalid, event: .invalidated(reason))
+        await endRunningSession(state: .invalid, event: .invalidated(reason.reason))
     }
 
     /// Closes the opened session of `generation` with `.closed(.clearedElsewhere)`: its record in a coordinated
@@ -400,7 +400,7 @@ extension UserSessionController {
         let identifier = source.identifier
         let session = UserSession(
             identifier: identifier, state: .opened, userInfo: source.userInfo, openedAt: openedAt)
-        lifecycle.openingActivated(generation: generation)
+        lifecycle.openingActivated()
         do {
             try await activateAndRunFirstStep(source, generation: generation)
         } catch {
@@ -418,7 +418,7 @@ extension UserSessionController {
                 throw await unwindOpening(session, failure: Self.storeError(error, source.persistFailure))
             }
         }
-        return try await startServicesAndCommit(session, services: services, generation: generation)
+        return try await startServicesAndCommit(session, services: services)
     }
 
     /// Makes the credentials of `source` readable through the gate, then runs its opening step (cancellable, see
@@ -510,11 +510,9 @@ extension UserSessionController {
     /// The commit, the path of every open and restore, is all this frame holds; starting the services and unwinding
     /// run in functions of their own, so that an open without services (a server's restore) carries neither their
     /// state nor their errors in its frame (an async frame that outgrows the task's slab costs an allocation).
-    func startServicesAndCommit(
-        _ session: UserSession,
-        services: [any UserSessionService],
-        generation: UInt64
-    ) async throws -> UserSession {
+    func startServicesAndCommit(_ session: UserSession, services: [any UserSessionService]) async throws
+        -> UserSession
+    {
         let outcome: ServiceStartOutcome
         if lifecycle.openingVerdict != .proceed || services.isEmpty {
             outcome = .started([])
@@ -525,7 +523,7 @@ extension UserSessionController {
             throw await abandonOpening(session, outcome: outcome)
         }
         runningServices = started
-        lifecycle.opened(generation: generation)
+        lifecycle.opened()
         hub.emit(.opened, session: session)
         return session
     }
