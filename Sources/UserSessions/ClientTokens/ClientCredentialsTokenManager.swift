@@ -436,7 +436,7 @@ public final class ClientCredentialsTokenManager: Sendable {
     private func adoptable(_ credentials: Credentials, for job: Machine.FlightJob) -> Bool {
         guard credentials.accessToken != job.rejectedToken else { return false }
         let held = RefreshStateMachine.Held(credentials, policy: policy)
-        return clock.nowSeconds() < held.expiresAt - held.leadTime && held.expiresAt > job.heldExpiresAt
+        return clock.nowSeconds() < held.expiresAt - held.leadTime(policy) && held.expiresAt > job.heldExpiresAt
     }
 
     func record(for key: ClientTokenKey) -> ClientTokenRecord {

@@ -105,7 +105,7 @@ struct ClientTokenMachine<Continuation> {
         if let rejected {
             // A replay: when the token was replaced meanwhile, the replacement is the answer.
             if hasToken, token != rejected, now < held.expiresAt { return .served(token) }
-        } else if hasToken, now < held.expiresAt - held.leadTime {
+        } else if hasToken, now < held.expiresAt - held.leadTime(policy) {
             // Fresh, or inside the proactive window: served at once, one background request in the window.
             guard now >= held.expiresAt - held.softWindow(policy), flight == nil,
                 now >= (backoff?.retryAt ?? -.infinity), backoff?.blocksProactive != true

@@ -22,9 +22,10 @@ struct FlightMachine {
     /// One refresh in progress.
     struct Flight {
         let id: UInt64
-        let kind: RefreshStateMachine.FlightKind
         /// When it started: the issue time of the credentials it returns, if they do not say.
         let startedAt: Double
+        /// Last, so that its byte ends the refreshing state, where the refresh machine's flags follow it.
+        let kind: RefreshStateMachine.FlightKind
     }
 
     /// What failed refreshes left behind: nothing starts on its own before `retryAt`.
@@ -53,9 +54,10 @@ struct FlightMachine {
         /// No refresh runs; nothing failed since the credentials last changed.
         case idle
         /// `flight` runs; `waiters` wait for it, sorted by id. `backoff` is what failed before it, carried on so a
-        /// failure of this flight backs off further.
+        /// failure of this flight backs off further. The flight comes last: its last byte ends the machine, and the
+        /// refresh machine lays its flags right after it.
         case refreshing(
-            flight: Flight, waiters: FlightWaiters<RefreshStateMachine.ParkedCaller>, backoff: Backoff?)
+            waiters: FlightWaiters<RefreshStateMachine.ParkedCaller>, backoff: Backoff?, flight: Flight)
         /// No refresh runs; the last ones failed.
         case failed(Backoff)
         /// A terminal failure (revoked credentials, the record cleared elsewhere): every request fails with
@@ -72,7 +74,7 @@ struct FlightMachine {
 
     /// The refresh in progress, if any.
     var current: Flight? {
-        if case .refreshing(let flight, _, _) = state { return flight }
+        if case .refreshing(_, _, let flight) = state { return flight }
         return nil
     }
 
@@ -84,7 +86,7 @@ struct FlightMachine {
 
     /// Whether `id` is the refresh in progress.
     func isCurrent(_ id: UInt64) -> Bool {
-        if case .refreshing(let flight, _, _) = state { return flight.id == id }
+        if case .refreshing(_, _, let flight) = state { return flight.id == id }
         return false
     }
 
@@ -120,7 +122,7 @@ struct FlightMachine {
 
     /// The waiters of the refresh in progress (for tests).
     var waiters: [RefreshStateMachine.Waiter] {
-        if case .refreshing(_, let waiters, _) = state { return waiters.all }
+        if case .refreshing(let waiters, _, _) = state { return waiters.all }
         return []
     }
 
@@ -136,35 +138,35 @@ struct FlightMachine {
         case .terminated: preconditionFailure("a refresh started after a terminal failure")
         }
         let id = Self.flightIDs.wrappingAdd(1, ordering: .relaxed).newValue
-        let flight = Flight(id: id, kind: kind, startedAt: now)
-        state = .refreshing(flight: flight, waiters: FlightWaiters(), backoff: backoff)
+        let flight = Flight(id: id, startedAt: now, kind: kind)
+        state = .refreshing(waiters: FlightWaiters(), backoff: backoff, flight: flight)
         return id
     }
 
     /// A caller started waiting for the refresh in progress. Ids come from an atomic counter, so a later id may
     /// occasionally arrive first: the waiters stay sorted.
     mutating func waiterJoined(_ waiter: RefreshStateMachine.Waiter) {
-        guard case .refreshing(let flight, var waiters, let backoff) = state else {
+        guard case .refreshing(var waiters, let backoff, let flight) = state else {
             preconditionFailure("a waiter joined while no refresh runs")
         }
         state = .idle  // drops the enum's reference, so the insertion does not copy the array
         waiters.add(waiter)
-        state = .refreshing(flight: flight, waiters: waiters, backoff: backoff)
+        state = .refreshing(waiters: waiters, backoff: backoff, flight: flight)
     }
 
     /// A waiter's task was cancelled: returns its continuation (to resume with `CancellationError`) if it still
     /// waits. Leaves a tombstone, so the array stays sorted for the binary search.
     mutating func waiterCancelled(id: UInt64) -> RefreshStateMachine.ParkedCaller? {
-        guard case .refreshing(let flight, var waiters, let backoff) = state else { return nil }
+        guard case .refreshing(var waiters, let backoff, let flight) = state else { return nil }
         state = .idle  // drops the enum's reference, so the tombstone does not copy the array
         let continuation = waiters.remove(id: id)
-        state = .refreshing(flight: flight, waiters: waiters, backoff: backoff)
+        state = .refreshing(waiters: waiters, backoff: backoff, flight: flight)
         return continuation
     }
 
     /// The refresh in progress returned credentials: the failures are forgotten. Returns it and its waiters.
     mutating func succeeded() -> (flight: Flight, waiters: [RefreshStateMachine.Waiter]) {
-        guard case .refreshing(let flight, let waiters, _) = state else {
+        guard case .refreshing(let waiters, _, let flight) = state else {
             preconditionFailure("a refresh succeeded while none runs")
         }
         state = .idle
@@ -179,7 +181,7 @@ struct FlightMachine {
         _ error: UserSessionError, failureClass: RefreshFailureClass, now: Double, shared: Backoff? = nil,
         delay: (Int) -> Double
     ) -> (flight: Flight, waiters: [RefreshStateMachine.Waiter]) {
-        guard case .refreshing(let flight, let waiters, let previous) = state else {
+        guard case .refreshing(let waiters, let previous, let flight) = state else {
             preconditionFailure("a refresh failed while none runs")
         }
         switch (failureClass, shared) {
@@ -227,7 +229,7 @@ struct FlightMachine {
     /// What failed before it started stays (`failed`), unread, until ``credentialsChanged()``; in any other
     /// state nothing changes.
     mutating func sessionEnded() -> (flight: Flight?, waiters: [RefreshStateMachine.Waiter]) {
-        guard case .refreshing(let flight, let waiters, let backoff) = state else { return (nil, []) }
+        guard case .refreshing(let waiters, let backoff, let flight) = state else { return (nil, []) }
         state = backoff.map { .failed($0) } ?? .idle
         return (flight, waiters.all)
     }

@@ -102,14 +102,6 @@ struct RefreshStateMachine {
     typealias Flight = FlightMachine.Flight
 
     let policy: Policy
-    /// Whether the gate has a refresher: without one, nothing is ever refreshed.
-    let hasRefresher: Bool
-    /// Whether the active session's sign-in has not landed yet: until it does, its writes are taken under
-    /// ``signingInFence`` (see ``heldFence``). Declared beside ``hasRefresher``, in the same word.
-    private(set) var signingIn = false
-    /// Whether the store coordinates refreshes (a ``CoordinatedTokenStore``): only then is ``base`` kept. In the
-    /// same word as the two flags above.
-    let coordinated: Bool
 
     // MARK: Session
 
@@ -132,6 +124,14 @@ struct RefreshStateMachine {
 
     /// The refresh in progress and what past failures left (see ``FlightMachine``).
     private(set) var flights = FlightMachine()
+    /// Whether the gate has a refresher: without one, nothing is ever refreshed. The three flags follow the flight
+    /// machine, in the word its last byte (a running flight's kind) leaves.
+    let hasRefresher: Bool
+    /// Whether the active session's sign-in has not landed yet: until it does, its writes are taken under
+    /// ``signingInFence`` (see ``heldFence``).
+    private(set) var signingIn = false
+    /// Whether the store coordinates refreshes (a ``CoordinatedTokenStore``): only then is ``base`` kept.
+    let coordinated: Bool
     /// The refresh-loop breaker: when the last successful refreshes happened (see ``LoopBreaker``).
     private(set) var breaker = LoopBreaker()
 
@@ -505,9 +505,10 @@ extension RefreshStateMachine {
 
     /// The current credentials with what the machine reads of them at every request, computed once when they change.
     ///
-    /// The soft window and the loop-breaker window also scale to the lifetime, but they are read only when a refresh
-    /// may start or the deadline is recomputed: they are derived from ``lifetime`` and the policy there
-    /// (``softWindow(_:)``, ``loopWindow(_:)``) rather than kept in every idle session.
+    /// The lead time, the soft window and the loop-breaker window scale to the lifetime, but they are read only off the
+    /// hot path (a request at or after ``RefreshStateMachine/nextActionAt``, a waiter deciding whether to join the
+    /// flight, a deadline recomputed): they are derived from ``lifetime`` and the policy there (``leadTime(_:)``,
+    /// ``softWindow(_:)``, ``loopWindow(_:)``) rather than kept in every idle session.
     struct Held {
         let credentials: Credentials?
         /// When they expire, in seconds since the reference date (`infinity` when unknown).
@@ -515,8 +516,6 @@ extension RefreshStateMachine {
         /// Expiry minus issue time when both are known, else `infinity`: an unknown lifetime counts as an endless one,
         /// and neither scales the policy's windows down.
         let lifetime: Double
-        /// The lead time for these credentials: the policy's, scaled down to the lifetime.
-        let leadTime: Double
 
         /// Derives everything from `credentials`, whose lifetime counts from their ``Credentials/lastRefreshedAt``,
         /// or else from `issuedAt` (when the refresh that returned them started); without either it is unknown.
@@ -532,16 +531,20 @@ extension RefreshStateMachine {
             expiresAt = expiry
             let issued = credentials?.lastRefreshedAt?.timeIntervalSinceReferenceDate ?? issuedAt
             lifetime = expiry.isFinite ? issued.map { expiry - $0 } ?? .infinity : .infinity
-            leadTime = min(policy.leadTime, max(0, lifetime) * Policy.leadFraction)
         }
 
         /// The access token (empty without credentials), read from the credentials' shared fields: a copy kept here
         /// would cost every idle session 16 bytes to save the hot path one load.
         var token: String { credentials?.accessToken ?? "" }
 
+        /// The lead time for these credentials under `policy`: the policy's, scaled down to the lifetime.
+        func leadTime(_ policy: Policy) -> Double {
+            min(policy.leadTime, max(0, lifetime) * Policy.leadFraction)
+        }
+
         /// The soft window for these credentials under `policy` (at least the lead time).
         func softWindow(_ policy: Policy) -> Double {
-            max(leadTime, min(policy.softWindow, max(0, lifetime) * Policy.softWindowFraction))
+            max(leadTime(policy), min(policy.softWindow, max(0, lifetime) * Policy.softWindowFraction))
         }
 
         /// The loop breaker's window for these credentials under `policy`.
@@ -600,7 +603,7 @@ extension RefreshStateMachine {
     var expiresAt: Double { held.expiresAt }
     /// Expiry minus issue time, `infinity` when unknown.
     var lifetime: Double { held.lifetime }
-    var leadTime: Double { held.leadTime }
+    var leadTime: Double { held.leadTime(policy) }
     var softWindow: Double { held.softWindow(policy) }
     var loopWindow: Double { held.loopWindow(policy) }
     var heldRevision: UInt64? { base?.revision }
