@@ -491,16 +491,25 @@ extension UserSessionController {
     /// cancellation cannot keep the open, and the close queued behind it, waiting forever. A store that ignores
     /// cancellation is still awaited, so that its write never lands after a later `closeAndClear()` removed it.
     func runOpeningStep(_ step: @escaping @Sendable () async throws -> Void) async throws {
-        let task = Task<ServiceStartOutcome?, any Error> {
-            try await step()
-            return nil
-        }
-        openingWork = task
+        _ = try await awaitOpeningWork(
+            Task {
+                try await step()
+                return nil
+            }
+        ).get()
+    }
+
+    /// Waits for `work`, a step of the running open or its services' start, as ``openingWork``: a close arriving
+    /// meanwhile cancels it, and so does the caller's cancellation.
+    private func awaitOpeningWork(_ work: Task<ServiceStartOutcome?, any Error>) async
+        -> Result<ServiceStartOutcome?, any Error>
+    {
+        openingWork = work
         defer { openingWork = nil }
-        _ = try await withTaskCancellationHandler {
-            try await task.value
+        return await withTaskCancellationHandler {
+            await work.result
         } onCancel: {
-            task.cancel()
+            work.cancel()
         }
     }
 
@@ -533,14 +542,7 @@ extension UserSessionController {
     private func startServices(_ services: [any UserSessionService], session: UserSession) async
         -> ServiceStartOutcome
     {
-        let starting = Task<ServiceStartOutcome?, any Error> { await ServiceRunner.start(services, session: session) }
-        openingWork = starting
-        let result = await withTaskCancellationHandler {
-            await starting.result
-        } onCancel: {
-            starting.cancel()
-        }
-        openingWork = nil
+        let result = await awaitOpeningWork(Task { await ServiceRunner.start(services, session: session) })
         guard case .success(let outcome?) = result else {
             preconditionFailure("a service start neither throws nor returns nil")
         }

@@ -73,3 +73,29 @@ final class ArrivalCounter: Sendable {
         }
     }
 }
+
+/// Holds the next task that passes (``pass()``) at a gate the test set (``hold(until:)``), once, and counts the tasks
+/// it held (``held``): a scripted store's next read, a gate's next commit.
+final class NextPassHold: Sendable {
+    private let gate = Locked<AsyncGate?>(nil)
+    /// One arrival per task held.
+    let held = ArrivalCounter()
+
+    init() {}
+
+    /// Holds the next task that passes until `gate` opens.
+    func hold(until gate: AsyncGate) {
+        self.gate.withLock { $0 = gate }
+    }
+
+    /// Passes: waits at the gate set by ``hold(until:)``, if one is set (and unsets it), else returns at once.
+    func pass() async {
+        guard
+            let gate = gate.withLock({ gate in
+                defer { gate = nil }; return gate
+            })
+        else { return }
+        held.arrive()
+        await gate.wait()
+    }
+}

@@ -9,9 +9,9 @@ final class BackgroundTaskRecorder: BackgroundWorkProbe {
     /// One arrival per recorded task, counted after it became ``last``.
     private let recorded = ArrivalCounter()
     /// Where the next commit waits once its write landed, before it publishes (see ``holdNextCommit(until:)``).
-    private let commitHold = Locked<AsyncGate?>(nil)
+    private let commitHold = NextPassHold()
     /// One arrival per commit held by ``holdNextCommit(until:)``.
-    let heldCommits = ArrivalCounter()
+    var heldCommits: ArrivalCounter { commitHold.held }
 
     func backgroundTaskStarted(_ task: Task<Void, Never>) {
         latest.withLock { $0 = task }
@@ -19,18 +19,12 @@ final class BackgroundTaskRecorder: BackgroundWorkProbe {
     }
 
     func commitLanded() async {
-        guard
-            let gate = commitHold.withLock({ hold in
-                defer { hold = nil }; return hold
-            })
-        else { return }
-        heldCommits.arrive()
-        await gate.wait()
+        await commitHold.pass()
     }
 
     /// Holds the next commit of the gate between its write's landing and its publication until `gate` opens.
     func holdNextCommit(until gate: AsyncGate) {
-        commitHold.withLock { $0 = gate }
+        commitHold.hold(until: gate)
     }
 
     /// The latest task started, or `nil` when none was.

@@ -27,9 +27,10 @@ final class ScriptedCoordinatedStore: CoordinatedTokenStore {
     let subscriptions = ArrivalCounter()
     /// One arrival per lease released (after its body returned).
     let leaseReleases = ArrivalCounter()
+    /// Where the next read waits (see ``pauseNextRead(until:)``).
+    private let readPause = NextPassHold()
     /// One arrival per read held at the gate set by ``pauseNextRead(until:)``.
-    let pausedReads = ArrivalCounter()
-    private let readPause = Locked<AsyncGate?>(nil)
+    var pausedReads: ArrivalCounter { readPause.held }
 
     init() {}
 
@@ -93,18 +94,13 @@ final class ScriptedCoordinatedStore: CoordinatedTokenStore {
     // MARK: - CoordinatedTokenStore
 
     func loadRevised(identifier: String) async throws -> RevisedSession? {
-        if let gate = readPause.withLock({ pause in
-            defer { pause = nil }; return pause
-        }) {
-            pausedReads.arrive()
-            await gate.wait()
-        }
+        await readPause.pass()
         return state.withLock { $0.records[identifier] }
     }
 
     /// Holds the next ``loadRevised(identifier:)`` until `gate` opens; it then reads what is stored by then.
     func pauseNextRead(until gate: AsyncGate) {
-        readPause.withLock { $0 = gate }
+        readPause.hold(until: gate)
     }
 
     func save(_ session: StoredSession, identifier: String, expectedRevision: UInt64?) async throws -> UInt64 {
