@@ -199,7 +199,7 @@ enum RemoteTokenCacheProtocol {
         decoder.dateDecodingStrategy = .custom { decoder in
             let container = try decoder.singleValueContainer()
             let string = try container.decode(String.self)
-            guard let date = makeDateFormatter().date(from: string) else {
+            guard hasDateShape(string), let date = makeDateFormatter().date(from: string) else {
                 throw DecodingError.dataCorruptedError(
                     in: container,
                     debugDescription: "a date not in the format \(dateFormat)"
@@ -220,6 +220,33 @@ enum RemoteTokenCacheProtocol {
                 underlying: error
             )
         }
+    }
+
+    /// Whether `string` has the exact shape ``dateFormat`` writes: `yyyy-MM-dd'T'HH:mm:ss.SSS` and a `+HHMM` or
+    /// `-HHMM` offset, 28 ASCII characters. Checked before the formatter sees a date the endpoint returns: ICU's
+    /// parser divides by zero (the process dies of SIGFPE) on a fraction of seconds with some thirty digits, which a
+    /// hostile or broken endpoint can send. Found by the `RemoteResponse` fuzzer.
+    static func hasDateShape(_ string: String) -> Bool {
+        let bytes = Array(string.utf8)
+        guard bytes.count == 28 else { return false }
+        for (index, byte) in bytes.enumerated() {
+            let expected: UInt8? =
+                switch index {
+                case 4, 7: UInt8(ascii: "-")
+                case 10: UInt8(ascii: "T")
+                case 13, 16: UInt8(ascii: ":")
+                case 19: UInt8(ascii: ".")
+                default: nil
+                }
+            if let expected {
+                guard byte == expected else { return false }
+            } else if index == 23 {
+                guard byte == UInt8(ascii: "+") || byte == UInt8(ascii: "-") else { return false }
+            } else {
+                guard (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) else { return false }
+            }
+        }
+        return true
     }
 
     /// A new formatter per use: `DateFormatter` is not `Sendable`, and this is not a hot path.
